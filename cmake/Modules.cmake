@@ -1,0 +1,25 @@
+# moeserve_add_module(NAME DIR folder DEPS targets...)
+# Builds src/<folder>/*.cpp (and *.cu for CUDA modules) into the static library
+# moeserve_<NAME>; a folder with no sources yet becomes an INTERFACE library so that
+# dependents still link.
+function(moeserve_add_module name)
+  cmake_parse_arguments(ARG "" "DIR" "DEPS" ${ARGN})
+  set(dir ${PROJECT_SOURCE_DIR}/src/${ARG_DIR})
+  file(GLOB _srcs CONFIGURE_DEPENDS ${dir}/*.cpp ${dir}/*/*.cpp)
+  if(MOESERVE_CUDA)
+    file(GLOB _cu CONFIGURE_DEPENDS ${dir}/*.cu ${dir}/*/*.cu)
+    list(APPEND _srcs ${_cu})
+  endif()
+  set(target moeserve_${name})
+  if(_srcs)
+    add_library(${target} STATIC ${_srcs})
+    target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(${target} PUBLIC ${ARG_DEPS})
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers>)
+  else()
+    add_library(${target} INTERFACE)
+    target_include_directories(${target} INTERFACE ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(${target} INTERFACE ${ARG_DEPS})
+  endif()
+endfunction()

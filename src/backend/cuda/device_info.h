@@ -1,0 +1,20 @@
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace moeserve::cuda {
+
+struct DeviceInfo {
+  int index;
+  std::string name;
+  int compute_capability;  // 90 for H100/H200, 121 for GB10
+  int multiprocessors;
+  size_t total_memory;
+  size_t max_shared_memory_per_block;
+};
+
+// All visible CUDA devices; empty when there is no driver or no device.
+std::vector<DeviceInfo> list_devices();
+
+}  // namespace moeserve::cuda
