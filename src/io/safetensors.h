@@ -22,6 +22,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "io/mapped_file.h"
 
 namespace moeserve::io {
 
@@ -67,18 +68,19 @@ class SafetensorsFile {
   // A view into the mapping; throws naming the file if the tensor is absent.
   Tensor tensor(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
-  // Size of the whole file in bytes.
-  uint64_t file_size() const { return size_; }
+  // Size of the whole file in bytes, and where the data section starts in it.
+  uint64_t file_size() const;
+  uint64_t data_offset() const { return header_.data_offset; }
+  // The mapping itself (for loaders that prefetch or copy whole byte ranges).
+  const std::shared_ptr<MappedFile>& mapping() const { return mapping_; }
 
  private:
   SafetensorsFile() = default;
 
   std::filesystem::path path_;
-  std::byte* base_ = nullptr;  // the mapping (nullptr for a file too small to map)
-  uint64_t size_ = 0;
+  std::shared_ptr<MappedFile> mapping_;  // owned also by every tensor view
   SafetensorsHeader header_;
   std::map<std::string, size_t> index_;  // name -> position in header_.tensors
-  std::weak_ptr<SafetensorsFile> self_;  // so that tensor views can own the mapping
 };
 
 // Streaming writer: all tensors are declared up front (so the header can be written first),
@@ -103,10 +105,12 @@ class SafetensorsWriter {
 
  private:
   void write_raw(const void* bytes, size_t nbytes);
+  void flush_buffer();
   void skip_empty_tensors();
 
   std::filesystem::path path_;
   int fd_ = -1;
+  std::vector<std::byte> buffer_;    // coalesces small writes
   std::vector<TensorInfo> entries_;  // declaration order
   size_t current_ = 0;               // index of the tensor being written
   uint64_t written_in_current_ = 0;
