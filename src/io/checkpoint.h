@@ -1,7 +1,10 @@
 // A model directory's tensors under canonical names.
 //
 // Which files: model.safetensors if present; else model.safetensors.index.json (its
-// "weight_map" names the shard of every tensor); else every *.safetensors in the directory.
+// "weight_map" names the shard of every tensor; it is authoritative: a listed tensor missing
+// from its shard is an error, a shard's unlisted tensors are ignored); else every
+// *.safetensors in the directory. A separate mtp.safetensors (some FP8 releases) is loaded
+// in addition. open() also accepts the path of a single .safetensors file.
 //
 // Canonical names (what the model code asks for):
 //   "model.language_model.X", "language_model.model.X", "model.X"  -> "X"
