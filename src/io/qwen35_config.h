@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,15 @@ struct Qwen35Config {
   double rope_theta = 1e7;
   double partial_rotary_factor = 0.25;   // rotary dim = head_dim * factor
   std::vector<int> mrope_section;        // text-only: reduces to 1-D positions
+  bool mrope_interleaved = false;
+  // RoPE scaling: "default" (none), or "linear", "dynamic", "yarn", "longrope", "llama3" with
+  // `rope_scaling_factor` and `original_max_position_embeddings` (0 when absent). The model
+  // rejects types it does not implement; the full rope object is kept in rope_parameters_raw.
+  std::string rope_type = "default";
+  double rope_scaling_factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  nlohmann::json rope_parameters_raw;
+  bool attention_bias = false;           // q/k/v/o biases (false in every Qwen3.5 release)
   // Gated DeltaNet
   int64_t linear_num_key_heads = 0;      // nk
   int64_t linear_num_value_heads = 0;    // nv
@@ -55,7 +65,9 @@ struct Qwen35Config {
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 0;
   int64_t mtp_num_hidden_layers = 0;
+  bool mtp_use_dedicated_embeddings = false;
   std::vector<int64_t> eos_token_ids;
+  std::string outer_model_type;          // top-level model_type: "qwen3_5_moe" or "qwen3_5_moe_text"
   std::optional<QuantizationConfig> quantization;
 
   int64_t rotary_dim() const { return int64_t(double(head_dim) * partial_rotary_factor); }
@@ -67,8 +79,16 @@ struct Qwen35Config {
 };
 
 // Parses and validates (every size positive, heads divisible, layer_types consistent, ...).
-// Errors name the file and the field.
+// Errors name the file and the field. Absent fields take the defaults of transformers'
+// Qwen3_5MoeTextConfig.
 Qwen35Config parse_qwen35_config(const nlohmann::json& j, const std::string& source = "config.json");
+// Reads MODEL_DIR/config.json (a path to a .json file is read directly).
 Qwen35Config load_qwen35_config(const std::filesystem::path& model_dir);
+std::string_view layer_type_name(LayerType t);  // "linear_attention" / "full_attention"
+// Parses a quantization_config object (section 4): the common fields of auto-round/GPTQ,
+// FP8 block, compressed-tensors and ModelOpt into QuantizationConfig, keeping the object in
+// `raw`. `field` is its path for messages ("quantization_config").
+QuantizationConfig parse_quantization_config(const nlohmann::json& j, const std::string& source,
+                                             const std::string& field = "quantization_config");
 
 }  // namespace moeserve::io
