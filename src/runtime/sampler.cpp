@@ -1,0 +1,185 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace moeserve::runtime {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Most likely first; among equals the lower id, so every order is deterministic.
+struct ByValueDesc {
+  const float* values;
+  bool operator()(int32_t a, int32_t b) const {
+    if (values[a] != values[b]) return values[a] > values[b];
+    return a < b;
+  }
+};
+
+float sanitize(float x) { return std::isnan(x) ? kNegInf : x; }
+
+}  // namespace
+
+TokenLogprob compute_logprobs(std::span<const float> logits, int32_t token, int top_k) {
+  const int64_t vocab = int64_t(logits.size());
+  MOESERVE_CHECK(token >= 0 && token < vocab, "logprobs: token {} outside the vocabulary of {}", token, vocab);
+  float max_logit = kNegInf;
+  for (float x : logits) max_logit = std::max(max_logit, sanitize(x));
+  double sum = 0.0;
+  if (max_logit != kNegInf) {
+    for (float x : logits) {
+      const float v = sanitize(x);
+      if (v != kNegInf) sum += std::exp(double(v) - double(max_logit));
+    }
+  }
+  // log-sum-exp; with every logit -inf every logprob is -inf.
+  const double lse = max_logit == kNegInf ? std::numeric_limits<double>::infinity()
+                                          : double(max_logit) + std::log(sum);
+  auto logprob_of = [&](int32_t t) {
+    const float v = sanitize(logits[size_t(t)]);
+    return v == kNegInf ? kNegInf : float(double(v) - lse);
+  };
+
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = logprob_of(token);
+  if (top_k > 0) {
+    const int k = int(std::min<int64_t>(top_k, vocab));
+    // One pass keeping the k best in a small sorted buffer: O(vocab * k) worst case but
+    // O(vocab) in practice, and no vocab-sized scratch.
+    std::vector<int32_t> best;
+    best.reserve(size_t(k) + 1);
+    auto better = [&](int32_t a, int32_t b) {
+      const float va = sanitize(logits[size_t(a)]), vb = sanitize(logits[size_t(b)]);
+      if (va != vb) return va > vb;
+      return a < b;
+    };
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (int(best.size()) == k && !better(t, best.back())) continue;
+      auto pos = std::upper_bound(best.begin(), best.end(), t, better);
+      best.insert(pos, t);
+      if (int(best.size()) > k) best.pop_back();
+    }
+    out.top.reserve(best.size());
+    for (int32_t t : best) out.top.emplace_back(t, logprob_of(t));
+  }
+  return out;
+}
+
+const std::vector<float>& Sampler::process_logits(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const auto vocab = int64_t(in.logits.size());
+  work_.resize(size_t(vocab));
+  for (int64_t i = 0; i < vocab; ++i) work_[size_t(i)] = sanitize(in.logits[size_t(i)]);
+  auto in_vocab = [&](int64_t t) { return t >= 0 && t < vocab; };
+
+  // min_tokens: nothing may stop the request early.
+  if (in.num_generated < p.min_tokens) {
+    for (int32_t t : p.stop_token_ids)
+      if (in_vocab(t)) work_[size_t(t)] = kNegInf;
+    if (!p.ignore_eos)
+      for (int64_t t : in.eos_token_ids)
+        if (in_vocab(t)) work_[size_t(t)] = kNegInf;
+  }
+  for (const auto& [token, bias] : p.logit_bias)
+    if (in_vocab(token)) work_[size_t(token)] += bias;
+
+  if (p.repetition_penalty != 1.0 && in.history) {
+    const auto penalty = float(p.repetition_penalty);
+    for (int32_t t : in.history->seen()) {
+      if (!in_vocab(t)) continue;
+      float& x = work_[size_t(t)];
+      x = x > 0 ? x / penalty : x * penalty;
+    }
+  }
+  if ((p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) && in.history) {
+    for (const auto& [t, count] : in.history->output_counts()) {
+      if (!in_vocab(t)) continue;
+      work_[size_t(t)] -= float(p.frequency_penalty) * float(count) + float(p.presence_penalty);
+    }
+  }
+  return work_;
+}
+
+int32_t Sampler::sample_random(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const auto vocab = int32_t(work_.size());
+  const auto inv_temp = float(1.0 / p.temperature);
+  float max_scaled = kNegInf;
+  for (float& x : work_) {
+    x *= inv_temp;
+    max_scaled = std::max(max_scaled, x);
+  }
+  // Unnormalised probabilities w = exp(scaled - max); the most likely token has w = 1, so
+  // min_p's threshold (min_p * the top probability) is simply w >= min_p.
+  candidates_.clear();
+  const auto min_w = float(p.min_p);
+  for (int32_t t = 0; t < vocab; ++t) {
+    float& x = work_[size_t(t)];
+    x = x == kNegInf ? 0.0f : std::exp(x - max_scaled);
+    if (x > 0.0f && x >= min_w) candidates_.push_back(t);
+  }
+  if (candidates_.empty()) fail("sampling: every token is masked");
+  ByValueDesc order{work_.data()};
+
+  if (p.top_k > 0 && size_t(p.top_k) < candidates_.size()) {
+    std::nth_element(candidates_.begin(), candidates_.begin() + p.top_k, candidates_.end(), order);
+    candidates_.resize(size_t(p.top_k));
+  }
+  if (p.top_p < 1.0) {
+    double total = 0.0;
+    for (int32_t t : candidates_) total += work_[size_t(t)];
+    const double target = p.top_p * total;
+    // Keep the most likely tokens up to and including the one where the running sum reaches
+    // top_p of the mass. Usually a short head holds it: sort that first, the rest only if needed.
+    const size_t head = std::min<size_t>(candidates_.size(), 256);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + ptrdiff_t(head), candidates_.end(), order);
+    bool sorted_all = head == candidates_.size();
+    double cumulative = 0.0;
+    size_t keep = candidates_.size();
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      if (i == head && !sorted_all) {
+        std::sort(candidates_.begin() + ptrdiff_t(head), candidates_.end(), order);
+        sorted_all = true;
+      }
+      cumulative += work_[size_t(candidates_[i])];
+      if (cumulative >= target) {
+        keep = i + 1;
+        break;
+      }
+    }
+    candidates_.resize(keep);
+  }
+
+  double total = 0.0;
+  for (int32_t t : candidates_) total += work_[size_t(t)];
+  const double u = in.rng->uniform() * total;
+  double cumulative = 0.0;
+  for (int32_t t : candidates_) {
+    cumulative += work_[size_t(t)];
+    if (u < cumulative) return t;
+  }
+  return candidates_.back();  // u rounded up to the total
+}
+
+SampleResult Sampler::sample(const SampleInput& in) {
+  MOESERVE_CHECK(in.params != nullptr && in.rng != nullptr, "Sampler::sample: missing params or RNG");
+  MOESERVE_CHECK(!in.logits.empty(), "Sampler::sample: empty logits");
+  process_logits(in);
+  SampleResult result;
+  if (in.params->greedy()) {
+    const auto best = std::max_element(work_.begin(), work_.end());  // first maximum: lowest id
+    if (*best == kNegInf) fail("sampling: every token is masked");
+    result.token = int32_t(best - work_.begin());
+  } else {
+    result.token = sample_random(in);
+  }
+  if (in.params->logprobs >= 0) result.logprob = compute_logprobs(in.logits, result.token, in.params->logprobs);
+  return result;
+}
+
+}  // namespace moeserve::runtime
