@@ -46,7 +46,9 @@ json parse_header_json(std::string_view text, const std::string& source,
   auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth > kMaxStartDepth)
-      fail("{}: header JSON is nested deeper than a safetensors header can be", source);
+      fail("{}: tensor '{}': JSON nested deeper than a safetensors header allows (shape and "
+           "data_offsets hold plain integers)",
+           source, key_order.empty() ? std::string() : key_order.back());
     if (event == json::parse_event_t::key && depth == 1) {
       std::string key = parsed.get<std::string>();
       if (!seen.insert(key).second) fail("{}: header has the key '{}' twice", source, key);
