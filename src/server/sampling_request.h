@@ -15,6 +15,7 @@ namespace moeserve::server {
 struct RequestLimits {
   int max_model_len = 4096;
   int max_n = 16;           // --max-n
+  int max_choices = 256;    // prompts x n of one completions request (the server uses max-num-seqs)
   int max_logprobs = 20;    // OpenAI's top_logprobs maximum; the engine's max_logprobs
   int64_t vocab_size = 0;   // token ids (logit_bias, stop_token_ids, prompts) must be below it
 };
