@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#ifndef __CUDACC__  // fmt 9 does not compile under nvcc -std=c++20; .cu files use Error directly
 #include <fmt/format.h>
+#endif
 
 namespace moeserve {
 
@@ -14,16 +16,20 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+#ifndef __CUDACC__
 // Throws moeserve::Error with a fmt-formatted message.
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
+#endif
 }  // namespace moeserve
 
+#ifndef __CUDACC__
 // Checks an invariant that user input can break; throws moeserve::Error otherwise.
 #define MOESERVE_CHECK(cond, ...)                 \
   do {                                            \
     if (!(cond)) ::moeserve::fail(__VA_ARGS__);   \
   } while (0)
+#endif

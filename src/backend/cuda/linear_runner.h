@@ -1,0 +1,43 @@
+// LinearRunner computes Y[M, N] = X[M, K] · Wᵀ for every DeviceLinear format.
+//   Dense bf16      -> cuBLASLt (bf16 in, fp32 accumulate, bf16 or f32 out).
+//   GPTQ/FP8/INT8   -> small M: fused dequantising GEMV-style kernels (ops_quant_gemv.h);
+//                      large M: dequantise to a bf16 scratch tile, then cuBLASLt.
+// Owns the cuBLASLt handle, its workspace and the dequantisation scratch, all allocated
+// once at construction: run() never allocates (CUDA-graph safe).
+#pragma once
+#include <cublasLt.h>
+
+#include <memory>
+
+#include "backend/cuda/device_linear.h"
+
+namespace moeserve::cuda {
+
+class LinearRunner {
+ public:
+  // max_dense_elems: the largest N*K of any non-dense weight that may take the
+  // dequantise-then-GEMM path (sizes the scratch).
+  explicit LinearRunner(size_t max_dense_elems);
+  ~LinearRunner();
+  LinearRunner(const LinearRunner&) = delete;
+  LinearRunner& operator=(const LinearRunner&) = delete;
+
+  // y: bf16 [M, N] or f32 [M, N] (y_f32). With accumulate, y (f32 only) += X·Wᵀ.
+  void run(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, cudaStream_t stream,
+           bool accumulate = false);
+
+  // Largest M for which quantised weights use the fused small-M kernels.
+  static constexpr int kSmallM = 16;
+
+ private:
+  void gemm_bf16(const bf16* x, int M, const bf16* w, int N, int K, void* y, bool y_f32, bool accumulate,
+                 cudaStream_t stream);
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer<uint8_t> workspace_;
+  DeviceBuffer<bf16> scratch_;
+};
+
+// Dequantises any non-dense DeviceLinear into bf16 [N, K] (exact up to bf16 rounding).
+void dequantize_to_bf16(const DeviceLinear& w, bf16* out, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,32 @@
+// Small memory-bound kernels of the step: embedding, residual add + (1+w) RMSNorm, SwiGLU,
+// argmax. Layouts in docs/CUDA_BACKEND.md. Each is one pass over its inputs; rooflines are
+// bytes / bandwidth and these are a few percent of a decode step.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moeserve::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// out[m, :] = float(table[ids[m], :]) for m < M. table: bf16 [V, H].
+void embedding_lookup(const int32_t* ids, int M, const bf16* table, int H, float* out, cudaStream_t stream);
+
+// residual[m] += delta[m] (delta f32, may be null), then
+// out[m] = bf16( residual[m] * rsqrt(mean(residual[m]^2) + eps) * (1 + w) )   (spec 2.1.1)
+void add_rms_norm(float* residual, const float* delta, const float* w, int M, int H, float eps, bf16* out,
+                  cudaStream_t stream);
+
+// act[m, i] = bf16( silu(gu[m, i]) * gu[m, I + i] ) for the fused [gate | up] output gu [M, 2I].
+void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream);
+
+// residual[m, :] += scale(m) * x[m, :] where scale(m) = sigmoid(gate_logit[m]) (shared expert),
+// x f32 [M, H], gate_logit f32 [M] (null: scale 1).
+void add_scaled_rows(float* residual, const float* x, const float* gate_logit, int M, int H, cudaStream_t stream);
+
+// out[r] = argmax_v logits[r, v] (first index on ties, as torch.argmax), logits f32 [R, V].
+void argmax_rows(const float* logits, int R, int V, int32_t* out, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

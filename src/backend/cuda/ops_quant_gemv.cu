@@ -1,0 +1,212 @@
+// Kernels of ops_quant_gemv.h and dequantize_to_bf16 (linear_runner.h).
+//
+// GPTQ (qweight [K/8, N] i32): a block is 8 warps x 32 lanes; lane = column n (a warp reads
+// 32 consecutive words = 128 B per packed row, coalesced), warp w takes packed rows
+// kp ≡ w (mod 8); the 8 partial sums are added in warp order through shared memory.
+// FP8 / INT8 ([N, K] bytes): one warp per output row; each lane loads 16 bytes per step
+// (a warp covers 512 k), scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/linear_runner.h"
+#include "backend/cuda/ops_quant_gemv.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kMaxM = LinearRunner::kSmallM;
+
+__device__ __forceinline__ float fp8_to_float(uint8_t v) {
+  __nv_fp8_e4m3 f;
+  f.__x = v;
+  return float(f);
+}
+
+__device__ __forceinline__ void store_out(void* y, bool y_f32, bool accumulate, size_t idx, float v) {
+  if (y_f32) {
+    float* p = static_cast<float*>(y) + idx;
+    *p = accumulate ? *p + v : v;
+  } else {
+    static_cast<bf16*>(y)[idx] = __float2bfloat16(v);
+  }
+}
+
+// ---- GPTQ INT4 ------------------------------------------------------------------------
+__global__ void gptq_gemv_kernel(const bf16* __restrict__ x, int M, const int32_t* __restrict__ qweight,
+                                 const __half* __restrict__ scales, const int32_t* __restrict__ qzeros,
+                                 const int32_t* __restrict__ g_idx, int N, int K, int group, bool sym, void* y,
+                                 bool y_f32, bool accumulate) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = blockIdx.x * 32 + lane;
+  float acc[kMaxM];
+#pragma unroll
+  for (int m = 0; m < kMaxM; ++m) acc[m] = 0.0f;
+  if (n < N) {
+    for (int kp = warp; kp < K / 8; kp += 8) {
+      const uint32_t word = uint32_t(qweight[size_t(kp) * N + n]);
+      float wv[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int k = kp * 8 + j;
+        const int g = g_idx ? g_idx[k] : k / group;
+        const float s = __half2float(scales[size_t(g) * N + n]);
+        const int zero = sym ? 8 : int((uint32_t(qzeros[size_t(g) * (N / 8) + n / 8]) >> (4 * (n % 8))) & 0xF) + 1;
+        wv[j] = float(int((word >> (4 * j)) & 0xF) - zero) * s;
+      }
+#pragma unroll
+      for (int m = 0; m < kMaxM; ++m) {
+        if (m < M) {
+          const bf16* xr = x + size_t(m) * K + kp * 8;
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) sum += wv[j] * __bfloat162float(xr[j]);
+          acc[m] += sum;
+        }
+      }
+    }
+  }
+  __shared__ float partial[8][kMaxM][32];
+#pragma unroll
+  for (int m = 0; m < kMaxM; ++m) partial[warp][m][lane] = acc[m];
+  __syncthreads();
+  if (warp == 0 && n < N) {
+    for (int m = 0; m < M; ++m) {
+      float v = 0.0f;
+      for (int w = 0; w < 8; ++w) v += partial[w][m][lane];
+      store_out(y, y_f32, accumulate, size_t(m) * N + n, v);
+    }
+  }
+}
+
+// ---- FP8 block-128 and INT8 row-wise: one warp per output row ---------------------------
+template <bool kFp8>
+__global__ void byte_gemv_kernel(const bf16* __restrict__ x, int M, const uint8_t* __restrict__ w,
+                                 const float* __restrict__ scale, int N, int K, void* y, bool y_f32,
+                                 bool accumulate) {
+  const int lane = threadIdx.x & 31;
+  const int n = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int kb = (K + 127) / 128;
+  float acc[kMaxM];
+#pragma unroll
+  for (int m = 0; m < kMaxM; ++m) acc[m] = 0.0f;
+  const uint8_t* row = w + size_t(n) * K;
+  const bool vec = (K % 16) == 0;
+  for (int k0 = lane * 16; k0 < K; k0 += 32 * 16) {
+    float wv[16];
+    if (vec) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(row + k0);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&packed);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) wv[j] = kFp8 ? fp8_to_float(b[j]) : float(int8_t(b[j]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int k = k0 + j;
+        const uint8_t b = k < K ? row[k] : 0;
+        wv[j] = kFp8 ? fp8_to_float(b) : float(int8_t(b));
+      }
+    }
+    const float s = kFp8 ? scale[size_t(n / 128) * kb + k0 / 128] : 1.0f;
+#pragma unroll
+    for (int m = 0; m < kMaxM; ++m) {
+      if (m < M) {
+        const bf16* xr = x + size_t(m) * K;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+          if (k0 + j < K) sum += wv[j] * __bfloat162float(xr[k0 + j]);
+        acc[m] += sum * s;
+      }
+    }
+  }
+  const float row_scale = kFp8 ? 1.0f : scale[n];
+  for (int m = 0; m < M; ++m) {
+    float v = acc[m];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) store_out(y, y_f32, accumulate, size_t(m) * N + n, v * row_scale);
+  }
+}
+
+// ---- dequantisation to bf16 [N, K] ------------------------------------------------------
+__global__ void gptq_dequant_kernel(const int32_t* qweight, const __half* scales, const int32_t* qzeros,
+                                    const int32_t* g_idx, int N, int K, int group, bool sym, bf16* out) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (kp, n)
+  if (i >= size_t(K / 8) * N) return;
+  const int kp = int(i / N), n = int(i % N);
+  const uint32_t word = uint32_t(qweight[i]);
+  for (int j = 0; j < 8; ++j) {
+    const int k = kp * 8 + j;
+    const int g = g_idx ? g_idx[k] : k / group;
+    const float s = __half2float(scales[size_t(g) * N + n]);
+    const int zero = sym ? 8 : int((uint32_t(qzeros[size_t(g) * (N / 8) + n / 8]) >> (4 * (n % 8))) & 0xF) + 1;
+    out[size_t(n) * K + k] = __float2bfloat16(float(int((word >> (4 * j)) & 0xF) - zero) * s);
+  }
+}
+
+template <bool kFp8>
+__global__ void byte_dequant_kernel(const uint8_t* w, const float* scale, int N, int K, bf16* out) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(N) * K) return;
+  const int n = int(i / K), k = int(i % K);
+  const float v = kFp8 ? fp8_to_float(w[i]) * scale[size_t(n / 128) * ((K + 127) / 128) + k / 128]
+                       : float(int8_t(w[i])) * scale[n];
+  out[i] = __float2bfloat16(v);
+}
+
+}  // namespace
+
+void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
+                cudaStream_t stream) {
+  if (M > kMaxM) throw Error("quant_gemv: M above the small-M limit");
+  const int N = int(w.N), K = int(w.K);
+  switch (w.format) {
+    case quant::WeightFormat::GptqInt4:
+      gptq_gemv_kernel<<<(N + 31) / 32, 256, 0, stream>>>(x, M, w.qweight.data(), w.scales.data(), w.qzeros.data(),
+                                                           w.g_idx.size() ? w.g_idx.data() : nullptr, N, K,
+                                                           int(w.group_size), w.sym, y, y_f32, accumulate);
+      break;
+    case quant::WeightFormat::Fp8Block:
+      byte_gemv_kernel<true><<<(N + 7) / 8, 256, 0, stream>>>(x, M, w.fp8.data(), w.scale.data(), N, K, y, y_f32,
+                                                              accumulate);
+      break;
+    case quant::WeightFormat::Int8Rowwise:
+      byte_gemv_kernel<false><<<(N + 7) / 8, 256, 0, stream>>>(
+          x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, y_f32, accumulate);
+      break;
+    default:
+      throw Error("quant_gemv: unsupported weight format");
+  }
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void dequantize_to_bf16(const DeviceLinear& w, bf16* out, cudaStream_t stream) {
+  const int N = int(w.N), K = int(w.K);
+  switch (w.format) {
+    case quant::WeightFormat::GptqInt4: {
+      const size_t n = size_t(K / 8) * N;
+      gptq_dequant_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(
+          w.qweight.data(), w.scales.data(), w.qzeros.data(), w.g_idx.size() ? w.g_idx.data() : nullptr, N, K,
+          int(w.group_size), w.sym, out);
+      break;
+    }
+    case quant::WeightFormat::Fp8Block: {
+      const size_t n = size_t(N) * K;
+      byte_dequant_kernel<true><<<unsigned((n + 255) / 256), 256, 0, stream>>>(w.fp8.data(), w.scale.data(), N, K, out);
+      break;
+    }
+    case quant::WeightFormat::Int8Rowwise: {
+      const size_t n = size_t(N) * K;
+      byte_dequant_kernel<false><<<unsigned((n + 255) / 256), 256, 0, stream>>>(
+          reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, out);
+      break;
+    }
+    case quant::WeightFormat::Dense:
+    case quant::WeightFormat::Nvfp4:
+      MOESERVE_CUDA_CHECK(cudaMemcpyAsync(out, w.dense.data(), w.dense.bytes(), cudaMemcpyDeviceToDevice, stream));
+      return;
+  }
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moeserve::cuda
