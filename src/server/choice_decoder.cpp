@@ -1,16 +1,10 @@
 #include "server/choice_decoder.h"
 
+#include "server/utf8.h"
+
 namespace moeserve::server {
 
 using runtime::FinishReason;
-
-namespace {
-size_t count_code_points(std::string_view s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-}  // namespace
 
 ChoiceDecoder::ChoiceDecoder(const text::Tokenizer& tokenizer, ChoiceDecoderOptions options)
     : options_(std::move(options)),
@@ -45,6 +39,13 @@ ChoiceDecoder::Update ChoiceDecoder::consume(const runtime::RequestOutput& outpu
   if (!output.prompt_logprobs.empty() && prompt_logprobs_.empty())
     prompt_logprobs_ = output.prompt_logprobs;
 
+  if (options_.discard_generated) {
+    runtime::RequestOutput prompt_only = output;
+    prompt_only.finish = output.finish == FinishReason::Abort ? FinishReason::Abort : FinishReason::Length;
+    prompt_only.stop_token.reset();
+    if (output.finish != FinishReason::None || !output.new_tokens.empty()) finish(prompt_only, update);
+    return update;
+  }
   for (size_t i = 0; i < output.new_tokens.size(); ++i) {
     const int32_t id = output.new_tokens[i];
     ++completion_tokens_;
@@ -55,7 +56,7 @@ ChoiceDecoder::Update ChoiceDecoder::consume(const runtime::RequestOutput& outpu
       update.text_offsets.push_back(int(raw_chars_));
     }
     std::string piece = detokenizer_.push(id);
-    raw_chars_ += count_code_points(piece);
+    raw_chars_ += utf8_length(piece);
     auto r = stops_.feed(piece);
     release(std::move(r.text), update);
     if (r.stopped) {

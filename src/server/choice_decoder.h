@@ -27,6 +27,9 @@ struct ChoiceDecoderOptions {
   bool include_stop_str_in_output = false;
   // Eos ids end a choice with stop_reason null; other stop tokens are reported by id.
   std::unordered_set<int32_t> eos_token_ids;
+  // Completions echo with max_tokens 0: generated tokens are dropped, the choice is the
+  // prompt alone (finish_reason "length").
+  bool discard_generated = false;
 
   // Chat only: split the text into reasoning / content / tool calls.
   bool parse_output = false;

@@ -1,5 +1,7 @@
 #include "server/logprobs_json.h"
 
+#include "server/utf8.h"
+
 #include <cmath>
 
 namespace moeserve::server {
@@ -72,7 +74,7 @@ json LogprobFormatter::completion_with_prompt(
     out["token_logprobs"].push_back(lp ? json(json_logprob(lp->logprob)) : json(nullptr));
     out["top_logprobs"].push_back(lp ? top_map(*this, *lp) : json(nullptr));
     out["text_offset"].push_back(offset);
-    for (unsigned char c : t) offset += (c & 0xC0) != 0x80;
+    offset += int(utf8_length(t));
   }
   const json generated = completion(logprobs, text_offsets, offset);
   for (const auto& [key, values] : generated.items())

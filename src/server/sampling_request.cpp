@@ -61,7 +61,7 @@ GenerationOptions parse_generation_options(const JsonFields& f, const RequestLim
   // max_completion_tokens is the newer name; it wins when both are given.
   std::optional<int64_t> max_tokens;
   if (endpoint == Endpoint::Chat) max_tokens = f.integer("max_completion_tokens", 1, INT32_MAX);
-  if (!max_tokens) max_tokens = f.integer("max_tokens", 1, INT32_MAX);
+  if (!max_tokens) max_tokens = f.integer("max_tokens", endpoint == Endpoint::Chat ? 1 : 0, INT32_MAX);
   if (max_tokens) o.max_tokens = int(*max_tokens);
   if (auto v = f.integer("min_tokens", 0, INT32_MAX)) sp.min_tokens = int(*v);
   if (auto v = f.boolean("ignore_eos")) sp.ignore_eos = *v;
@@ -103,6 +103,11 @@ GenerationOptions parse_generation_options(const JsonFields& f, const RequestLim
     if (auto best_of = f.integer("best_of", 1, INT32_MAX); best_of && *best_of != o.n)
       throw_bad_request("`best_of` different from `n` is not supported", "best_of");
     if (f.has("suffix")) throw_bad_request("`suffix` is not supported", "suffix");
+    if (o.max_tokens == 0) {
+      if (!o.echo)
+        throw_bad_request("`max_tokens` must be >= 1 (0 is allowed only with `echo`)", "max_tokens");
+      o.prompt_only = true;
+    }
   }
   if (auto v = f.integer("prompt_logprobs", 0, limits.max_logprobs)) sp.prompt_logprobs = int(*v);
 
@@ -128,7 +133,10 @@ void finalize_max_tokens(GenerationOptions& o, int prompt_tokens, const RequestL
                                   limits.max_model_len, prompt_tokens,
                                   endpoint == Endpoint::Chat ? "messages" : "prompt"),
                       endpoint == Endpoint::Chat ? "messages" : "prompt");
-  if (o.max_tokens) {
+  if (o.prompt_only) {
+    o.sampling.max_tokens = 1;
+    o.sampling.min_tokens = 0;
+  } else if (o.max_tokens) {
     if (int64_t(*o.max_tokens) > room)
       throw_bad_request(
           fmt::format("This model's maximum context length is {} tokens. However, you requested {} "

@@ -33,6 +33,9 @@ struct GenerationOptions {
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM)
   bool echo = false;                    // completions: prompt text before the completion
+  // Completions with echo and max_tokens 0 (how lm-eval scores a prompt): the engine
+  // generates one token that is thrown away.
+  bool prompt_only = false;
 };
 
 GenerationOptions parse_generation_options(const JsonFields& fields, const RequestLimits& limits,

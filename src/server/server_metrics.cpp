@@ -58,7 +58,7 @@ void ServerMetrics::observe_request_finished(FinishReason reason, double e2e_sec
   }
 }
 
-std::string ServerMetrics::render(const EngineSnapshot& engine) const {
+std::string ServerMetrics::render(const EngineSnapshot& engine, int http_in_flight) const {
   const Labels model = {{"model_name", model_name_}};
   const auto& s = engine.stats;
   prometheus::TextWriter w;
@@ -120,7 +120,7 @@ std::string ServerMetrics::render(const EngineSnapshot& engine) const {
   w.family("moeserve:engine_steps_total", "counter", "Engine steps run.");
   w.sample("moeserve:engine_steps_total", model, double(s.num_steps));
   w.family("moeserve:http_requests_in_flight", "gauge", "Generation requests the HTTP server holds open.");
-  w.sample("moeserve:http_requests_in_flight", model, in_flight_.load());
+  w.sample("moeserve:http_requests_in_flight", model, http_in_flight);
   w.family("moeserve:ready", "gauge", "1 once the model is loaded and the server accepts requests.");
   w.sample("moeserve:ready", model, ready_.load() ? 1.0 : 0.0);
   return w.text();

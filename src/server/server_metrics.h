@@ -32,11 +32,10 @@ class ServerMetrics {
   // One finished request: e2e latency, and decode time per output token after the first.
   void observe_request_finished(runtime::FinishReason reason, double e2e_seconds,
                                 double decode_seconds, int generated_tokens);
-  // Requests the server holds open now (in the engine or streaming out).
-  void set_http_requests_in_flight(int n) { in_flight_ = n; }
   void set_ready(bool ready) { ready_ = ready; }
 
-  std::string render(const EngineSnapshot& engine) const;
+  // `http_in_flight`: generation requests the server holds open now.
+  std::string render(const EngineSnapshot& engine, int http_in_flight = 0) const;
 
   // vLLM's bucket boundaries.
   static const std::vector<double>& ttft_buckets();
@@ -51,7 +50,6 @@ class ServerMetrics {
   prometheus::Histogram request_time_per_output_token_;  // per request
   prometheus::Histogram e2e_;
   std::array<prometheus::Counter, 3> success_;  // stop, length, abort
-  std::atomic<int> in_flight_{0};
   std::atomic<bool> ready_{false};
 };
 

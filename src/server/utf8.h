@@ -11,4 +11,7 @@ namespace moeserve::server {
 // (Unicode 15, table 3-7: no overlongs, no surrogates, nothing above U+10FFFF), or nullopt.
 std::optional<size_t> find_invalid_utf8(std::string_view text);
 
+// Code points in well-formed UTF-8 (OpenAI's text offsets count characters, not bytes).
+size_t utf8_length(std::string_view text);
+
 }  // namespace moeserve::server

@@ -1,0 +1,53 @@
+// The OpenAI server's settings (from `moeserve serve` flags) and the model-side pieces it
+// serves with once the model has loaded.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/engine_client.h"
+#include "server/sampling_request.h"
+#include "text/tokenizer.h"
+
+namespace moeserve::server {
+
+struct ServerConfig {
+  std::vector<std::string> served_model_names;  // the first is the default and the metrics label
+  std::string model_root;                       // MODEL_DIR as given (/v1/models "root")
+  std::string reasoning_parser;                 // --reasoning-parser ("" none)
+  std::string tool_call_parser;                 // --tool-call-parser ("" none)
+  bool enable_auto_tool_choice = false;
+  nlohmann::json default_chat_template_kwargs = nlohmann::json::object();
+  RequestLimits limits;
+  std::vector<std::string> api_keys;
+  // How often a waiting worker checks that its client is still connected.
+  std::chrono::milliseconds disconnect_poll{50};
+  // Graceful shutdown: requests still running after this long are aborted.
+  std::chrono::seconds shutdown_timeout{30};
+};
+
+// Renders a chat for generation: the normalised messages, tools (null if none), and the
+// template flags and kwargs. Throws moeserve::Error with the template's message when it
+// rejects the chat (the server answers 400).
+struct ChatPromptRequest {
+  const nlohmann::json& messages;
+  const nlohmann::json& tools;
+  bool add_generation_prompt;
+  bool continue_final_message;
+  const nlohmann::json& kwargs;
+};
+using ChatRenderer = std::function<std::string(const ChatPromptRequest&)>;
+
+// What exists once the model is loaded. Everything must outlive the server.
+struct ModelServices {
+  const text::Tokenizer* tokenizer = nullptr;
+  ChatRenderer render_chat;
+  EngineClient* engine = nullptr;
+  std::unordered_set<int32_t> eos_token_ids;
+};
+
+}  // namespace moeserve::server
