@@ -14,8 +14,9 @@ struct EngineConfig {
   // when memory is short, never fewer than 1) and blocks get the rest; at least one
   // max_model_len sequence must fit.
   size_t kv_cache_bytes = 0;
-  // Tokens per KV block. Must equal the model's CacheGeometry::kv_block_size; 0 takes the model's.
-  int kv_block_size = 16;
+  // Tokens per KV block: 0 takes the model's CacheGeometry::kv_block_size (16 for the CPU and
+  // CUDA models); any other value must equal it (the KV layout is the model's).
+  int kv_block_size = 0;
   // When > 0, used instead of the kv_cache_bytes split (vLLM's --num-gpu-blocks-override).
   int num_kv_blocks_override = 0;
   int num_state_slots_override = 0;

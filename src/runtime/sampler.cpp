@@ -127,8 +127,10 @@ int32_t Sampler::sample_random(const SampleInput& in) {
   ByValueDesc order{work_.data()};
 
   if (p.top_k > 0 && size_t(p.top_k) < candidates_.size()) {
-    std::nth_element(candidates_.begin(), candidates_.begin() + p.top_k, candidates_.end(), order);
-    candidates_.resize(size_t(p.top_k));
+    // Like vLLM, tokens tied with the k-th most likely one stay in.
+    std::nth_element(candidates_.begin(), candidates_.begin() + (p.top_k - 1), candidates_.end(), order);
+    const float kth = work_[size_t(candidates_[size_t(p.top_k - 1)])];
+    std::erase_if(candidates_, [&](int32_t t) { return work_[size_t(t)] < kth; });
   }
   if (p.top_p < 1.0) {
     double total = 0.0;

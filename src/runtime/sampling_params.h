@@ -12,7 +12,7 @@ struct SamplingParams {
   // Randomness. temperature == 0 (below 1e-5) is greedy: argmax of the processed logits.
   double temperature = 1.0;
   double top_p = 1.0;    // (0, 1]: keep the smallest set of tokens whose probability >= top_p
-  int top_k = -1;        // -1 or 0: off; k >= 1: keep the k most likely tokens
+  int top_k = -1;        // -1 or 0: off; k >= 1: keep the k most likely tokens (and ties)
   double min_p = 0.0;    // [0, 1]: drop tokens below min_p * (probability of the most likely)
   // Seeds this request's own RNG, so its samples do not depend on what else is batched with
   // it. Unset: the engine draws a seed.
