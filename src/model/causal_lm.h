@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "core/error.h"
 #include "io/qwen35_config.h"
 
 namespace moeserve::model {
@@ -35,6 +36,34 @@ struct StepOutput {
   std::vector<float> logits;           // [rows, vocab] fp32
   std::vector<int64_t> first_row;      // per SeqStep: index of its first row in `logits`
   std::vector<int64_t> num_rows;       // per SeqStep: tokens.size() if all_logits else 1
+
+  // Post-final-norm hidden states (the lm_head input, the MTP seed) of EVERY new token,
+  // [Σ tokens.size(), hidden_size] in batch order. Filled only when the caller sets
+  // want_hidden before forward (it is a request, not cleared by forward).
+  bool want_hidden = false;
+  int64_t hidden_size = 0;
+  std::vector<float> hidden;
+};
+
+// One sequence's part of an MTP draft step (../shared/spec/qwen35_arch.md section 3.4).
+// Row i is position p = start_pos + i: it combines the main model's post-norm hidden of
+// position p with the token at position p + 1, and its logits predict the token at p + 2.
+// The MTP layer has its own K/V pool addressed by the same block ids as the main model's.
+struct MtpStep {
+  std::span<const float> hidden;         // [n, hidden_size]
+  std::span<const int32_t> next_tokens;  // [n]
+  int64_t start_pos = 0;                 // MTP K/V already holds positions [0, start_pos)
+  std::span<const int32_t> kv_blocks;    // covers [0, start_pos + n)
+  bool all_logits = false;               // logits for every row, else only for the last
+};
+
+struct MtpOutput {
+  int64_t vocab = 0;
+  int64_t hidden_size = 0;
+  std::vector<float> logits;        // [rows, vocab] draft logits
+  std::vector<float> hidden;        // [rows, hidden_size] MTP post-norm output: the hidden of the next draft
+  std::vector<int64_t> first_row;   // per MtpStep
+  std::vector<int64_t> num_rows;    // per MtpStep
 };
 
 class CausalLM {
@@ -50,6 +79,14 @@ class CausalLM {
   virtual void copy_state(int32_t src, int32_t dst) = 0;
   // Runs one step. Updates the KV blocks and state slots of every sequence in the batch.
   virtual void forward(std::span<const SeqStep> batch, StepOutput& out) = 0;
+
+  // Multi-token prediction (speculative drafting); models without MTP weights say no.
+  virtual bool has_mtp() const { return false; }
+  virtual void mtp_forward(std::span<const MtpStep> batch, MtpOutput& out) {
+    (void)batch;
+    (void)out;
+    fail("this model has no MTP weights");
+  }
 };
 
 }  // namespace moeserve::model
