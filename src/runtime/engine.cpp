@@ -79,6 +79,7 @@ struct Engine::Impl {
               std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished);
   void collect_inputs(std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished);
   void deliver(std::vector<Delivery>& deliveries);
+  void flush(std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished);
   void publish_stats_locked();
   void abort_everything(const std::string& why);
 
@@ -283,19 +284,31 @@ void Engine::Impl::run() {
       pending.swap(cancels);
     }
     absorb(arrived, pending, deliveries, finished);
+    // Cancelled requests hear about it before the next forward, with their blocks already free.
+    flush(deliveries, finished);
     if (!sequences.empty()) step(deliveries, finished);
-    deliver(deliveries);
-    for (Sequence* seq : finished) sequences.erase(seq->id);
-    {
-      std::lock_guard lock(mutex);
-      finished_total += int64_t(finished.size());
-      outstanding -= int64_t(finished.size());
-      publish_stats_locked();
-    }
-    if (!finished.empty()) idle.notify_all();
-    finished.clear();
+    flush(deliveries, finished);
   }
   abort_everything("the engine was stopped");
+}
+
+void Engine::Impl::flush(std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished) {
+  {
+    // Published before the callbacks run, so a callback (or whoever it wakes) sees the
+    // freed blocks and slots in stats().
+    std::lock_guard lock(mutex);
+    finished_total += int64_t(finished.size());
+    publish_stats_locked();
+  }
+  deliver(deliveries);
+  if (finished.empty()) return;
+  for (Sequence* seq : finished) sequences.erase(seq->id);
+  {
+    std::lock_guard lock(mutex);
+    outstanding -= int64_t(finished.size());
+  }
+  finished.clear();
+  idle.notify_all();
 }
 
 void Engine::Impl::abort_everything(const std::string& why) {
@@ -310,13 +323,7 @@ void Engine::Impl::abort_everything(const std::string& why) {
   std::vector<std::pair<uint64_t, FinishReason>> none;
   absorb(arrived, none, deliveries, finished);
   for (auto& [id, seq] : sequences) finish(seq.get(), FinishReason::Abort, why, deliveries, finished);
-  deliver(deliveries);
-  sequences.clear();
-  std::lock_guard lock(mutex);
-  finished_total += int64_t(finished.size());
-  outstanding -= int64_t(finished.size());
-  publish_stats_locked();
-  idle.notify_all();
+  flush(deliveries, finished);
 }
 
 Engine::Engine(std::unique_ptr<model::CausalLM> model, EngineConfig config) {

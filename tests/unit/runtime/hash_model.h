@@ -13,11 +13,14 @@
 // loudly (forward throws std::logic_error, which the tests see as an aborted request).
 #pragma once
 #include <cstdint>
+#include <chrono>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/causal_lm.h"
@@ -38,7 +41,7 @@ inline float hashed_logit(uint64_t h, int64_t v) {
 }
 
 inline std::vector<float> logits_for_hash(uint64_t h, int64_t vocab) {
-  std::vector<float> out(size_t(vocab));
+  std::vector<float> out(static_cast<size_t>(vocab));
   for (int64_t v = 0; v < vocab; ++v) out[size_t(v)] = hashed_logit(h, v);
   return out;
 }
@@ -59,8 +62,12 @@ class HashModel : public model::CausalLM {
     size_t bytes_per_kv_block = 1000;
     size_t bytes_per_state_slot = 5000;
     int64_t max_position_embeddings = 4096;
-    int32_t poison_token = -1;  // forward throws when it sees this token
-    int32_t nan_token = -1;     // rows whose history ends with this token are all NaN
+    // Failure injection, keyed on a sequence's first token so that generated tokens never
+    // trigger it: forward throws for a sequence starting with poison_token, and returns all-NaN
+    // rows for one starting with nan_token.
+    int32_t poison_token = -1;
+    int32_t nan_token = -1;
+    std::chrono::microseconds forward_delay{0};  // makes steps slow enough to race against
   };
 
   explicit HashModel(Options options) : options_(std::move(options)) {
@@ -102,11 +109,22 @@ class HashModel : public model::CausalLM {
   }
 
   void forward(std::span<const model::SeqStep> batch, model::StepOutput& out) override {
+    {
+      std::unique_lock gate(gate_mutex_);
+      gate_cv_.wait(gate, [&] { return !held_; });
+    }
+    if (options_.forward_delay.count() > 0) std::this_thread::sleep_for(options_.forward_delay);
     std::lock_guard lock(mutex_);
     ++num_forwards_;
-    int64_t tokens_in_step = 0;
-    for (const auto& s : batch) tokens_in_step += int64_t(s.tokens.size());
-    step_sizes_.push_back({int(batch.size()), tokens_in_step});
+    StepRecord record;
+    for (const auto& s : batch) {
+      record.tokens += int64_t(s.tokens.size());
+      record.slots.push_back(s.state_slot);
+      record.start_pos.push_back(s.start_pos);
+      record.num_tokens.push_back(int64_t(s.tokens.size()));
+    }
+    record.seqs = int(batch.size());
+    steps_.push_back(std::move(record));
 
     out.vocab = options_.vocab;
     out.logits.clear();
@@ -125,7 +143,7 @@ class HashModel : public model::CausalLM {
         slot.hash = hash_step(slot.hash, s.tokens[j]);
         ++slot.length;
         if (s.all_logits || j + 1 == s.tokens.size()) {
-          if (s.tokens[j] == options_.nan_token) {
+          if (kv_at(s.kv_blocks, 0) == options_.nan_token) {
             out.logits.insert(out.logits.end(), size_t(options_.vocab), std::numeric_limits<float>::quiet_NaN());
           } else {
             auto row = logits_for_hash(slot.hash, options_.vocab);
@@ -136,13 +154,30 @@ class HashModel : public model::CausalLM {
     }
   }
 
-  struct StepSize {
-    int seqs;
-    int64_t tokens;
+  // hold() makes forward wait until release(): requests submitted meanwhile pile up, so a
+  // test can decide what the next steps see.
+  void hold() {
+    std::lock_guard lock(gate_mutex_);
+    held_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      held_ = false;
+    }
+    gate_cv_.notify_all();
+  }
+
+  // What each forward held.
+  struct StepRecord {
+    int seqs = 0;
+    int64_t tokens = 0;
+    std::vector<int32_t> slots;
+    std::vector<int64_t> start_pos, num_tokens;
   };
-  std::vector<StepSize> step_sizes() const {
+  std::vector<StepRecord> steps() const {
     std::lock_guard lock(mutex_);
-    return step_sizes_;
+    return steps_;
   }
   int64_t num_forwards() const {
     std::lock_guard lock(mutex_);
@@ -191,10 +226,10 @@ class HashModel : public model::CausalLM {
       throw std::logic_error("HashModel: block table too short");
     for (int32_t b : s.kv_blocks)
       if (b < 0 || b >= num_kv_blocks_) throw std::logic_error("HashModel: block id out of range");
-    for (int32_t t : s.tokens) {
+    for (int32_t t : s.tokens)
       if (t < 0 || t >= options_.vocab) throw std::logic_error("HashModel: token out of range");
-      if (t == options_.poison_token) throw std::runtime_error("HashModel: poison token");
-    }
+    const int32_t first = s.start_pos == 0 ? s.tokens[0] : kv_at(s.kv_blocks, 0);
+    if (first == options_.poison_token) throw std::runtime_error("HashModel: poison token");
     // The KV blocks must still hold this sequence's history, and agree with the slot.
     uint64_t h = kHashSeed;
     for (int64_t p = 0; p < s.start_pos; ++p) h = hash_step(h, kv_at(s.kv_blocks, p));
@@ -204,12 +239,15 @@ class HashModel : public model::CausalLM {
   Options options_;
   io::Qwen35Config config_;
   mutable std::mutex mutex_;
+  std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
+  bool held_ = false;
   std::vector<int32_t> kv_;
   std::vector<Slot> slots_;
   int num_kv_blocks_ = 0;
   int64_t num_forwards_ = 0;
   int64_t resets_ = 0;
-  std::vector<StepSize> step_sizes_;
+  std::vector<StepRecord> steps_;
 };
 
 }  // namespace moeserve::runtime::testing
