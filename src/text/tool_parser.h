@@ -44,6 +44,7 @@ struct ToolCall {
   std::string arguments;  // a JSON object text
   // {"id", "type": "function", "function": {"name", "arguments"}}
   nlohmann::json to_json() const;
+  bool operator==(const ToolCall&) const = default;
 };
 
 // One element of a streaming chunk's delta.tool_calls. `id` and `name` are set in the
@@ -57,6 +58,7 @@ struct ToolCallDelta {
   // {"index", "id", "type": "function", "function": {"name", "arguments"}} with id, type
   // and name only in the header.
   nlohmann::json to_json() const;
+  bool operator==(const ToolCallDelta&) const = default;
 };
 
 // A fresh tool-call id: "call_" followed by 24 random characters from [A-Za-z0-9].

@@ -315,10 +315,15 @@ class Reader {
     }
     std::string text;
     bool is_float = false;
+    // Digits with single underscores between them ("1_000"); false when there are none
+    // or an underscore is misplaced.
+    bool bad_underscore = false;
     auto read_digits = [&] {
       bool any = false;
       while (!at_end() && (is_digit(peek()) || peek() == '_')) {
-        if (peek() != '_') {
+        if (peek() == '_') {
+          if (!any || !is_digit(peek(1))) bad_underscore = true;
+        } else {
           text += peek();
           any = true;
         }
@@ -342,9 +347,14 @@ class Reader {
       if (peek() == '+' || peek() == '-') text += s_[pos_++];
       if (!read_digits()) return std::nullopt;
     }
+    if (bad_underscore) return std::nullopt;
     if (!at_end() && (is_ident_char(peek()) || peek() == '.')) return std::nullopt;  // 1j, 1.2.3, 12abc
     if (pos_ == start) return std::nullopt;
-    if (!is_float) return integer(text, 10, negative);
+    if (!is_float) {
+      // Python rejects leading zeros in a decimal integer ("01"), except for zero itself.
+      if (text.size() > 1 && text[0] == '0' && text.find_first_not_of('0') != std::string::npos) return std::nullopt;
+      return integer(text, 10, negative);
+    }
     errno = 0;
     const double v = std::strtod(text.c_str(), nullptr);
     if (!std::isfinite(v)) return std::nullopt;
