@@ -2,9 +2,9 @@
 // for byte-level BPE. Both supported forms are token-local, which is what lets the streaming
 // detokenizer work in O(1) per token:
 //   - ByteLevel: each token string maps back to bytes through the byte-level alphabet (a token
-//     with a character outside the alphabet, such as an added token written in plain Unicode,
-//     contributes its own UTF-8 bytes); the bytes of all tokens are concatenated and then read
-//     as UTF-8 with invalid sequences replaced by U+FFFD.
+//     with a character outside the alphabet contributes its own UTF-8 bytes); the bytes of all
+//     tokens are concatenated and then read as UTF-8 with invalid sequences replaced by U+FFFD.
+//     Added tokens bypass the decoder: they contribute their content as written.
 //   - null (no decoder): the token strings joined with single spaces (HF's default).
 // Other decoder types are rejected at load time.
 #pragma once
