@@ -153,6 +153,7 @@ std::optional<OracleOutput> run_node_oracle(const json& tokenizer_json,
   fs::remove_all(dir);
   OracleOutput result;
   result.ids = output.at("ids").get<std::vector<std::vector<int32_t>>>();
+  result.decoded = output.at("decoded").get<std::vector<std::string>>();
   result.nfc = output.at("nfc").get<std::vector<std::string>>();
   return result;
 }

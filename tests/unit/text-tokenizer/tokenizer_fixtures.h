@@ -53,7 +53,8 @@ std::string fnv1a64(const std::vector<int32_t>& ids);
 // Returns nullopt (and the reason in *why) when node or node_modules is unavailable.
 struct OracleOutput {
   std::vector<std::vector<int32_t>> ids;
-  std::vector<std::string> nfc;
+  std::vector<std::string> decoded;  // decode(ids) by the oracle
+  std::vector<std::string> nfc;      // each text in NFC (JavaScript's normalize)
 };
 std::optional<OracleOutput> run_node_oracle(const nlohmann::json& tokenizer_json,
                                             const std::vector<std::string>& texts,
