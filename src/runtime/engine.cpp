@@ -80,6 +80,7 @@ struct Engine::Impl {
   void collect_inputs(std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished);
   void deliver(std::vector<Delivery>& deliveries);
   void flush(std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished);
+  void recover_from(const std::string& what, std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished);
   void publish_stats_locked();
   void abort_everything(const std::string& why);
 
@@ -286,10 +287,40 @@ void Engine::Impl::run() {
     absorb(arrived, pending, deliveries, finished);
     // Cancelled requests hear about it before the next forward, with their blocks already free.
     flush(deliveries, finished);
-    if (!sequences.empty()) step(deliveries, finished);
+    if (!sequences.empty()) {
+      try {
+        step(deliveries, finished);
+      } catch (const std::exception& e) {
+        recover_from(e.what(), deliveries, finished);
+      }
+    }
     flush(deliveries, finished);
   }
   abort_everything("the engine was stopped");
+}
+
+// A failure outside the model and the sampler (which step() handles per request) means the
+// engine's own bookkeeping broke. Nothing it holds can be trusted: fail every request and
+// rebuild the pools from scratch, so the engine keeps serving new ones.
+void Engine::Impl::recover_from(const std::string& what, std::vector<Delivery>& deliveries,
+                                std::vector<Sequence*>& finished) {
+  log::error("engine: internal error, failing {} requests: {}", sequences.size(), what);
+  const std::string error = "internal engine error: " + what;
+  for (auto& [id, seq] : sequences) {
+    if (seq->status == SeqStatus::Finished) continue;
+    seq->status = SeqStatus::Finished;
+    RequestOutput out;
+    out.request_id = seq->id;
+    out.finish = FinishReason::Abort;
+    out.error = error;
+    out.num_prompt_tokens = seq->num_prompt_tokens;
+    out.num_generated_tokens = seq->num_generated();
+    deliveries.push_back({seq.get(), std::move(out)});
+    finished.push_back(seq.get());
+  }
+  scheduler.clear();
+  blocks = BlockManager(blocks.num_total());
+  slots = StateSlotPool(slots.num_total());
 }
 
 void Engine::Impl::flush(std::vector<Delivery>& deliveries, std::vector<Sequence*>& finished) {

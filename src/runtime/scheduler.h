@@ -63,6 +63,12 @@ class Scheduler {
   SchedulerOutput schedule();
   // Marks the chunks' tokens as computed.
   void complete(const SchedulerOutput& output);
+  // Forgets every sequence without touching the pools (the engine rebuilds them after an
+  // internal error).
+  void clear() {
+    running_.clear();
+    waiting_.clear();
+  }
 
   const std::deque<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
