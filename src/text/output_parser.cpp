@@ -1,5 +1,7 @@
 #include "text/output_parser.h"
 
+#include "core/error.h"
+
 namespace moeserve::text {
 namespace {
 
@@ -14,6 +16,7 @@ OutputParser::OutputParser(std::string_view reasoning_parser, std::string_view t
 }
 
 OutputParser::Delta OutputParser::push(std::string_view new_text) {
+  MOESERVE_CHECK(!finished_, "OutputParser::push after finish");
   Delta out;
   ReasoningParser::Delta split = reasoning_ ? reasoning_->push(new_text) : ReasoningParser::Delta{"", std::string(new_text)};
   route(std::move(split), /*at_end=*/false, out);
@@ -22,6 +25,8 @@ OutputParser::Delta OutputParser::push(std::string_view new_text) {
 
 OutputParser::Delta OutputParser::finish() {
   Delta out;
+  if (finished_) return out;
+  finished_ = true;
   ReasoningParser::Delta split = reasoning_ ? reasoning_->finish() : ReasoningParser::Delta{};
   route(std::move(split), /*at_end=*/true, out);
   return out;

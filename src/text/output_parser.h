@@ -47,7 +47,10 @@ class OutputParser {
   OutputParser(std::string_view reasoning_parser, std::string_view tool_parser, const nlohmann::json& tools,
                bool prompt_ends_in_think, ToolParser::IdGenerator ids = {});
 
+  // Feeds the next piece of generated text (any size, split anywhere).
   Delta push(std::string_view new_text);
+  // The end of generation: emits everything held back. Further calls return nothing;
+  // push() after finish() throws.
   Delta finish();
   const Result& result() const { return result_; }
 
@@ -57,6 +60,7 @@ class OutputParser {
   std::unique_ptr<ReasoningParser> reasoning_;
   std::unique_ptr<ToolParser> tools_;
   Result result_;
+  bool finished_ = false;
 };
 
 }  // namespace moeserve::text

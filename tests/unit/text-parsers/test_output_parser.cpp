@@ -59,6 +59,9 @@ TEST(OutputParser, FinishReasonAndResult) {
   EXPECT_TRUE(p.result().finished_with_tool_calls());
   EXPECT_EQ(p.result().reasoning_content, "ok");
   EXPECT_EQ(p.result().content, "");
+  EXPECT_TRUE(p.finish().empty());  // idempotent
+  EXPECT_EQ(p.result().tool_calls.size(), 1u);
+  EXPECT_THROW(p.push("more"), Error);
 }
 
 TEST(OutputParser, WithoutParsers) {

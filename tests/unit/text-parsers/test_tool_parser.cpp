@@ -1,6 +1,7 @@
 // Tool-call parsers on hand-written outputs: both formats, several calls, content around
 // calls, malformed blocks (kept as content), unicode, the parser names, ids and the
 // OpenAI delta shape. Every input is also checked split at every byte and in random chunks.
+#include <chrono>
 #include <regex>
 #include <set>
 
@@ -282,6 +283,27 @@ TEST(ToolParser, HoldsBackOnlyTagPrefixesAndWhitespace) {
   EXPECT_EQ(d.tool_calls[1], (ToolCallDelta{0, "", "", "{}"}));
   EXPECT_TRUE(p->finish().empty());
   EXPECT_EQ(p->result().content, "Hello world <toolbox> and");
+}
+
+// Work is linear in the output: a long argument value streamed a few bytes at a time
+// (each push rescans nothing already scanned).
+TEST(ToolParser, LongValuesStreamInLinearTime) {
+  std::string value;
+  for (int i = 0; value.size() < 400000; ++i) value += "line " + std::to_string(i) + " </parameter> text\n";
+  const std::string xml = "<tool_call>\n<function=run>\n<parameter=code>\n" + value +
+                          "\n</parameter>\n</function>\n</tool_call>";
+  const std::string hermes = "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"code\": " +
+                             nlohmann::json(value).dump() + "}}\n</tool_call>";
+  for (const std::string* text : {&xml, &hermes}) {
+    std::unique_ptr<ToolParser> p = ToolParser::create("qwen3", tools(), testutil::counting_ids());
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t pos = 0; pos < text->size(); pos += 3) p->push(std::string_view(*text).substr(pos, 3));
+    p->finish();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_EQ(p->result().tool_calls.size(), 1u);
+    EXPECT_EQ(Json::parse(p->result().tool_calls[0].arguments)["code"], value);
+    EXPECT_LT(seconds, 2.0) << "quadratic rescanning?";
+  }
 }
 
 TEST(ToolParser, DeltaJsonShape) {
