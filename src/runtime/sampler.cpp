@@ -70,6 +70,15 @@ TokenLogprob compute_logprobs(std::span<const float> logits, int32_t token, int 
   return out;
 }
 
+bool Sampler::needs_processing(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const bool min_tokens_active =
+      in.num_generated < p.min_tokens && (!p.stop_token_ids.empty() || (!p.ignore_eos && !in.eos_token_ids.empty()));
+  return min_tokens_active || !p.logit_bias.empty() || (in.history != nullptr && (p.repetition_penalty != 1.0 ||
+                                                                                  p.frequency_penalty != 0.0 ||
+                                                                                  p.presence_penalty != 0.0));
+}
+
 const std::vector<float>& Sampler::process_logits(const SampleInput& in) {
   const SamplingParams& p = *in.params;
   const auto vocab = int64_t(in.logits.size());
@@ -171,13 +180,22 @@ int32_t Sampler::sample_random(const SampleInput& in) {
 SampleResult Sampler::sample(const SampleInput& in) {
   MOESERVE_CHECK(in.params != nullptr && in.rng != nullptr, "Sampler::sample: missing params or RNG");
   MOESERVE_CHECK(!in.logits.empty(), "Sampler::sample: empty logits");
-  process_logits(in);
   SampleResult result;
   if (in.params->greedy()) {
-    const auto best = std::max_element(work_.begin(), work_.end());  // first maximum: lowest id
-    if (*best == kNegInf) fail("sampling: every token is masked");
-    result.token = int32_t(best - work_.begin());
+    // Without processing, greedy reads the raw logits in place (no vocab-sized copy).
+    const std::span<const float> logits = needs_processing(in) ? std::span<const float>(process_logits(in)) : in.logits;
+    int32_t best = -1;
+    float best_value = kNegInf;
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (logits[t] > best_value) {  // strict: the lowest id wins ties; NaN never wins
+        best_value = logits[t];
+        best = int32_t(t);
+      }
+    }
+    if (best < 0) fail("sampling: every token is masked");
+    result.token = best;
   } else {
+    process_logits(in);
     result.token = sample_random(in);
   }
   if (in.params->logprobs >= 0) result.logprob = compute_logprobs(in.logits, result.token, in.params->logprobs);

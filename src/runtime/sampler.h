@@ -43,6 +43,7 @@ class Sampler {
   const std::vector<float>& process_logits(const SampleInput& input);
 
  private:
+  static bool needs_processing(const SampleInput& input);
   int32_t sample_random(const SampleInput& input);
 
   std::vector<float> work_;
