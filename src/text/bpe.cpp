@@ -85,7 +85,9 @@ void BpeModel::load_vocab(const json& vocab, const std::string& where) {
       fail("{}: the id of token '{}' is not an integer", where, it.key());
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id >= INT32_MAX) fail("{}: token '{}' has id {} out of range", where, it.key(), id);
-    check_utf8(it.key(), fmt::format("{} (a token string)", where));
+    if (auto bad = find_invalid_utf8(it.key()))
+      fail("{}: token string {} is not valid UTF-8 (byte offset {})", where,
+           json(it.key()).dump(-1, ' ', true, json::error_handler_t::replace), *bad);
     vocab_.emplace(it.key(), static_cast<int32_t>(id));
     max_id = std::max(max_id, id);
   }
