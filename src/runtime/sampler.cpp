@@ -24,6 +24,31 @@ float sanitize(float x) { return std::isnan(x) ? kNegInf : x; }
 
 }  // namespace
 
+// A weighted quickselect: partition around the median, keep the half that holds the cut.
+size_t top_p_cut(std::vector<int32_t>& cand, const float* w, double target) {
+  ByValueDesc order{w};
+  size_t lo = 0, hi = cand.size();  // the cut lies in (lo, hi]; [0, lo) is kept, weighing `kept`
+  double kept = 0.0;
+  while (hi - lo > 64) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(cand.begin() + ptrdiff_t(lo), cand.begin() + ptrdiff_t(mid), cand.begin() + ptrdiff_t(hi), order);
+    double upper = 0.0;  // weight of [lo, mid]
+    for (size_t i = lo; i <= mid; ++i) upper += w[cand[i]];
+    if (kept + upper >= target) {
+      hi = mid + 1;
+    } else {
+      kept += upper;
+      lo = mid + 1;
+    }
+  }
+  std::sort(cand.begin() + ptrdiff_t(lo), cand.begin() + ptrdiff_t(hi), order);
+  for (size_t i = lo; i < hi; ++i) {
+    kept += w[cand[i]];
+    if (kept >= target) return i + 1;
+  }
+  return hi;  // rounding left the target a hair out of reach: keep the range
+}
+
 TokenLogprob compute_logprobs(std::span<const float> logits, int32_t token, int top_k) {
   const int64_t vocab = int64_t(logits.size());
   MOESERVE_CHECK(token >= 0 && token < vocab, "logprobs: token {} outside the vocabulary of {}", token, vocab);
@@ -144,26 +169,7 @@ int32_t Sampler::sample_random(const SampleInput& in) {
   if (p.top_p < 1.0) {
     double total = 0.0;
     for (int32_t t : candidates_) total += work_[size_t(t)];
-    const double target = p.top_p * total;
-    // Keep the most likely tokens up to and including the one where the running sum reaches
-    // top_p of the mass. Usually a short head holds it: sort that first, the rest only if needed.
-    const size_t head = std::min<size_t>(candidates_.size(), 256);
-    std::partial_sort(candidates_.begin(), candidates_.begin() + ptrdiff_t(head), candidates_.end(), order);
-    bool sorted_all = head == candidates_.size();
-    double cumulative = 0.0;
-    size_t keep = candidates_.size();
-    for (size_t i = 0; i < candidates_.size(); ++i) {
-      if (i == head && !sorted_all) {
-        std::sort(candidates_.begin() + ptrdiff_t(head), candidates_.end(), order);
-        sorted_all = true;
-      }
-      cumulative += work_[size_t(candidates_[i])];
-      if (cumulative >= target) {
-        keep = i + 1;
-        break;
-      }
-    }
-    candidates_.resize(keep);
+    candidates_.resize(top_p_cut(candidates_, work_.data(), p.top_p * total));
   }
 
   double total = 0.0;

@@ -50,6 +50,11 @@ class Sampler {
   std::vector<int32_t> candidates_;
 };
 
+// The top-p cut: reorders `candidates` so that its first k entries are the most likely
+// (by weight, lower id first on ties) and returns the smallest k whose weights sum to at
+// least `target`. Expected O(n): no sort of the whole vocabulary.
+size_t top_p_cut(std::vector<int32_t>& candidates, const float* weights, double target);
+
 // log-softmax of `logits` at `token`, with the `top_k` most likely tokens (highest first,
 // lowest id on ties). NaN logits count as -inf.
 TokenLogprob compute_logprobs(std::span<const float> logits, int32_t token, int top_k);

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
@@ -209,6 +211,43 @@ TEST(Sampler, NanLogitsAreExcludedAndAllMaskedIsAnError) {
   EXPECT_THROW(sampler.sample(input_for(all_nan, p, nullptr, rng)), Error);
   p.temperature = 0.0;
   EXPECT_THROW(sampler.sample(input_for(all_nan, p, nullptr, rng)), Error);
+}
+
+}  // namespace
+}  // namespace moeserve::runtime
+
+namespace moeserve::runtime {
+namespace {
+
+TEST(Sampler, TopPCutEqualsTheSortedPrefix) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + int(rng() % 3000);
+    std::vector<float> w(static_cast<size_t>(n));
+    // Few distinct values, so ties are common and the id order matters.
+    for (float& x : w) x = float(1 + rng() % (trial % 2 ? 5 : 1000)) / 7.0f;
+    std::vector<int32_t> cand(static_cast<size_t>(n));
+    std::iota(cand.begin(), cand.end(), 0);
+    std::shuffle(cand.begin(), cand.end(), rng);
+    double total = 0.0;
+    for (float x : w) total += x;
+    const double target = total * (0.05 + 0.9 * double(rng() % 1000) / 1000.0);
+
+    std::vector<int32_t> sorted(static_cast<size_t>(n));
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return w[a] != w[b] ? w[a] > w[b] : a < b; });
+    size_t want = 0;
+    double acc = 0.0;
+    while (want < sorted.size() && acc < target) acc += w[size_t(sorted[want++])];
+
+    const size_t got = top_p_cut(cand, w.data(), target);
+    ASSERT_EQ(got, want) << "trial " << trial;
+    std::vector<int32_t> kept(cand.begin(), cand.begin() + ptrdiff_t(got));
+    std::sort(kept.begin(), kept.end());
+    std::vector<int32_t> expected(sorted.begin(), sorted.begin() + ptrdiff_t(want));
+    std::sort(expected.begin(), expected.end());
+    ASSERT_EQ(kept, expected) << "trial " << trial;
+  }
 }
 
 }  // namespace
