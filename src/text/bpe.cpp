@@ -84,7 +84,8 @@ void BpeModel::load_vocab(const json& vocab, const std::string& where) {
     if (!it.value().is_number_integer())
       fail("{}: the id of token '{}' is not an integer", where, it.key());
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id >= INT32_MAX) fail("{}: token '{}' has id {} out of range", where, it.key(), id);
+    if (id < 0 || id >= kMaxTokenId)
+      fail("{}: token '{}' has id {}, outside 0..{}", where, it.key(), id, kMaxTokenId - 1);
     if (auto bad = find_invalid_utf8(it.key()))
       fail("{}: token string {} is not valid UTF-8 (byte offset {})", where,
            json(it.key()).dump(-1, ' ', true, json::error_handler_t::replace), *bad);

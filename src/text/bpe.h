@@ -26,6 +26,10 @@
 
 namespace moeserve::text {
 
+// Token ids must be below this (2^24). Tables are indexed by id, so a corrupt file with a huge
+// id is rejected instead of allocating gigabytes; real vocabularies stay below 2^20.
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 class BpeModel {
  public:
   // `config` is tokenizer.json's "model"; `where` names it in errors. `byte_level`: pieces are

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "text/bpe.h"
 #include "text/tokenizer_normalizer.h"
 #include "text/unicode.h"
 
@@ -132,7 +133,8 @@ AddedVocabulary AddedVocabulary::from_json(const json& added_tokens, const Norma
     if (content == entry.end() || !content->is_string()) fail("{}.content must be a string", at);
     AddedToken token;
     const int64_t raw_id = id->get<int64_t>();
-    if (raw_id < 0 || raw_id >= INT32_MAX) fail("{}.id {} is out of range", at, raw_id);
+    if (raw_id < 0 || raw_id >= kMaxTokenId)
+      fail("{}.id {} is outside 0..{}", at, raw_id, kMaxTokenId - 1);
     token.id = static_cast<int32_t>(raw_id);
     token.content = content->get<std::string>();
     check_utf8(token.content, at + ".content");

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "text/bpe.h"
 
 namespace moeserve::text {
 namespace {
@@ -12,7 +13,7 @@ using nlohmann::json;
 int32_t checked_id(const json& value, const std::string& where) {
   if (!value.is_number_integer()) fail("{} must be an integer token id", where);
   const int64_t id = value.get<int64_t>();
-  if (id < 0 || id >= INT32_MAX) fail("{}: token id {} is out of range", where, id);
+  if (id < 0 || id >= kMaxTokenId) fail("{}: token id {} is outside 0..{}", where, id, kMaxTokenId - 1);
   return static_cast<int32_t>(id);
 }
 

@@ -129,6 +129,10 @@ TEST(AddedTokens, BadEntriesNameTheirIndex) {
   EXPECT_THROW(AddedVocabulary::from_json(json::array({token(1, "a", true), token(1, "b", true)}),
                                           none, "added_tokens"),
                Error);
+  // An absurd id is rejected rather than sizing tables by it.
+  EXPECT_THROW(AddedVocabulary::from_json(json::array({token(1 << 30, "a", true)}), none,
+                                          "added_tokens"),
+               Error);
 }
 
 }  // namespace
