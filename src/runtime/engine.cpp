@@ -62,6 +62,10 @@ struct Engine::Impl {
         seed_source(config.seed ? *config.seed : std::random_device{}()) {
     MOESERVE_CHECK(model_config.vocab_size > 0, "the model config has no vocabulary (vocab_size {})",
                    model_config.vocab_size);
+    MOESERVE_CHECK(model_config.max_position_embeddings <= 0 ||
+                       config.max_model_len <= model_config.max_position_embeddings,
+                   "max_model_len {} exceeds the model's max_position_embeddings {}", config.max_model_len,
+                   model_config.max_position_embeddings);
     model->allocate_caches(plan.num_kv_blocks, plan.num_state_slots);
     log::info("engine: {} KV blocks of {} tokens and {} state slots ({:.1f} MiB), max_num_seqs {}, "
               "max_num_batched_tokens {}, max_model_len {}",

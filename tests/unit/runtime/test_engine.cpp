@@ -516,6 +516,14 @@ TEST(Engine, RefusesToStartWhenOneFullSequenceDoesNotFit) {
     EXPECT_NE(std::string(e.what()).find("max_model_len=4096"), std::string::npos) << e.what();
   }
   c.kv_cache_bytes = 1024 * 1000 + 3 * 5000;
+  o.max_position_embeddings = 2048;
+  try {
+    Engine engine(std::make_unique<HashModel>(o), c);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings 2048"), std::string::npos) << e.what();
+  }
+  o.max_position_embeddings = 4096;
   auto m = std::make_unique<HashModel>(o);
   HashModel* model = m.get();
   Engine engine(std::move(m), c);
