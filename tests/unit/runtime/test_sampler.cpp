@@ -167,15 +167,15 @@ TEST(Sampler, TopKTopPMinPTogether) {
   expect_distribution(p, {0, 0, 0.602995934, 0, 0.198502033, 0, 0.198502033, 0});
 }
 
-TEST(Sampler, TopPOverALargeVocabularySortsBeyondTheHead) {
-  // 1000 equally likely tokens: top_p 0.9 must keep exactly 900 of them (past the sorted head).
+TEST(Sampler, TopPOverManyEqualTokensKeepsExactlyTheMass) {
+  // 1000 equally likely tokens: top_p 0.9 must keep exactly 900 of them, the lowest ids.
   const std::vector<float> flat(1000, 0.0f);
   SamplingParams p;
   p.top_p = 0.9;
   Sampler sampler;
   Rng rng(5);
   int max_token = 0;
-  for (int i = 0; i < 20'000; ++i) max_token = std::max(max_token, sampler.sample(input_for(flat, p, nullptr, rng)).token);
+  for (int i = 0; i < 5000; ++i) max_token = std::max(max_token, sampler.sample(input_for(flat, p, nullptr, rng)).token);
   EXPECT_GE(max_token, 890);  // ties keep the lowest ids: 0..899
   EXPECT_LE(max_token, 899);
 }
