@@ -35,10 +35,7 @@ Value builtin_range(Interpreter&, const CallArgs& args) {
                                     (step > 0 ? step : -static_cast<__int128>(step));
   if (len > kMaxRange)
     runtime_error(fmt::format("Range too big. The sandbox blocks ranges larger than MAX_RANGE ({}).", kMaxRange));
-  std::vector<Value> items;
-  items.reserve(static_cast<size_t>(len));
-  for (__int128 i = 0, x = start; i < len; ++i, x += step) items.push_back(Value::integer(static_cast<int64_t>(x)));
-  return Value::sequence(std::move(items));
+  return Value::range(start, stop, step);
 }
 
 // dict(mapping_or_pairs=None, **kwargs), also the body of namespace(...).

@@ -218,17 +218,21 @@ Value trim(Interpreter&, const Value& v, const CallArgs& args) {
 
 Value truncate(Interpreter&, const Value& v, const CallArgs& args) {
   auto a = bind_args("truncate", args, {"length", "killwords", "end", "leeway"});
-  int64_t length = int_arg(a[0], 255, "truncate", "length");
+  int64_t max_length = int_arg(a[0], 255, "truncate", "length");
   bool killwords = bool_arg(a[1], false);
   std::string end = a[2] ? to_str(*a[2]) : "...";
   int64_t leeway = a[3] && !a[3]->is_none() ? int_arg(a[3], 5, "truncate", "leeway") : 5;
   int64_t end_len = static_cast<int64_t>(py::length(end));
-  if (length < end_len) runtime_error(fmt::format("expected length >= {}, got {}", end_len, length));
+  if (max_length < end_len) runtime_error(fmt::format("expected length >= {}, got {}", end_len, max_length));
   if (leeway < 0) runtime_error(fmt::format("expected leeway >= 0, got {}", leeway));
-  if (!v.is_string()) runtime_error(fmt::format("object of type '{}' has no len()", v.type_name()));
+  if (!v.is_string()) {
+    // Python slices any sequence; only the "fits already" case makes sense for non-str.
+    if (jinja::length(v) <= max_length + leeway) return v;
+    runtime_error(fmt::format("truncate expects a str, not {}", v.type_name()));
+  }
   const std::string& s = v.as_string();
-  if (static_cast<int64_t>(py::length(s)) <= length + leeway) return v;
-  std::string head = py::substr(s, 0, length - end_len);
+  if (static_cast<int64_t>(py::length(s)) <= max_length + leeway) return v;
+  std::string head = py::substr(s, 0, max_length - end_len);
   if (killwords) return Value::string(head + end);
   std::vector<std::string> parts = py::rsplit(head, std::string(" "), 1);
   return Value::string(parts[0] + end);

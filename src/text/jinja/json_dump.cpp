@@ -28,7 +28,7 @@ class JsonWriter {
       case Kind::kFloat: out_ += float_text(v.as_float()); return;
       case Kind::kString: write_string(v.as_string()); return;
       case Kind::kSequence:
-        if (v.as_sequence().kind == SequenceKind::kGenerator) break;
+        if (v.as_sequence().kind == SequenceKind::kGenerator || v.as_sequence().kind == SequenceKind::kRange) break;
         write_array(v.items(), depth);
         return;
       case Kind::kDict: write_object(v.as_dict(), depth); return;

@@ -408,7 +408,8 @@ std::optional<Value> lookup_method(const Value& receiver, std::string_view name)
   if (!table) return std::nullopt;
   auto it = table->find(name);
   if (it == table->end()) return std::nullopt;
-  if (receiver.is_tuple() && name == "copy") return std::nullopt;
+  if (receiver.is_sequence() && receiver.as_sequence().kind != SequenceKind::kList && name == "copy")
+    return std::nullopt;
   return Value::object(std::make_shared<BoundMethod>(receiver, std::string(name), it->second));
 }
 

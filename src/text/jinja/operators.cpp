@@ -72,6 +72,8 @@ Value repeat(const Value& seq, int64_t times, size_t max_bytes) {
 }
 
 bool is_plain_sequence(const Value& v) { return v.is_sequence() && v.as_sequence().kind != SequenceKind::kGenerator; }
+// list or tuple: the sequences Python concatenates, repeats and orders.
+bool is_list_or_tuple(const Value& v) { return v.is_list() || v.is_tuple(); }
 
 Value add(const Value& a, const Value& b, size_t max_bytes) {
   if (a.is_numeric() && b.is_numeric()) {
@@ -85,7 +87,7 @@ Value add(const Value& a, const Value& b, size_t max_bytes) {
     if (!a.is_markup() && b.is_markup()) return Value::string(py::html_escape(a.as_string()) + b.as_string(), true);
     return Value::string(a.as_string() + b.as_string(), a.is_markup());
   }
-  if (is_plain_sequence(a) && is_plain_sequence(b) && a.as_sequence().kind == b.as_sequence().kind) {
+  if (is_list_or_tuple(a) && is_list_or_tuple(b) && a.as_sequence().kind == b.as_sequence().kind) {
     if (a.items().size() + b.items().size() > kMaxSequenceItems) limit_error("a list would grow past 10 million items");
     std::vector<Value> out = a.items();
     out.insert(out.end(), b.items().begin(), b.items().end());
@@ -157,7 +159,7 @@ int order(const Value& a, const Value& b, const char* symbol, int depth = 0) {
     int c = a.as_string().compare(b.as_string());  // UTF-8 byte order == code point order
     return c < 0 ? -1 : (c > 0 ? 1 : 0);
   }
-  if (is_plain_sequence(a) && is_plain_sequence(b) && a.as_sequence().kind == b.as_sequence().kind) {
+  if (is_list_or_tuple(a) && is_list_or_tuple(b) && a.as_sequence().kind == b.as_sequence().kind) {
     const auto& x = a.items();
     const auto& y = b.items();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -192,9 +194,9 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b, size_t max_result_b
   switch (op) {
     case BinaryOp::kAdd: return add(a, b, max_result_bytes);
     case BinaryOp::kMul:
-      if ((a.is_string() || is_plain_sequence(a)) && (b.is_int() || b.is_bool()))
+      if ((a.is_string() || is_list_or_tuple(a)) && (b.is_int() || b.is_bool()))
         return repeat(a, b.as_integer_like(), max_result_bytes);
-      if ((b.is_string() || is_plain_sequence(b)) && (a.is_int() || a.is_bool()))
+      if ((b.is_string() || is_list_or_tuple(b)) && (a.is_int() || a.is_bool()))
         return repeat(b, a.as_integer_like(), max_result_bytes);
       if (a.is_string() || b.is_string() || a.is_sequence() || b.is_sequence())
         runtime_error(fmt::format("can't multiply sequence by non-int of type '{}'",
@@ -261,7 +263,7 @@ bool contains(const Value& container, const Value& item) {
         if (python_equals(v, item)) return true;
       return false;
     case Kind::kDict:
-      if (item.is_dict() || (item.is_sequence() && !item.is_tuple()))
+      if (item.is_dict() || item.is_list())
         runtime_error(fmt::format("unhashable type: '{}'", item.type_name()));
       return container.as_dict().find(item) != nullptr;
     default:
@@ -331,7 +333,7 @@ Value get_item(const Value& obj, const Value& key) {
     if (obj.is_string()) return Value::string(py::substr(obj.as_string(), index, index + 1), obj.is_markup());
     return obj.items()[static_cast<size_t>(index)];
   }
-  if (obj.is_dict() && !key.is_dict() && !(key.is_sequence() && !key.is_tuple())) {
+  if (obj.is_dict() && !key.is_dict() && !key.is_list()) {
     if (const Value* v = obj.as_dict().find(key)) return *v;
   }
   if (key.is_string()) {
@@ -370,8 +372,18 @@ Value get_slice(const Value& obj, const Value& start, const Value& stop, const V
     return Value::string(py::to_utf8(out), obj.is_markup());
   }
   const auto& items = obj.items();
+  std::vector<int64_t> picked = py::slice_indices(static_cast<int64_t>(items.size()), b, e, stride);
+  if (obj.as_sequence().kind == SequenceKind::kRange) {
+    // range(...)[a:b:c] is a range again, built from slice.indices() like Python.
+    const Sequence& r = obj.as_sequence();
+    auto bounds = py::slice_bounds(static_cast<int64_t>(items.size()), b, e, stride);
+    int64_t new_start = r.range_start + bounds.first * r.range_step;
+    int64_t new_stop = r.range_start + bounds.second * r.range_step;
+    int64_t new_step = r.range_step * stride;
+    return Value::range(new_start, new_stop, new_step);
+  }
   std::vector<Value> out;
-  for (int64_t i : py::slice_indices(static_cast<int64_t>(items.size()), b, e, stride)) out.push_back(items[i]);
+  for (int64_t i : picked) out.push_back(items[i]);
   return Value::sequence(std::move(out), obj.as_sequence().kind);
 }
 

@@ -487,8 +487,8 @@ std::string substr(std::string_view s, int64_t start, int64_t end) {
   return to_utf8(std::u32string_view(text).substr(start, end - start));
 }
 
-std::vector<int64_t> slice_indices(int64_t len, std::optional<int64_t> start, std::optional<int64_t> stop,
-                                   int64_t step) {
+std::pair<int64_t, int64_t> slice_bounds(int64_t len, std::optional<int64_t> start, std::optional<int64_t> stop,
+                                         int64_t step) {
   auto adjust = [&](std::optional<int64_t> v, int64_t if_missing) {
     if (!v) return if_missing;
     int64_t x = *v;
@@ -500,8 +500,12 @@ std::vector<int64_t> slice_indices(int64_t len, std::optional<int64_t> start, st
     }
     return x;
   };
-  int64_t b = adjust(start, step < 0 ? len - 1 : 0);
-  int64_t e = adjust(stop, step < 0 ? -1 : len);
+  return {adjust(start, step < 0 ? len - 1 : 0), adjust(stop, step < 0 ? -1 : len)};
+}
+
+std::vector<int64_t> slice_indices(int64_t len, std::optional<int64_t> start, std::optional<int64_t> stop,
+                                   int64_t step) {
+  auto [b, e] = slice_bounds(len, start, stop, step);
   std::vector<int64_t> out;
   for (int64_t i = b; step > 0 ? i < e : i > e;) {
     out.push_back(i);

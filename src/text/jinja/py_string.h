@@ -62,6 +62,9 @@ std::string substr(std::string_view s, int64_t start, int64_t end);
 // = omitted); returns the selected indices. step must be non-zero.
 std::vector<int64_t> slice_indices(int64_t len, std::optional<int64_t> start, std::optional<int64_t> stop,
                                    int64_t step);
+// The adjusted (start, stop) of slice.indices(len).
+std::pair<int64_t, int64_t> slice_bounds(int64_t len, std::optional<int64_t> start, std::optional<int64_t> stop,
+                                         int64_t step);
 
 // repr() of a str, e.g. 'it\'s' -> "it's".
 std::string repr(std::string_view s);

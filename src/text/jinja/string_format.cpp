@@ -208,6 +208,9 @@ class PercentArgs {
     } else if (args.is_dict()) {
       mapping_ = &args.as_dict();
     }
+    // Python skips the "not all arguments converted" check for any single argument
+    // with __getitem__ (dicts, but also lists).
+    subscriptable_ = args.is_dict() || args.is_list();
   }
   const Value& next() {
     if (items_) {
@@ -227,7 +230,8 @@ class PercentArgs {
   }
   void check_all_used() const {
     if (items_ && index_ < items_->size()) runtime_error("not all arguments converted during string formatting");
-    if (!items_ && !mapping_ && index_ == 0) runtime_error("not all arguments converted during string formatting");
+    if (!items_ && !subscriptable_ && index_ == 0)
+      runtime_error("not all arguments converted during string formatting");
   }
 
  private:
@@ -236,6 +240,7 @@ class PercentArgs {
   const Dict* mapping_ = nullptr;
   size_t index_ = 0;
   bool used_mapping_ = false;
+  bool subscriptable_ = false;
 };
 
 int64_t percent_int(const Value& v, char conversion) {

@@ -23,7 +23,7 @@ const Value* Dict::find(const Value& key) const {
 }
 
 void Dict::set(Value key, Value value) {
-  if (key.is_sequence() && key.as_sequence().kind != SequenceKind::kTuple)
+  if (key.is_list())
     runtime_error(fmt::format("unhashable type: '{}'", key.type_name()));
   if (key.is_dict()) runtime_error("unhashable type: 'dict'");
   if (key.is_string()) {
@@ -59,6 +59,19 @@ Value Value::string(std::string s, bool markup) {
 Value Value::sequence(std::vector<Value> items, SequenceKind kind) {
   return Value(Storage(std::make_shared<const Sequence>(Sequence{std::move(items), kind})));
 }
+Value Value::range(int64_t start, int64_t stop, int64_t step) {
+  Sequence seq;
+  seq.kind = SequenceKind::kRange;
+  seq.range_start = start;
+  seq.range_stop = stop;
+  seq.range_step = step;
+  for (int64_t x = start; step > 0 ? x < stop : x > stop;) {
+    seq.items.push_back(Value::integer(x));
+    if (__builtin_add_overflow(x, step, &x)) break;
+  }
+  return Value(Storage(std::make_shared<const Sequence>(std::move(seq))));
+}
+
 Value Value::dict(std::shared_ptr<const Dict> d) { return Value(Storage(std::move(d))); }
 Value Value::object(std::shared_ptr<Object> o) { return Value(Storage(std::move(o))); }
 
@@ -109,6 +122,7 @@ std::string Value::type_name() const {
       switch (as_sequence().kind) {
         case SequenceKind::kList: return "list";
         case SequenceKind::kTuple: return "tuple";
+        case SequenceKind::kRange: return "range";
         case SequenceKind::kGenerator: return "generator";
       }
       return "list";

@@ -21,13 +21,15 @@ class Object;
 class Interpreter;
 struct CallArgs;
 
-// The Python flavour of a sequence: list, tuple, or a one-shot generator (what the
-// map/select/... filters return). A generator is always truthy and has no len().
-enum class SequenceKind : uint8_t { kList, kTuple, kGenerator };
+// The Python flavour of a sequence: list, tuple, range (from range()), or a one-shot
+// generator (what the map/select/... filters return). A generator is always truthy and
+// has no len(); a range prints as range(start, stop[, step]) and is not JSON.
+enum class SequenceKind : uint8_t { kList, kTuple, kRange, kGenerator };
 
 struct Sequence {
   std::vector<Value> items;
   SequenceKind kind = SequenceKind::kList;
+  int64_t range_start = 0, range_stop = 0, range_step = 1;  // kRange only
 };
 
 // Insertion-ordered mapping with Python key semantics (1, 1.0 and True are one key).
@@ -81,6 +83,8 @@ class Value {
   static Value floating(double f);
   static Value string(std::string s, bool markup = false);
   static Value sequence(std::vector<Value> items, SequenceKind kind = SequenceKind::kList);
+  // range(start, stop, step); the items are materialized (the sandbox caps ranges).
+  static Value range(int64_t start, int64_t stop, int64_t step);
   static Value dict(std::shared_ptr<const Dict> d);
   static Value object(std::shared_ptr<Object> o);
 

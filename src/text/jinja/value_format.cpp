@@ -1,5 +1,7 @@
 #include "text/jinja/value_format.h"
 
+#include <fmt/format.h>
+
 #include "text/jinja/error.h"
 #include "text/jinja/py_number.h"
 #include "text/jinja/py_string.h"
@@ -12,6 +14,12 @@ void append_repr(std::string& out, const Value& v, int depth);
 void append_sequence_repr(std::string& out, const Sequence& seq, int depth) {
   if (seq.kind == SequenceKind::kGenerator) {
     out += "<generator object>";
+    return;
+  }
+  if (seq.kind == SequenceKind::kRange) {
+    out += fmt::format("range({}, {}", seq.range_start, seq.range_stop);
+    if (seq.range_step != 1) out += fmt::format(", {}", seq.range_step);
+    out += ')';
     return;
   }
   bool tuple = seq.kind == SequenceKind::kTuple;
