@@ -66,6 +66,7 @@ Value attr_filter(Interpreter&, const Value& v, const CallArgs& args) {
   auto a = bind_args("attr", args, {"name"}, 1);
   if (!a[0]->is_string()) runtime_error("attribute name must be string");
   const std::string& name = a[0]->as_string();
+  require_defined(v);  // hasattr() on an Undefined raises
   if (std::optional<Value> method = lookup_method(v, name)) return *method;
   if (v.is_object()) return v.as_object().attribute(name);
   return Value::undefined(fmt::format("'{}' has no attribute '{}'", v.is_none() ? "None" : v.type_name() + " object", name));

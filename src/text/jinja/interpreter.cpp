@@ -116,7 +116,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
 Interpreter::Flow Interpreter::exec_for(const ForStmt& stmt) { return run_loop(stmt, eval(*stmt.iterable), 0); }
 
 // Jinja's for loop: the optional `if` filter runs first (so loop.length counts kept
-// items), each iteration gets a fresh frame, and `else` runs when nothing was iterated.
+// items) and each iteration gets a fresh frame.
 Interpreter::Flow Interpreter::run_loop(const ForStmt& stmt, const Value& iterable, int depth) {
   std::vector<Value> items = iterate(iterable);
   ScopePtr outer = scope_;
@@ -130,17 +130,22 @@ Interpreter::Flow Interpreter::run_loop(const ForStmt& stmt, const Value& iterab
     }
     items = std::move(kept);
   }
-  if (items.empty()) return exec_list(stmt.else_body);
   auto loop = std::make_shared<LoopObject>(std::move(items), depth, stmt, outer);
   Value loop_value = Value::object(loop);
+  // Like Jinja, `else` runs unless some iteration ran to its end: a loop left by `break`
+  // in its first pass, or one whose every pass hit `continue`, runs the else block too.
+  bool iterated = false;
   for (size_t i = 0; i < loop->items().size(); ++i) {
     count_iteration();
     loop->set_index(i);
     FrameGuard frame(*this, std::make_shared<Scope>(outer));
     assign(stmt.target, loop->items()[i]);
     scope_->set("loop", loop_value);
-    if (exec_list(stmt.body) == Flow::kBreak) break;
+    Flow flow = exec_list(stmt.body);
+    if (flow == Flow::kBreak) break;
+    if (flow == Flow::kNormal) iterated = true;
   }
+  if (!iterated) return exec_list(stmt.else_body);
   return Flow::kNormal;
 }
 
