@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/model_loader.h"
@@ -90,8 +91,7 @@ moeserve::cli::Registrar reg{"generate", "Generate tokens from prompt token ids"
   app.add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   app.add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's eos tokens");
   app.add_option("--chunk-size", o->chunk_size, "Prefill chunk, tokens per forward")->capture_default_str();
-  app.add_option("--device", o->load.device, "cpu (cuda: not in this build yet)")->capture_default_str();
-  app.add_option("--threads", o->load.threads, "CPU threads (0: all)")->capture_default_str();
+  moeserve::cli::add_model_load_flags(app, o->load);
   return [o] { return run_generate(*o); };
 }};
 

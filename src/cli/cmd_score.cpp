@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/model_loader.h"
@@ -67,8 +68,7 @@ moeserve::cli::Registrar reg{"score", "Teacher-forced logits of a token sequence
   app.add_option("--token-ids", o->token_ids, "Comma-separated token ids")->required()->delimiter(',');
   app.add_option("--output", o->output, "Where to write {\"logits\": [[...], ...]}")->required();
   app.add_option("--chunk-size", o->chunk_size, "Prefill chunk, tokens per forward")->capture_default_str();
-  app.add_option("--device", o->load.device, "cpu (cuda: not in this build yet)")->capture_default_str();
-  app.add_option("--threads", o->load.threads, "CPU threads (0: all)")->capture_default_str();
+  moeserve::cli::add_model_load_flags(app, o->load);
   return [o] { return run_score(*o); };
 }};
 

@@ -1,5 +1,9 @@
 // Opens a model directory on a device: the one entry point for commands that run a model
 // (score, generate, serve, perplexity).
+//
+// Declared here so callers see only the model layer; DEFINED in src/loader/model_loader.cpp
+// (library moeserve_loader), the one place that links every backend (CPU, and CUDA when the
+// build has it). Link moeserve_loader (moeserve_all does) to call it.
 #pragma once
 #include <filesystem>
 #include <memory>
@@ -10,11 +14,22 @@
 namespace moeserve::model {
 
 struct ModelLoadOptions {
-  std::string device = "cpu";  // "cpu"; "cuda" once a CUDA CausalLM exists
+  std::string device = "cpu";  // "cpu", "cuda", or "auto" (cuda when a GPU is visible)
   int threads = 0;             // CPU threads; <= 0: all hardware threads
   int kv_block_size = 16;
   bool load_mtp = true;
+  // "auto"/"safetensors": read the checkpoint; "dummy": random weights of config.json (CUDA).
+  std::string load_format = "auto";
+  // With load_format "dummy": "bf16", "gptq-int4", "fp8-block" or "hybrid-int4-fp8".
+  std::string dummy_weights = "bf16";
+  bool int8_lm_head = false;         // CUDA: quantise the LM head to INT8 row-wise at load
+  int max_num_batched_tokens = 2048; // CUDA: sizes the step workspaces
+  int max_num_seqs = 256;            // CUDA: largest batch
+  int max_model_len = 4096;          // CUDA: block-table width
 };
+
+// "cpu" or "cuda" for a requested device; throws for an unknown or unavailable one.
+std::string resolve_device(const std::string& requested);
 
 // Throws moeserve::Error for an unknown or unavailable device and for any bad file.
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir, const ModelLoadOptions& options);

@@ -60,6 +60,20 @@ __global__ void silu_mul_kernel(const bf16* gu, int I, bf16* act) {
   }
 }
 
+__global__ void silu_mul_split_kernel(const bf16* g, const bf16* u, int I, bf16* act) {
+  const size_t base = size_t(blockIdx.x) * I;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    const float gv = __bfloat162float(g[base + i]);
+    act[base + i] = __float2bfloat16(gv / (1.0f + __expf(-gv)) * __bfloat162float(u[base + i]));
+  }
+}
+
+__global__ void gather_rows_kernel(const bf16* src, const int32_t* rows, int H, bf16* dst) {
+  const bf16* s = src + size_t(rows[blockIdx.x]) * H;
+  bf16* d = dst + size_t(blockIdx.x) * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) d[i] = s[i];
+}
+
 __global__ void add_scaled_rows_kernel(float* residual, const float* x, const float* gate_logit, int H) {
   const int m = blockIdx.x;
   const float s = gate_logit ? 1.0f / (1.0f + __expf(-gate_logit[m])) : 1.0f;
@@ -126,6 +140,18 @@ void add_rms_norm(float* residual, const float* delta, const float* w, int M, in
 void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream) {
   if (M == 0) return;
   silu_mul_kernel<<<M, kThreads, 0, stream>>>(gate_up, I, act);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_split(const bf16* g, const bf16* u, int M, int I, bf16* act, cudaStream_t stream) {
+  if (M == 0) return;
+  silu_mul_split_kernel<<<M, kThreads, 0, stream>>>(g, u, I, act);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const bf16* src, const int32_t* rows, int R, int H, bf16* dst, cudaStream_t stream) {
+  if (R == 0) return;
+  gather_rows_kernel<<<R, kThreads, 0, stream>>>(src, rows, H, dst);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,6 +22,12 @@ void add_rms_norm(float* residual, const float* delta, const float* w, int M, in
 // act[m, i] = bf16( silu(gu[m, i]) * gu[m, I + i] ) for the fused [gate | up] output gu [M, 2I].
 void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream);
 
+// act[m, i] = bf16( silu(g[m, i]) * u[m, i] ), g and u bf16 [M, I] (separate projections).
+void silu_mul_split(const bf16* g, const bf16* u, int M, int I, bf16* act, cudaStream_t stream);
+
+// dst[r, :] = src[rows[r], :] for r < R; src, dst bf16 rows of H.
+void gather_rows(const bf16* src, const int32_t* rows, int R, int H, bf16* dst, cudaStream_t stream);
+
 // residual[m, :] += scale(m) * x[m, :] where scale(m) = sigmoid(gate_logit[m]) (shared expert),
 // x f32 [M, H], gate_logit f32 [M] (null: scale 1).
 void add_scaled_rows(float* residual, const float* x, const float* gate_logit, int M, int H, cudaStream_t stream);

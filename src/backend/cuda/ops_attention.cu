@@ -1,0 +1,184 @@
+// Gated attention kernels (ops_attention.h).
+//
+// attention_prepare: one CTA per token, one warp per head (q heads then kv heads); each lane
+//   holds head_dim/32 values (head_dim <= 256, multiple of 32 for the warp path... any hd
+//   handled by a strided loop). Roofline: reads qg + k + v once, writes q, gate and the cache
+//   slots: ~ (2·nq + 4·nkv)·hd·2 B per token.
+// paged_attention: one warp per (token, q head); online softmax over the token's visible
+//   positions [0, pos]; each lane owns head_dim/32 dims of the accumulator. Reads each visible
+//   K/V row once per q head (GQA sharing through L1/L2). A correct baseline; the split-KV,
+//   head-grouped decode kernel and the tensor-core prefill kernel replace it (issue 7).
+#include <cfloat>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_attention.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ size_t cache_offset(const KvCacheView& c, int block, int head, int slot) {
+  return ((size_t(block) * c.num_kv_heads + head) * c.block_size + slot) * size_t(c.head_dim);
+}
+
+// RMSNorm (1+w) over hd values held by a warp (lane i holds dims i, i+32, ...), then NeoX
+// RoPE on the first rotary_dim dims. vals: this lane's values.
+__device__ void norm_rope(float* vals, int hd, const float* w, float eps, const float* inv_freq, int rot, int pos) {
+  const int lane = threadIdx.x & 31;
+  float ss = 0.0f;
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) ss += vals[i] * vals[i];
+  }
+  const float inv = rsqrtf(warp_sum(ss) / float(hd) + eps);
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) vals[i] = vals[i] * inv * (1.0f + w[d]);
+  }
+  // Rotation pairs (d, d + rot/2) for d < rot/2: exchange through shared memory per warp.
+  __shared__ float buf[32][256];
+  float* row = buf[threadIdx.x >> 5];
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) row[d] = vals[i];
+  }
+  __syncwarp();
+  const int half = rot / 2;
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < rot) {
+      const int j = d < half ? d : d - half;
+      float sn, cs;
+      sincosf(float(pos) * inv_freq[j], &sn, &cs);
+      const float x = row[d];
+      const float partner = d < half ? -row[d + half] : row[d - half];
+      vals[i] = x * cs + partner * sn;
+    }
+  }
+  __syncwarp();
+}
+
+__global__ void attention_prepare_kernel(const bf16* __restrict__ qg, const bf16* __restrict__ k,
+                                         const bf16* __restrict__ v, const float* q_norm_w, const float* k_norm_w,
+                                         const float* inv_freq, AttentionShape s, StepMeta meta, KvCacheView cache,
+                                         bf16* q_out, bf16* gate_out) {
+  const int m = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int nwarps = blockDim.x >> 5;
+  const int hd = s.head_dim;
+  const int pos = meta.token_pos[m];
+  const int seq = meta.token_seq[m];
+  const int block = meta.block_tables[size_t(seq) * meta.max_blocks_per_seq + pos / cache.block_size];
+  const int slot = pos % cache.block_size;
+  for (int h = warp; h < s.num_q_heads + s.num_kv_heads; h += nwarps) {
+    float vals[kMaxDimsPerLane];
+    if (h < s.num_q_heads) {
+      const bf16* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        vals[i] = d < hd ? __bfloat162float(src[d]) : 0.0f;
+        if (d < hd) gate_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = src[hd + d];
+      }
+      norm_rope(vals, hd, q_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos);
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) q_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = __float2bfloat16(vals[i]);
+      }
+    } else {
+      const int kh = h - s.num_q_heads;
+      const bf16* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        vals[i] = d < hd ? __bfloat162float(src[d]) : 0.0f;
+      }
+      norm_rope(vals, hd, k_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos);
+      const size_t off = cache_offset(cache, block, kh, slot);
+      const bf16* vsrc = v + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) {
+          cache.k[off + d] = __float2bfloat16(vals[i]);
+          cache.v[off + d] = vsrc[d];
+        }
+      }
+    }
+  }
+}
+
+__global__ void paged_attention_kernel(const bf16* __restrict__ q, const bf16* __restrict__ gate, AttentionShape s,
+                                       StepMeta meta, KvCacheView cache, float scale, bf16* out) {
+  const int warps_per_block = blockDim.x >> 5;
+  const int gw = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (gw >= meta.num_tokens * s.num_q_heads) return;
+  const int m = gw / s.num_q_heads, h = gw % s.num_q_heads;
+  const int hd = s.head_dim;
+  const int kvh = h / (s.num_q_heads / s.num_kv_heads);
+  const int pos = meta.token_pos[m];
+  const int seq = meta.token_seq[m];
+  const int32_t* table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
+  const bf16* qrow = q + size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    qv[i] = d < hd ? __bfloat162float(qrow[d]) * scale : 0.0f;
+    acc[i] = 0.0f;
+  }
+  float mx = -FLT_MAX, sum = 0.0f;
+  for (int p = 0; p <= pos; ++p) {
+    const size_t off = cache_offset(cache, table[p / cache.block_size], kvh, p % cache.block_size);
+    float dot = 0.0f;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) dot += qv[i] * __bfloat162float(cache.k[off + d]);
+    }
+    dot = warp_sum(dot);
+    const float nmx = fmaxf(mx, dot);
+    const float corr = __expf(mx - nmx);
+    const float e = __expf(dot - nmx);
+    sum = sum * corr + e;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) acc[i] = acc[i] * corr + e * __bfloat162float(cache.v[off + d]);
+    }
+    mx = nmx;
+  }
+  const size_t o = size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) {
+      const float g = __bfloat162float(gate[o + d]);
+      out[o + d] = __float2bfloat16(acc[i] / sum / (1.0f + __expf(-g)));
+    }
+  }
+}
+
+}  // namespace
+
+void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
+                       const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
+                       bf16* q_out, bf16* gate_out, cudaStream_t stream) {
+  if (meta.num_tokens == 0) return;
+  if (shape.head_dim > 32 * kMaxDimsPerLane) throw Error("attention: head_dim above 256 is not supported");
+  attention_prepare_kernel<<<meta.num_tokens, 256, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta,
+                                                                 cache, q_out, gate_out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+size_t paged_attention_workspace_bytes(const AttentionShape&, int, int) { return 0; }
+
+void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
+                     KvCacheView cache, float scale, void*, size_t, bf16* out, cudaStream_t stream) {
+  if (meta.num_tokens == 0) return;
+  const int warps = meta.num_tokens * shape.num_q_heads;
+  paged_attention_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(q, gate, shape, meta, cache, scale, out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moeserve::cuda

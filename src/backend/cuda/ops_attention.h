@@ -1,0 +1,50 @@
+// Gated full attention on the GPU (spec 2.3, 2.4) over the paged bf16 KV cache.
+//   attention_prepare: splits q_proj's per-head [query | gate] output, applies the (1+w)
+//     q/k RMSNorms and partial NeoX RoPE, and writes K and V of the new tokens into the cache.
+//   paged_attention: causal softmax attention of every new token over its sequence's cache
+//     (positions <= its own), GQA (q head h reads kv head h / (nq/nkv)), fp32 softmax, then
+//     out = o * sigmoid(gate). Works for decode (1 token per sequence), prefill chunks and
+//     verify batches in one launch; long contexts are split over the KV length.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/step_meta.h"
+
+namespace moeserve::cuda {
+
+using bf16 = __nv_bfloat16;
+
+struct KvCacheView {
+  bf16* k = nullptr;  // [num_blocks][nkv][block_size][head_dim]
+  bf16* v = nullptr;  // same
+  int num_blocks = 0;
+  int num_kv_heads = 0;
+  int block_size = 16;
+  int head_dim = 0;
+};
+
+struct AttentionShape {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int rotary_dim = 0;
+  float rms_eps = 1e-6f;
+};
+
+// qg: bf16 [M, nq·2·hd] (q_proj output); k, v: bf16 [M, nkv·hd].
+// q_out: bf16 [M, nq·hd] normalised + rotated queries; gate_out: bf16 [M, nq·hd].
+// inv_freq: f32 [rotary_dim/2]; q_norm_w, k_norm_w: f32 [hd] ((1+w) form).
+void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
+                       const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
+                       bf16* q_out, bf16* gate_out, cudaStream_t stream);
+
+// Scratch for split-KV partial results, sized once for the largest step.
+size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
+
+// out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate).
+void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
+                     KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, bf16* out,
+                     cudaStream_t stream);
+
+}  // namespace moeserve::cuda

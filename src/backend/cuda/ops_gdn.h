@@ -1,0 +1,46 @@
+// Gated DeltaNet on the GPU (spec 2.5), for decode steps and prefill chunks in one launch:
+// causal depthwise conv + SiLU with the per-slot conv state, beta = sigmoid(b),
+// g = -exp(A_log)·softplus(a + dt_bias), l2norm(q)/sqrt(dk) and l2norm(k), the delta-rule
+// recurrence on the fp32 state S [dk, dv] per v-head (v-head j uses k-head j / (nv/nk)),
+// then the gated RMSNorm (plain w, silu(z)) per head. States live in slots (one per
+// running sequence) and are updated in place.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/step_meta.h"
+
+namespace moeserve::cuda {
+
+using bf16 = __nv_bfloat16;
+
+struct GdnShape {
+  int num_k_heads = 0;   // nk
+  int num_v_heads = 0;   // nv
+  int k_head_dim = 0;    // dk
+  int v_head_dim = 0;    // dv
+  int conv_kernel = 4;   // K
+  float norm_eps = 1e-6f;
+  __host__ __device__ int key_dim() const { return num_k_heads * k_head_dim; }
+  __host__ __device__ int value_dim() const { return num_v_heads * v_head_dim; }
+  __host__ __device__ int conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+struct GdnLayerParams {
+  const float* conv_weight = nullptr;  // [conv_dim][K], tap K-1 multiplies the current token
+  const float* dt_bias = nullptr;      // [nv]
+  const float* a_log = nullptr;        // [nv]
+  const float* norm_weight = nullptr;  // [dv]
+  float* conv_state = nullptr;         // [num_slots][conv_dim][K-1] for this layer, oldest first
+  float* recurrent_state = nullptr;    // [num_slots][nv][dk][dv] for this layer
+};
+
+size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens);
+
+// qkv: bf16 [M, conv_dim] (in_proj_qkv output, channels q | k | v); z: bf16 [M, nv·dv];
+// b, a: bf16 [M, nv]. out: bf16 [M, nv·dv], the input of out_proj.
+void gated_delta_net(const bf16* qkv, const bf16* z, const bf16* b, const bf16* a, const GdnShape& shape,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     bf16* out, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,52 @@
+// The sparse MoE block on the GPU (spec 2.7): router logits -> fp32 softmax -> top-k ->
+// renormalise, all on the device with no host synchronisation; tokens grouped by expert so
+// that each selected expert's weights are read once per step for all its tokens; gate and up
+// projections with SiLU(gate)·up; down projection; routing-weighted sum in a fixed order
+// (per token, in top-k rank order), added into the f32 residual. The shared expert and its
+// sigmoid gate are computed by the model with the linear ops.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "backend/cuda/device_linear.h"
+
+namespace moeserve::cuda {
+
+// All routed experts of one layer, stacked so one launch can reach any expert. Every
+// expert of a layer shares one format; each projection is its own DeviceLinear whose buffers
+// hold the E experts back to back, each in the single-Linear layout of device_linear.h:
+//   gate, up: N = I, K = H per expert;  down: N = H, K = I per expert.
+//   Dense bf16 [E][N][K]; GPTQ qweight [E][K/8][N], scales f16 [E][K/g][N], qzeros [E][K/g][N/8]
+//   (act-order g_idx is rejected for experts at load with a clear message); FP8 block e4m3
+//   [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)]. NVFP4 experts are dequantised to
+//   Dense bf16 at load. The DeviceLinear's N and K are the PER-EXPERT sizes.
+struct DeviceExperts {
+  quant::WeightFormat format = quant::WeightFormat::Dense;
+  int num_experts = 0, hidden = 0, intermediate = 0, group_size = 0;
+  bool sym = true;
+  DeviceLinear gate, up, down;
+};
+
+// Stacks E per-expert host weights (all one format) into DeviceExperts.
+DeviceExperts upload_experts(const std::vector<const quant::QuantWeight*>& gate,
+                             const std::vector<const quant::QuantWeight*>& up,
+                             const std::vector<const quant::QuantWeight*>& down, cudaStream_t stream);
+
+struct MoeShape {
+  int num_experts = 0;
+  int top_k = 0;
+  int hidden = 0;
+  int intermediate = 0;
+};
+
+size_t moe_workspace_bytes(const MoeShape& shape, int max_tokens);
+
+// x: bf16 [M, H] (post-attention-norm activations); router_logits: f32 [M, E] (computed by the
+// caller with the linear ops). residual: f32 [M, H] += routed expert output.
+void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShape& shape,
+                        const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
+                        float* residual, cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,511 @@
+#include "backend/cuda/qwen35_cuda.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_basic.h"
+#include "core/log.h"
+#include "io/checkpoint.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+// Padded decode batch sizes that get their own CUDA graph.
+int graph_bucket(int n) {
+  static const int kBuckets[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512};
+  for (int b : kBuckets)
+    if (n <= b) return b;
+  return -1;
+}
+
+std::vector<float> rope_inv_freq(const io::Qwen35Config& c) {
+  // inv_freq[j] = theta^(-2j / rotary_dim), in fp32 like torch (spec 2.4).
+  const int64_t rot = c.rotary_dim();
+  std::vector<float> f(size_t(rot / 2));
+  for (int64_t j = 0; j < rot / 2; ++j)
+    f[size_t(j)] = float(1.0 / std::pow(c.rope_theta, double(2 * j) / double(rot)));
+  return f;
+}
+
+}  // namespace
+
+// A slice of the batch that fits the workspaces: entries of (sequence, token range).
+struct Qwen35CudaModel::SubStep {
+  struct Entry {
+    size_t batch_index;      // into the forward() batch
+    int64_t token_offset;    // first token of the slice within the SeqStep's tokens
+    int64_t num_tokens;
+    bool emit_all;           // logits for every token of the slice
+    bool emit_last;          // logits for the slice's last token (the sequence's last)
+  };
+  std::vector<Entry> entries;
+  int num_tokens = 0;
+  int num_logit_rows = 0;
+  bool decode_only = false;
+};
+
+std::unique_ptr<Qwen35CudaModel> Qwen35CudaModel::load(const std::filesystem::path& path,
+                                                       const CudaModelOptions& options) {
+  const bool is_file = std::filesystem::is_regular_file(path);
+  const std::filesystem::path dir = is_file ? path.parent_path() : path;
+  io::Qwen35Config config = is_file ? io::parse_qwen35_config(
+                                          nlohmann::json::parse(std::ifstream(path)), path.string())
+                                    : io::load_qwen35_config(dir);
+  MOESERVE_CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t stream;
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaWeights weights;
+  if (options.dummy) {
+    log::info("creating random {} weights for {} on the GPU", options.dummy_weights, path.string());
+    weights = dummy_weights(config, options.dummy_weights, options.int8_lm_head, options.dummy_seed, stream);
+  } else {
+    io::Checkpoint ckpt = io::Checkpoint::open(dir);
+    model::WeightLoadOptions wopt;
+    wopt.load_mtp = false;  // MTP on CUDA arrives with speculative decoding
+    model::Qwen35Weights host = model::load_qwen35_weights(ckpt, config, wopt);
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t last_report = 0;
+    weights = upload_weights(host, options.int8_lm_head, stream, [&](size_t done, size_t total) {
+      if (done - last_report > (size_t(1) << 30) || done == total) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        log::info("loading weights: {:.1f} / {:.1f} GB ({:.2f} GB/s)", done / 1e9, total / 1e9,
+                  s > 0 ? done / 1e9 / s : 0.0);
+        last_report = done;
+      }
+    });
+  }
+  MOESERVE_CUDA_CHECK(cudaStreamDestroy(stream));
+  auto m = std::make_unique<Qwen35CudaModel>(std::move(config), std::move(weights), options);
+  log::info("model on the GPU: {:.2f} GB of weights, {:.2f} GB of workspaces", m->weight_bytes() / 1e9,
+            m->workspace_bytes() / 1e9);
+  return m;
+}
+
+Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, const CudaModelOptions& options)
+    : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  linear_ = std::make_unique<LinearRunner>(weights_.max_quantized_linear_elems());
+  inv_freq_host_ = rope_inv_freq(config_);
+  inv_freq_.upload(inv_freq_host_, stream_);
+  int kv = 0, lin = 0;
+  for (auto t : config_.layer_types) cache_index_.push_back(t == io::LayerType::FullAttention ? kv++ : lin++);
+  max_blocks_per_seq_ = (options_.max_model_len + options_.kv_block_size - 1) / options_.kv_block_size;
+  allocate_workspaces();
+}
+
+Qwen35CudaModel::~Qwen35CudaModel() {
+  clear_graphs();
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (logits_host_) cudaFreeHost(logits_host_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void Qwen35CudaModel::clear_graphs() {
+  for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+  graphs_.clear();
+}
+
+model::CacheGeometry Qwen35CudaModel::cache_geometry() const {
+  model::CacheGeometry g;
+  g.kv_block_size = options_.kv_block_size;
+  const size_t per_layer_kv = size_t(2 * config_.num_key_value_heads * options_.kv_block_size * config_.head_dim) * 2;
+  g.bytes_per_kv_block = per_layer_kv * size_t(config_.num_full_attention_layers());
+  const size_t per_layer_state =
+      size_t(config_.linear_conv_dim() * (config_.linear_conv_kernel_dim - 1) +
+             config_.linear_num_value_heads * config_.linear_key_head_dim * config_.linear_value_head_dim) *
+      4;
+  g.bytes_per_state_slot = per_layer_state * size_t(config_.num_linear_attention_layers());
+  return g;
+}
+
+void Qwen35CudaModel::allocate_workspaces() {
+  const auto& c = config_;
+  const size_t T = size_t(options_.max_tokens_per_step);
+  const int S = std::max(options_.max_seqs, options_.max_graph_batch);
+  const size_t H = size_t(c.hidden_size);
+  size_t total = 0;
+  auto f32 = [&](DeviceBuffer<float>& b, size_t n) { b.resize(n); total += b.bytes(); };
+  auto b16 = [&](DeviceBuffer<bf16>& b, size_t n) { b.resize(n); total += b.bytes(); };
+  f32(residual_, T * H);
+  f32(router_logits_, T * size_t(c.num_experts));
+  f32(shared_down_, T * H);
+  f32(shared_gate_logit_, T);
+  b16(x_, T * H);
+  const size_t q_dim = size_t(c.num_attention_heads * c.head_dim), kv_dim = size_t(c.num_key_value_heads * c.head_dim);
+  if (c.num_full_attention_layers() > 0) {
+    b16(qg_, T * 2 * q_dim);
+    b16(k_, T * kv_dim);
+    b16(v_, T * kv_dim);
+    b16(q_, T * q_dim);
+    b16(gate_, T * q_dim);
+    b16(attn_out_, T * q_dim);
+  }
+  if (c.num_linear_attention_layers() > 0) {
+    b16(qkv_, T * size_t(c.linear_conv_dim()));
+    b16(z_, T * size_t(c.linear_value_dim()));
+    b16(b_, T * size_t(c.linear_num_value_heads));
+    b16(a_, T * size_t(c.linear_num_value_heads));
+    b16(gdn_out_, T * size_t(c.linear_value_dim()));
+  }
+  b16(shared_g_, T * size_t(c.shared_expert_intermediate_size));
+  b16(shared_u_, T * size_t(c.shared_expert_intermediate_size));
+  b16(shared_act_, T * size_t(c.shared_expert_intermediate_size));
+  const int chunk = std::max(1, options_.lm_head_chunk_rows);
+  b16(head_in_, size_t(chunk) * H);
+  f32(logits_, size_t(chunk) * size_t(c.vocab_size));
+
+  AttentionShape as{int(c.num_attention_heads), int(c.num_key_value_heads), int(c.head_dim), int(c.rotary_dim()),
+                    float(c.rms_norm_eps)};
+  if (c.num_full_attention_layers() > 0) {
+    attn_ws_.resize(std::max<size_t>(1, paged_attention_workspace_bytes(as, int(T), options_.max_model_len)));
+    total += attn_ws_.bytes();
+  }
+  GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
+              int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), float(c.rms_norm_eps)};
+  if (c.num_linear_attention_layers() > 0) {
+    gdn_ws_.resize(std::max<size_t>(1, gdn_workspace_bytes(gs, int(T))));
+    total += gdn_ws_.bytes();
+  }
+  MoeShape ms{int(c.num_experts), int(c.num_experts_per_tok), int(c.hidden_size), int(c.moe_intermediate_size)};
+  moe_ws_.resize(std::max<size_t>(1, moe_workspace_bytes(ms, int(T))));
+  total += moe_ws_.bytes();
+
+  // Metadata: token_seq, token_pos, token_ids, logit_rows [T]; seq_token_start [S+1];
+  // seq_start_pos, seq_state_slot [S]; block_tables [S][max_blocks].
+  const size_t meta_ints = 4 * T + size_t(S + 1) + 2 * size_t(S) + size_t(S) * size_t(max_blocks_per_seq_);
+  meta_buf_.resize(meta_ints);
+  total += meta_buf_.bytes();
+  MOESERVE_CUDA_CHECK(cudaMallocHost(&meta_host_, meta_ints * sizeof(int32_t)));
+  MOESERVE_CUDA_CHECK(cudaMallocHost(&logits_host_, size_t(chunk) * size_t(c.vocab_size) * sizeof(float)));
+  workspace_bytes_ = total;
+}
+
+void Qwen35CudaModel::allocate_caches(int num_kv_blocks, int num_state_slots) {
+  MOESERVE_CHECK(num_kv_blocks >= 0 && num_state_slots >= 0, "allocate_caches: negative sizes");
+  clear_graphs();  // captured graphs hold the old cache addresses
+  num_kv_blocks_ = num_kv_blocks;
+  num_state_slots_ = num_state_slots;
+  const auto& c = config_;
+  const size_t blocks = size_t(num_kv_blocks + 1);  // + the padding block
+  const size_t slots = size_t(num_state_slots + 1);  // + the padding slot
+  const size_t kv_elems =
+      blocks * size_t(c.num_key_value_heads) * size_t(options_.kv_block_size) * size_t(c.head_dim);
+  k_cache_.clear();
+  v_cache_.clear();
+  conv_state_.clear();
+  rec_state_.clear();
+  for (int i = 0; i < c.num_full_attention_layers(); ++i) {
+    k_cache_.emplace_back(kv_elems);
+    v_cache_.emplace_back(kv_elems);
+  }
+  const size_t conv = size_t(c.linear_conv_dim() * (c.linear_conv_kernel_dim - 1));
+  const size_t rec = size_t(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim);
+  for (int i = 0; i < c.num_linear_attention_layers(); ++i) {
+    conv_state_.emplace_back(slots * conv);
+    rec_state_.emplace_back(slots * rec);
+    conv_state_.back().zero(stream_);
+    rec_state_.back().zero(stream_);
+  }
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Qwen35CudaModel::reset_state(int32_t slot) {
+  MOESERVE_CHECK(slot >= 0 && slot < num_state_slots_, "reset_state: slot {} out of range [0, {})", slot,
+                 num_state_slots_);
+  const size_t conv = size_t(config_.linear_conv_dim() * (config_.linear_conv_kernel_dim - 1));
+  const size_t rec =
+      size_t(config_.linear_num_value_heads * config_.linear_key_head_dim * config_.linear_value_head_dim);
+  for (size_t i = 0; i < conv_state_.size(); ++i) {
+    MOESERVE_CUDA_CHECK(cudaMemsetAsync(conv_state_[i].data() + size_t(slot) * conv, 0, conv * 4, stream_));
+    MOESERVE_CUDA_CHECK(cudaMemsetAsync(rec_state_[i].data() + size_t(slot) * rec, 0, rec * 4, stream_));
+  }
+}
+
+void Qwen35CudaModel::copy_state(int32_t src, int32_t dst) {
+  MOESERVE_CHECK(src >= 0 && src < num_state_slots_ && dst >= 0 && dst < num_state_slots_,
+                 "copy_state: slots {} -> {} out of range [0, {})", src, dst, num_state_slots_);
+  const size_t conv = size_t(config_.linear_conv_dim() * (config_.linear_conv_kernel_dim - 1));
+  const size_t rec =
+      size_t(config_.linear_num_value_heads * config_.linear_key_head_dim * config_.linear_value_head_dim);
+  for (size_t i = 0; i < conv_state_.size(); ++i) {
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(conv_state_[i].data() + size_t(dst) * conv,
+                                        conv_state_[i].data() + size_t(src) * conv, conv * 4,
+                                        cudaMemcpyDeviceToDevice, stream_));
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(rec_state_[i].data() + size_t(dst) * rec,
+                                        rec_state_[i].data() + size_t(src) * rec, rec * 4,
+                                        cudaMemcpyDeviceToDevice, stream_));
+  }
+}
+
+void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::StepOutput& out) {
+  MOESERVE_CHECK(num_state_slots_ > 0 || config_.num_linear_attention_layers() == 0,
+                 "forward before allocate_caches");
+  const int T = options_.max_tokens_per_step;
+  const int S = std::max(options_.max_seqs, options_.max_graph_batch);
+  out.vocab = config_.vocab_size;
+  out.first_row.assign(batch.size(), 0);
+  out.num_rows.assign(batch.size(), 0);
+  int64_t rows = 0, tokens = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& s = batch[i];
+    MOESERVE_CHECK(!s.tokens.empty(), "forward: sequence {} has no tokens", i);
+    MOESERVE_CHECK(s.state_slot >= 0 && s.state_slot < num_state_slots_, "forward: state slot {} out of range",
+                   s.state_slot);
+    const int64_t end = s.start_pos + int64_t(s.tokens.size());
+    MOESERVE_CHECK(end <= options_.max_model_len, "forward: sequence of {} tokens exceeds max model length {}", end,
+                   options_.max_model_len);
+    const int64_t need = (end + options_.kv_block_size - 1) / options_.kv_block_size;
+    MOESERVE_CHECK(config_.num_full_attention_layers() == 0 || int64_t(s.kv_blocks.size()) >= need,
+                   "forward: block table of {} blocks does not cover {} positions", s.kv_blocks.size(), end);
+    for (int64_t b = 0; b < need && config_.num_full_attention_layers() > 0; ++b)
+      MOESERVE_CHECK(s.kv_blocks[size_t(b)] >= 0 && s.kv_blocks[size_t(b)] < num_kv_blocks_,
+                     "forward: KV block id {} out of range", s.kv_blocks[size_t(b)]);
+    out.first_row[i] = rows;
+    out.num_rows[i] = s.all_logits ? int64_t(s.tokens.size()) : 1;
+    rows += out.num_rows[i];
+    tokens += int64_t(s.tokens.size());
+  }
+  out.logits.assign(size_t(rows) * size_t(config_.vocab_size), 0.0f);
+  if (out.want_hidden) {
+    out.hidden_size = config_.hidden_size;
+    out.hidden.assign(size_t(tokens) * size_t(config_.hidden_size), 0.0f);
+  }
+
+  // Greedy packing into sub-steps of at most T tokens and S sequences; a sequence longer
+  // than T continues in the next sub-step (its slices run in order).
+  std::vector<int64_t> token_base(batch.size(), 0);
+  for (size_t i = 1; i < batch.size(); ++i) token_base[i] = token_base[i - 1] + int64_t(batch[i - 1].tokens.size());
+  SubStep cur;
+  auto flush = [&] {
+    if (cur.entries.empty()) return;
+    cur.decode_only = true;
+    for (const auto& e : cur.entries) cur.decode_only = cur.decode_only && e.num_tokens == 1 && !e.emit_all;
+    run_substep(batch, token_base, cur, out);
+    cur = SubStep{};
+  };
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& s = batch[i];
+    int64_t off = 0;
+    const int64_t n = int64_t(s.tokens.size());
+    while (off < n) {
+      if (cur.num_tokens == T || int(cur.entries.size()) == S) flush();
+      const int64_t take = std::min<int64_t>(n - off, T - cur.num_tokens);
+      SubStep::Entry e{i, off, take, s.all_logits, !s.all_logits && off + take == n};
+      cur.entries.push_back(e);
+      cur.num_tokens += int(take);
+      cur.num_logit_rows += int(e.emit_all ? take : (e.emit_last ? 1 : 0));
+      off += take;
+    }
+  }
+  flush();
+}
+
+// Offsets (in int32s) of the metadata sections in meta_buf_ / meta_host_.
+struct MetaLayout {
+  size_t token_seq, token_pos, token_ids, logit_rows, seq_token_start, seq_start_pos, seq_state_slot, block_tables;
+  MetaLayout(size_t T, size_t S) {
+    token_seq = 0;
+    token_pos = T;
+    token_ids = 2 * T;
+    logit_rows = 3 * T;
+    seq_token_start = 4 * T;
+    seq_start_pos = seq_token_start + S + 1;
+    seq_state_slot = seq_start_pos + S;
+    block_tables = seq_state_slot + S;
+  }
+};
+
+void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const std::vector<int64_t>& token_base,
+                                  const SubStep& sub, model::StepOutput& out) {
+  const int T = options_.max_tokens_per_step;
+  const int S = std::max(options_.max_seqs, options_.max_graph_batch);
+  const MetaLayout L{size_t(T), size_t(S)};
+  const int H = int(config_.hidden_size);
+  const int V = int(config_.vocab_size);
+  const int chunk = std::max(1, options_.lm_head_chunk_rows);
+  const int nseq = int(sub.entries.size());
+
+  // Decode-only steps run as a CUDA graph of a padded batch size.
+  int padded = sub.num_tokens;
+  bool use_graph = false;
+  if (options_.cuda_graphs && sub.decode_only) {
+    const int b = graph_bucket(sub.num_tokens);
+    if (b > 0 && b <= options_.max_graph_batch && b <= T && b <= S && b <= chunk) {
+      padded = b;
+      use_graph = true;
+    }
+  }
+
+  // ---- host metadata ----
+  int32_t* h = meta_host_;
+  std::vector<int64_t> out_row;  // per logit row: the row of out.logits it fills
+  std::vector<int64_t> hidden_row(size_t(sub.num_tokens));
+  int m = 0, r = 0;
+  const int32_t pad_block = num_kv_blocks_, pad_slot = num_state_slots_;
+  for (int j = 0; j < nseq; ++j) {
+    const auto& e = sub.entries[size_t(j)];
+    const auto& s = batch[e.batch_index];
+    const int64_t start = s.start_pos + e.token_offset;
+    h[L.seq_token_start + size_t(j)] = m;
+    h[L.seq_start_pos + size_t(j)] = int32_t(start);
+    h[L.seq_state_slot + size_t(j)] = s.state_slot;
+    int32_t* bt = h + L.block_tables + size_t(j) * size_t(max_blocks_per_seq_);
+    const size_t nb = std::min(s.kv_blocks.size(), size_t(max_blocks_per_seq_));
+    for (size_t b = 0; b < size_t(max_blocks_per_seq_); ++b) bt[b] = b < nb ? s.kv_blocks[b] : pad_block;
+    for (int64_t t = 0; t < e.num_tokens; ++t, ++m) {
+      h[L.token_seq + size_t(m)] = j;
+      h[L.token_pos + size_t(m)] = int32_t(start + t);
+      h[L.token_ids + size_t(m)] = s.tokens[size_t(e.token_offset + t)];
+      hidden_row[size_t(m)] = token_base[e.batch_index] + e.token_offset + t;
+      const bool last = t == e.num_tokens - 1;
+      if (e.emit_all || (e.emit_last && last)) {
+        h[L.logit_rows + size_t(r++)] = m;
+        out_row.push_back(out.first_row[e.batch_index] + (e.emit_all ? e.token_offset + t : 0));
+      }
+    }
+  }
+  for (int j = nseq; use_graph && j < padded; ++j, ++m) {  // padding rows of a graph batch
+    h[L.seq_token_start + size_t(j)] = m;
+    h[L.seq_start_pos + size_t(j)] = 0;
+    h[L.seq_state_slot + size_t(j)] = pad_slot;
+    int32_t* bt = h + L.block_tables + size_t(j) * size_t(max_blocks_per_seq_);
+    for (int b = 0; b < max_blocks_per_seq_; ++b) bt[b] = pad_block;
+    h[L.token_seq + size_t(m)] = j;
+    h[L.token_pos + size_t(m)] = 0;
+    h[L.token_ids + size_t(m)] = 0;
+    h[L.logit_rows + size_t(m)] = m;
+  }
+  const int padded_seqs = use_graph ? padded : nseq;  // graph padding adds one sequence per row
+  h[L.seq_token_start + size_t(padded_seqs)] = padded;
+  const size_t used = L.block_tables + size_t(padded_seqs) * size_t(max_blocks_per_seq_);
+  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_buf_.data(), h, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+
+  meta_.num_tokens = padded;
+  meta_.num_seqs = padded_seqs;
+  meta_.max_blocks_per_seq = max_blocks_per_seq_;
+  int32_t* d = meta_buf_.data();
+  meta_.token_seq = d + L.token_seq;
+  meta_.token_pos = d + L.token_pos;
+  meta_.seq_token_start = d + L.seq_token_start;
+  meta_.seq_start_pos = d + L.seq_start_pos;
+  meta_.seq_state_slot = d + L.seq_state_slot;
+  meta_.block_tables = d + L.block_tables;
+  token_ids_ptr_ = d + L.token_ids;
+  logit_rows_ptr_ = d + L.logit_rows;
+
+  auto fetch_logits = [&](int row0, int nrows) {
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), size_t(nrows) * size_t(V) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_));
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int i = 0; i < nrows; ++i)
+      std::memcpy(out.logits.data() + size_t(out_row[size_t(row0 + i)]) * size_t(V),
+                  logits_host_ + size_t(i) * size_t(V), size_t(V) * sizeof(float));
+  };
+
+  if (use_graph) {
+    auto it = graphs_.find(padded);
+    if (it == graphs_.end()) {
+      cudaGraph_t graph;
+      MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_layers(padded);
+        enqueue_lm_head_rows(0, padded);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        throw;
+      }
+      MOESERVE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+      cudaGraphExec_t exec;
+      MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      cudaGraphDestroy(graph);
+      it = graphs_.emplace(padded, exec).first;
+    }
+    MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    fetch_logits(0, r);
+  } else {
+    enqueue_layers(padded);
+    for (int row0 = 0; row0 < r; row0 += chunk) {
+      const int n = std::min(chunk, r - row0);
+      enqueue_lm_head_rows(row0, n);
+      fetch_logits(row0, n);
+    }
+  }
+
+  if (out.want_hidden) {  // x_ holds the post-final-norm hidden rows (bf16)
+    std::vector<uint16_t> hb(size_t(sub.num_tokens) * size_t(H));
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(hb.data(), x_.data(), hb.size() * 2, cudaMemcpyDeviceToHost, stream_));
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (int i = 0; i < sub.num_tokens; ++i)
+      for (int k = 0; k < H; ++k)
+        out.hidden[size_t(hidden_row[size_t(i)]) * size_t(H) + size_t(k)] = bf16_to_f32(hb[size_t(i) * size_t(H) + size_t(k)]);
+  }
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows) {
+  gather_rows(x_.data(), logit_rows_ptr_ + row0, rows, int(config_.hidden_size), head_in_.data(), stream_);
+  linear_->run(head_in_.data(), rows, weights_.lm_head, logits_.data(), /*y_f32=*/true, stream_);
+}
+
+void Qwen35CudaModel::enqueue_layers(int M) {
+  const auto& c = config_;
+  const int H = int(c.hidden_size);
+  const float eps = float(c.rms_norm_eps);
+  cudaStream_t s = stream_;
+  embedding_lookup(token_ids_ptr_, M, weights_.embed_tokens.data(), H, residual_.data(), s);
+  const AttentionShape as{int(c.num_attention_heads), int(c.num_key_value_heads), int(c.head_dim),
+                          int(c.rotary_dim()), eps};
+  const GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
+                    int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), eps};
+  const MoeShape ms{int(c.num_experts), int(c.num_experts_per_tok), H, int(c.moe_intermediate_size)};
+  const int Is = int(c.shared_expert_intermediate_size);
+  for (size_t li = 0; li < weights_.layers.size(); ++li) {
+    const auto& L = weights_.layers[li];
+    add_rms_norm(residual_.data(), nullptr, L.input_norm.data(), M, H, eps, x_.data(), s);
+    if (L.attention) {
+      const auto& a = *L.attention;
+      const int idx = cache_index_[li];
+      KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
+                     int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
+      linear_->run(x_.data(), M, a.q_proj, qg_.data(), false, s);
+      linear_->run(x_.data(), M, a.k_proj, k_.data(), false, s);
+      linear_->run(x_.data(), M, a.v_proj, v_.data(), false, s);
+      attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
+                        meta_, kv, q_.data(), gate_.data(), s);
+      paged_attention(q_.data(), gate_.data(), as, meta_, kv, 1.0f / std::sqrt(float(c.head_dim)), attn_ws_.data(),
+                      attn_ws_.bytes(), attn_out_.data(), s);
+      linear_->run(attn_out_.data(), M, a.o_proj, residual_.data(), true, s, /*accumulate=*/true);
+    } else {
+      const auto& g = *L.gdn;
+      const int idx = cache_index_[li];
+      GdnLayerParams p{g.conv1d.data(), g.dt_bias.data(), g.a_log.data(), g.norm.data(),
+                       conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
+      linear_->run(x_.data(), M, g.in_proj_qkv, qkv_.data(), false, s);
+      linear_->run(x_.data(), M, g.in_proj_z, z_.data(), false, s);
+      linear_->run(x_.data(), M, g.in_proj_b, b_.data(), false, s);
+      linear_->run(x_.data(), M, g.in_proj_a, a_.data(), false, s);
+      gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
+                      gdn_out_.data(), s);
+      linear_->run(gdn_out_.data(), M, g.out_proj, residual_.data(), true, s, /*accumulate=*/true);
+    }
+    add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, x_.data(), s);
+    const auto& moe = L.moe;
+    linear_->run(x_.data(), M, moe.router, router_logits_.data(), true, s);
+    moe_routed_experts(x_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
+                       residual_.data(), s);
+    linear_->run(x_.data(), M, moe.shared_gate, shared_g_.data(), false, s);
+    linear_->run(x_.data(), M, moe.shared_up, shared_u_.data(), false, s);
+    silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), s);
+    linear_->run(shared_act_.data(), M, moe.shared_down, shared_down_.data(), true, s);
+    linear_->run(x_.data(), M, moe.shared_expert_gate, shared_gate_logit_.data(), true, s);
+    add_scaled_rows(residual_.data(), shared_down_.data(), shared_gate_logit_.data(), M, H, s);
+  }
+  add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, x_.data(), s);
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,101 @@
+// Qwen3.5 MoE on one CUDA GPU: the CausalLM the runtime drives when --device cuda.
+// The forward pass mirrors the CPU reference (src/model/qwen35_cpu.cpp, spec section 2.2)
+// with the ops of ops_*.h; decode-only steps are captured as CUDA graphs per padded batch
+// size and replayed (no allocation in the step loop: every buffer is sized at load).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/linear_runner.h"
+#include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_gdn.h"
+#include "backend/cuda/ops_moe.h"
+#include "backend/cuda/qwen35_cuda_weights.h"
+#include "backend/cuda/step_meta.h"
+#include "model/causal_lm.h"
+
+namespace moeserve::cuda {
+
+struct CudaModelOptions {
+  bool dummy = false;                  // random weights of config.json (--load-format dummy)
+  std::string dummy_weights = "bf16";  // see dummy_weights()
+  uint64_t dummy_seed = 0;
+  bool int8_lm_head = false;
+  int max_tokens_per_step = 2048;      // larger steps are split into several passes
+  int max_seqs = 256;
+  int max_model_len = 4096;
+  int kv_block_size = 16;
+  bool cuda_graphs = true;             // capture decode steps
+  int max_graph_batch = 256;           // largest decode batch captured
+  int lm_head_chunk_rows = 256;        // LM head rows per pass (bounds the logits buffer)
+};
+
+class Qwen35CudaModel final : public model::CausalLM {
+ public:
+  // Reads config.json in model_dir (or the .json file given) and either the checkpoint or,
+  // with options.dummy, nothing else.
+  static std::unique_ptr<Qwen35CudaModel> load(const std::filesystem::path& model_dir, const CudaModelOptions& options);
+  Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, const CudaModelOptions& options);
+  ~Qwen35CudaModel() override;
+
+  const io::Qwen35Config& config() const override { return config_; }
+  model::CacheGeometry cache_geometry() const override;
+  void allocate_caches(int num_kv_blocks, int num_state_slots) override;
+  void reset_state(int32_t slot) override;
+  void copy_state(int32_t src, int32_t dst) override;
+  void forward(std::span<const model::SeqStep> batch, model::StepOutput& out) override;
+
+  size_t weight_bytes() const { return weights_.bytes(); }
+  const CudaWeights& weights() const { return weights_; }
+  // Bytes of GPU memory used by workspaces (activations, scratch), excluding weights and caches.
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  struct SubStep;  // a slice of the batch that fits the step workspaces
+  void run_substep(std::span<const model::SeqStep> batch, const std::vector<int64_t>& token_base,
+                   const SubStep& sub, model::StepOutput& out);
+  void enqueue_layers(int M);
+  void enqueue_lm_head_rows(int row_begin, int rows);
+  void allocate_workspaces();
+
+  io::Qwen35Config config_;
+  CudaWeights weights_;
+  CudaModelOptions options_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LinearRunner> linear_;
+  std::vector<float> inv_freq_host_;
+  DeviceBuffer<float> inv_freq_;
+
+  // Caches: per full-attention layer a K and a V pool; per linear layer conv + recurrent state.
+  // One extra block and one extra slot (the last ones) absorb padded graph rows.
+  int num_kv_blocks_ = 0, num_state_slots_ = 0;
+  std::vector<DeviceBuffer<bf16>> k_cache_, v_cache_;
+  std::vector<DeviceBuffer<float>> conv_state_, rec_state_;
+  std::vector<int> cache_index_;  // per layer: index into the KV pools or the state arrays
+
+  // Step metadata (fixed addresses) and its pinned staging buffer.
+  int max_blocks_per_seq_ = 0;
+  DeviceBuffer<int32_t> meta_buf_;
+  int32_t* meta_host_ = nullptr;
+  StepMeta meta_{};
+  const int32_t* token_ids_ptr_ = nullptr;   // [M] inside meta_buf_
+  const int32_t* logit_rows_ptr_ = nullptr;  // [R] inside meta_buf_
+
+  // Activations and scratch, sized for max_tokens_per_step.
+  DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_;
+  DeviceBuffer<bf16> x_, qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, b_, a_, gdn_out_, shared_g_, shared_u_,
+      shared_act_, head_in_;
+  DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_;
+  size_t workspace_bytes_ = 0;
+  float* logits_host_ = nullptr;  // pinned [lm_head_chunk_rows, V]
+
+  // CUDA graphs of decode steps, per padded batch size.
+  std::map<int, cudaGraphExec_t> graphs_;
+  void clear_graphs();
+};
+
+}  // namespace moeserve::cuda

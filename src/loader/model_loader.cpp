@@ -1,0 +1,61 @@
+// Definition of model::load_causal_lm (declared in src/model/model_loader.h): the one place
+// that knows every backend.
+#include "model/model_loader.h"
+
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/qwen35_cpu.h"
+
+#ifdef MOESERVE_WITH_CUDA
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/qwen35_cuda.h"
+#endif
+
+namespace moeserve::model {
+
+std::string resolve_device(const std::string& requested) {
+  if (requested == "cpu") return "cpu";
+#ifdef MOESERVE_WITH_CUDA
+  const bool have_gpu = !cuda::list_devices().empty();
+#else
+  const bool have_gpu = false;
+#endif
+  if (requested == "auto") return have_gpu ? "cuda" : "cpu";
+  if (requested == "cuda") {
+#ifndef MOESERVE_WITH_CUDA
+    fail("--device cuda: this build has no CUDA backend (rebuild with -DMOESERVE_CUDA=ON on a machine with nvcc)");
+#endif
+    MOESERVE_CHECK(have_gpu, "--device cuda: no CUDA device is visible");
+    return "cuda";
+  }
+  fail("unknown device '{}' (expected cpu, cuda or auto)", requested);
+}
+
+std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir, const ModelLoadOptions& options) {
+  const std::string device = resolve_device(options.device);
+  MOESERVE_CHECK(options.load_format == "auto" || options.load_format == "safetensors" ||
+                     options.load_format == "dummy",
+                 "unknown --load-format '{}' (expected auto, safetensors or dummy)", options.load_format);
+  if (device == "cpu") {
+    MOESERVE_CHECK(options.load_format != "dummy", "--load-format dummy needs --device cuda");
+    return Qwen35CpuModel::load(model_dir, CpuModelOptions{options.threads, options.kv_block_size, options.load_mtp});
+  }
+#ifdef MOESERVE_WITH_CUDA
+  cuda::CudaModelOptions gpu;
+  gpu.dummy = options.load_format == "dummy";
+  gpu.dummy_weights = options.dummy_weights;
+  gpu.int8_lm_head = options.int8_lm_head;
+  gpu.max_tokens_per_step = options.max_num_batched_tokens;
+  gpu.max_seqs = options.max_num_seqs;
+  gpu.max_graph_batch = std::min(options.max_num_seqs, 256);
+  gpu.max_model_len = options.max_model_len;
+  gpu.kv_block_size = options.kv_block_size;
+  return cuda::Qwen35CudaModel::load(model_dir, gpu);
+#else
+  fail("--device cuda: this build has no CUDA backend");
+#endif
+}
+
+}  // namespace moeserve::model
