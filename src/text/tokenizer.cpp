@@ -90,10 +90,13 @@ void build_decode_tables(Tokenizer::Impl& impl) {
   impl.special.assign(n, 0);
   for (size_t id = 0; id < n; ++id) {
     impl.token_offsets[id] = static_cast<uint32_t>(impl.token_bytes.size());
-    // Added tokens decode to their content as written; only model tokens go through the
-    // decoder (as in HF tokenizers, which decodes the runs between added tokens separately).
+    // Added tokens with normalized=false (the special tokens) decode to their content as
+    // written; normalized added tokens go through the decoder like model tokens, as HF
+    // tokenizers (Rust) does: checked against tokenizers 0.23 in reference_ids_hf.json,
+    // where a normalized "café" token decodes through ByteLevel to "caf\uFFFD".
     if (const AddedToken* added_token = impl.added.find(static_cast<int32_t>(id))) {
-      impl.token_bytes += added_token->content;
+      impl.token_bytes += added_token->normalized ? impl.decoder.token_bytes(added_token->content)
+                                                  : added_token->content;
       impl.has_token[id] = 1;
     } else if (const std::string* token = impl.model->id_to_token(static_cast<int32_t>(id))) {
       impl.token_bytes += impl.decoder.token_bytes(*token);

@@ -16,7 +16,12 @@ using nlohmann::json;
 using namespace moeserve::text::testing;
 
 // Variants whose decode(encode(x)) must give back NFC(x): nothing is stripped or added.
-const std::set<std::string> kRoundTripVariants = {"qwen3", "qwen35", "normalized_token"};
+// decode(encode(x)) == NFC(x) holds for these; not for "normalized_token", whose normalized
+// added token decodes through ByteLevel in HF (Rust) and loses its non-byte-level characters.
+const std::set<std::string> kRoundTripVariants = {"qwen3", "qwen35"};
+// Cases where the npm port's decode differs from the Rust library (it decodes normalized
+// added tokens as written); the npm reference's "decoded" is not checked for them.
+const std::set<std::string> kNpmDecodeDiffers = {"normalized_token_nfc", "normalized_token_nfd"};
 
 std::string describe_mismatch(const std::vector<int32_t>& ours, const std::vector<int32_t>& expected) {
   size_t i = 0;
@@ -28,7 +33,7 @@ std::string describe_mismatch(const std::vector<int32_t>& ours, const std::vecto
 }
 
 // Checks every corpus case present in `reference`; counts them in `checked`.
-void check_reference(const json& reference, int& checked) {
+void check_reference(const json& reference, int& checked, bool npm = false) {
   const json& results = reference.at("results");
   checked = 0;
   for (const json& c : corpus().at("cases")) {
@@ -54,7 +59,7 @@ void check_reference(const json& reference, int& checked) {
       EXPECT_EQ(std::vector<int32_t>(ids.end() - tail.size(), ids.end()), tail);
     }
     const std::string decoded = tokenizer.decode(ids);
-    if (expected.contains("decoded"))
+    if (expected.contains("decoded") && !(npm && kNpmDecodeDiffers.count(name)))
       EXPECT_EQ(decoded, expected.at("decoded").get<std::string>());
     if (kRoundTripVariants.count(variant)) {
       // decode(encode(x)) == NFC(x); the long cases are already in NFC.
@@ -88,7 +93,7 @@ TEST(TokenizerReference, MatchesNpmPortOfHfTokenizers) {
   auto reference = load_reference("reference_ids_npm.json");
   ASSERT_TRUE(reference.has_value()) << "tests/fixtures/tokenizer/reference_ids_npm.json is missing";
   int checked = 0;
-  check_reference(*reference, checked);
+  check_reference(*reference, checked, /*npm=*/true);
   EXPECT_GE(checked, 90);
 }
 
@@ -112,11 +117,14 @@ TEST(TokenizerReference, NpmAndRustReferencesAgree) {
   auto npm = load_reference("reference_ids_npm.json");
   auto hf = load_reference("reference_ids_hf.json");
   if (!npm || !hf) GTEST_SKIP() << "needs both reference_ids_npm.json and reference_ids_hf.json";
+  // Where the npm port is known to differ from the Rust library: it decodes normalized
+  // added tokens as written, Rust passes them through the ByteLevel decoder.
   int compared = 0;
   for (auto& [name, entry] : npm->at("results").items()) {
     if (!hf->at("results").contains(name)) continue;
     const json& other = hf->at("results").at(name);
     for (const char* key : {"ids", "count", "fnv1a64", "decoded", "nfc"}) {
+      if (std::string(key) == "decoded" && kNpmDecodeDiffers.count(name)) continue;
       if (entry.contains(key)) EXPECT_EQ(entry.at(key), other.at(key)) << name << "." << key;
     }
     ++compared;
