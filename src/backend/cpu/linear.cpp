@@ -35,12 +35,19 @@ void run_tile(const LinearProblem& p, int64_t n0, int64_t n1, std::vector<float>
   const int64_t k = w.in_features;
   const int64_t ldx = p.ldx < 0 ? k : p.ldx;
   const int64_t ldy = p.ldy < 0 ? w.out_features : p.ldy;
-  tile.resize(size_t((n1 - n0) * k));
-  w.dequantize_rows(n0, n1, tile.data());
+  // Dense fp32 weights are read in place; every other format is dequantised into the tile.
+  const float* rows = nullptr;
+  if (w.format == quant::WeightFormat::Dense && w.part("weight").dtype() == DType::F32) {
+    rows = w.part("weight").data<float>() + n0 * k;
+  } else {
+    tile.resize(size_t((n1 - n0) * k));
+    w.dequantize_rows(n0, n1, tile.data());
+    rows = tile.data();
+  }
   for (int64_t r = 0; r < p.m; ++r) {
     const float* xr = p.x + r * ldx;
     float* yr = p.y + r * ldy;
-    for (int64_t n = n0; n < n1; ++n) yr[n] = dot(xr, tile.data() + (n - n0) * k, k);
+    for (int64_t n = n0; n < n1; ++n) yr[n] = dot(xr, rows + (n - n0) * k, k);
   }
 }
 
