@@ -77,13 +77,12 @@ LayerCaches Qwen35CpuModel::caches_of_layer(size_t layer) {
   return {nullptr, &caches_.gdn(index)};
 }
 
-void Qwen35CpuModel::forward(std::span<const SeqStep> batch, StepOutput& out) {
-  const int64_t H = config_.hidden_size, V = config_.vocab_size;
+StepRows Qwen35CpuModel::plan_step(std::span<const SeqStep> batch, std::vector<int32_t>& tokens) {
+  // The whole batch is validated before any cache is touched.
+  const int64_t V = config_.vocab_size;
   const bool has_full = config_.num_full_attention_layers() > 0;
   const bool has_linear = config_.num_linear_attention_layers() > 0;
-  // Validate the whole batch before touching any cache.
   StepRows rows;
-  std::vector<int32_t> tokens;
   std::set<int32_t> slots;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqStep& s = batch[i];
@@ -100,26 +99,33 @@ void Qwen35CpuModel::forward(std::span<const SeqStep> batch, StepOutput& out) {
     rows.add(int64_t(s.tokens.size()), s.start_pos, s.kv_blocks, s.state_slot);
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
   }
-  out.vocab = V;
-  out.hidden_size = H;
+  return rows;
+}
+
+void Qwen35CpuModel::forward(std::span<const SeqStep> batch, StepOutput& out) {
+  const int64_t H = config_.hidden_size;
+  const float eps = float(config_.rms_norm_eps);
+  std::vector<int32_t> tokens;
+  const StepRows rows = plan_step(batch, tokens);
   std::vector<uint8_t> all_logits;
   for (const SeqStep& s : batch) all_logits.push_back(s.all_logits ? 1 : 0);
 
-  // Section 2.2: embed, the decoder layers, the final norm and the head.
+  // Section 2.2: h = Embed[token]; per layer h += mixer(norm(h)), h += MoE(norm(h)).
   std::vector<float> h(size_t(rows.rows * H));
   embed_rows(pool_, weights_.embed_tokens, tokens, h.data());
   const StepContext ctx{pool_, config_, rope_, rows.seqs, rows.positions, rows.rows};
-  for (size_t l = 0; l < weights_.layers.size(); ++l) decoder_layer(ctx, weights_.layers[l], caches_of_layer(l), h.data());
+  for (size_t l = 0; l < weights_.layers.size(); ++l)
+    decoder_layer(ctx, weights_.layers[l], caches_of_layer(l), h.data());
 
-  const auto selected =
-      select_output_rows(rows, all_logits, out.first_row, out.num_rows);
+  // logits = lm_head · RMSNorm_final(h), for the rows the caller asked for.
+  out.vocab = config_.vocab_size;
+  out.hidden_size = H;
+  const auto selected = select_output_rows(rows, all_logits, out.first_row, out.num_rows);
   std::vector<float> normed;
-  norm_and_project(pool_, h.data(), H, selected, weights_.final_norm, float(config_.rms_norm_eps), weights_.lm_head,
-                   normed, out.logits);
+  norm_and_project(pool_, h.data(), H, selected, weights_.final_norm, eps, weights_.lm_head, normed, out.logits);
   if (out.want_hidden) {
     out.hidden.resize(size_t(rows.rows * H));
-    cpu::rms_norm_zero_centred_rows(pool_, h.data(), out.hidden.data(), rows.rows, H, weights_.final_norm.data(),
-                                    float(config_.rms_norm_eps));
+    cpu::rms_norm_zero_centred_rows(pool_, h.data(), out.hidden.data(), rows.rows, H, weights_.final_norm.data(), eps);
   } else {
     out.hidden.clear();
   }

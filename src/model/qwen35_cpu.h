@@ -10,6 +10,7 @@
 #include "model/causal_lm.h"
 #include "model/qwen35_cache.h"
 #include "model/qwen35_layers.h"
+#include "model/step_rows.h"
 #include "model/qwen35_weights.h"
 
 namespace moeserve::model {
@@ -41,6 +42,9 @@ class Qwen35CpuModel final : public CausalLM {
   int num_threads() const { return pool_.size(); }
 
  private:
+  // Validates a step (tokens, positions, block tables, state slots) and lays out its rows;
+  // appends every new token to `tokens`.
+  StepRows plan_step(std::span<const SeqStep> batch, std::vector<int32_t>& tokens);
   LayerCaches caches_of_layer(size_t layer);
   int num_kv_layers() const;
 

@@ -1,7 +1,6 @@
 #include "model/qwen35_weights.h"
 
 #include <charconv>
-#include <set>
 
 #include "core/error.h"
 #include "core/log.h"
