@@ -52,6 +52,7 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
   }
   auto& gen = r.generation;
   finalize_max_tokens(gen, int(tokens.size()), config_.limits, Endpoint::Chat);
+  add_model_stop_tokens(gen.sampling, svc);
 
   ChoiceDecoderOptions decoder;
   decoder.skip_special_tokens = gen.skip_special_tokens;

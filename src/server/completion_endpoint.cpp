@@ -25,6 +25,8 @@ void OpenAiServer::handle_completions(const httplib::Request& req, httplib::Resp
   if (gen.echo && gen.sampling.logprobs >= 0)
     gen.sampling.prompt_logprobs = std::max(gen.sampling.prompt_logprobs, gen.sampling.logprobs);
 
+  add_model_stop_tokens(gen.sampling, svc);
+
   ChoiceDecoderOptions decoder;
   decoder.skip_special_tokens = gen.skip_special_tokens;
   decoder.stop = gen.stop;

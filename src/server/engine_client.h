@@ -1,5 +1,5 @@
 // What the HTTP server needs from an engine: submit, cancel, drain, stats. runtime::Engine is
-// the implementation (RuntimeEngineClient); server unit tests drive the HTTP layer with a
+// the implementation (runtime_engine_client.h); server unit tests drive the HTTP layer with a
 // scripted fake that replays canned token streams.
 #pragma once
 #include <cstdint>
@@ -20,27 +20,6 @@ class EngineClient {
   virtual void cancel(uint64_t request_id, runtime::FinishReason why) = 0;
   virtual void drain() = 0;
   virtual EngineSnapshot snapshot() const = 0;
-};
-
-class RuntimeEngineClient final : public EngineClient {
- public:
-  explicit RuntimeEngineClient(runtime::Engine& engine) : engine_(engine) {}
-  uint64_t submit(std::vector<int32_t> prompt, const runtime::SamplingParams& params,
-                  runtime::OutputCallback callback) override {
-    return engine_.submit(std::move(prompt), params, std::move(callback));
-  }
-  void cancel(uint64_t request_id, runtime::FinishReason why) override {
-    engine_.cancel(request_id, why);
-  }
-  void drain() override { engine_.drain(); }
-  EngineSnapshot snapshot() const override {
-    EngineSnapshot s;
-    s.stats = engine_.stats();
-    return s;
-  }
-
- private:
-  runtime::Engine& engine_;
 };
 
 }  // namespace moeserve::server

@@ -53,6 +53,8 @@ void GenerationSession::start(std::vector<ChoiceSpec> choices) {
     engine_done_[i] = false;
     timing_[i].last_output = arrival_;
   }
+  num_choices_ = specs_.size();
+  started_ = true;
 }
 
 void GenerationSession::observe(size_t choice, const runtime::RequestOutput& output,
@@ -129,6 +131,13 @@ void SessionRegistry::remove(GenerationSession* s) {
 size_t SessionRegistry::size() const {
   std::lock_guard lock(mutex_);
   return sessions_.size();
+}
+
+size_t SessionRegistry::active() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto* s : sessions_) n += !s->finished();
+  return n;
 }
 
 void SessionRegistry::cancel_all() {

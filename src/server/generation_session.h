@@ -4,6 +4,7 @@
 // is still there) until finished(). Destroying a session cancels whatever is still running,
 // so a client that goes away frees its KV blocks and state slots in the engine's next step.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -49,7 +50,8 @@ class GenerationSession {
   // Waits up to `timeout` for outputs and decodes them, in arrival order.
   std::vector<ChoiceUpdate> poll(std::chrono::milliseconds timeout);
 
-  bool finished() const { return finished_choices_ == decoders_.size(); }
+  // Every choice has finished (false before start()). Thread-safe.
+  bool finished() const { return started_ && finished_choices_ == num_choices_; }
   // Ends every unfinished choice (client gone, shutdown). Safe from any thread.
   void cancel_all(runtime::FinishReason why = runtime::FinishReason::Abort);
 
@@ -78,7 +80,9 @@ class GenerationSession {
   std::mutex ids_mutex_;
   std::vector<uint64_t> engine_ids_;    // per choice, guarded by ids_mutex_
   std::vector<bool> engine_done_;       // final output seen, guarded by ids_mutex_
-  size_t finished_choices_ = 0;
+  std::atomic<bool> started_{false};
+  std::atomic<size_t> num_choices_{0};
+  std::atomic<size_t> finished_choices_{0};
 };
 
 // Every session in flight, for the in-flight gauge and for aborting what is left when a
@@ -89,6 +93,8 @@ class SessionRegistry {
   void remove(GenerationSession* s);
   size_t size() const;
   void cancel_all();
+  // Sessions still generating (the in-flight gauge).
+  size_t active() const;
 
  private:
   mutable std::mutex mutex_;

@@ -47,7 +47,7 @@ HttpServer::HttpServer(HttpServerOptions options) : options_(std::move(options))
       case 404: message = fmt::format("Route {} {} not found.", req.method, req.path); break;
       case 414: message = "Request URI is too long."; break;
       case 431: message = "Request headers are too large."; break;
-      default: message = fmt::format("Malformed HTTP request ({}).", httplib::detail::status_message(res.status));
+      default: message = fmt::format("Malformed HTTP request (status {}).", res.status);
     }
     send_error(res, ApiError(res.status, message));
   });

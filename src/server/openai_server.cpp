@@ -151,7 +151,7 @@ void OpenAiServer::handle_metrics(const httplib::Request&, httplib::Response& re
   EngineSnapshot snapshot;
   if (ready_) snapshot = services_.engine->snapshot();
   res.status = 200;
-  res.set_content(metrics_.render(snapshot, int(sessions_.size())),
+  res.set_content(metrics_.render(snapshot, int(sessions_.active())),
                   "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -171,7 +171,7 @@ void OpenAiServer::handle_debug_engine(const httplib::Request&, httplib::Respons
                   {"prompt_tokens_total", s.prompt_tokens_total},
                   {"generation_tokens_total", s.generation_tokens_total},
                   {"requests_finished_total", s.requests_finished_total},
-                  {"http_requests_in_flight", sessions_.size()}});
+                  {"http_requests_in_flight", sessions_.active()}});
 }
 
 std::shared_ptr<GenerationSession> OpenAiServer::new_session(GenerationSession::Clock::time_point arrival) {

@@ -1,6 +1,7 @@
 // The OpenAI server's settings (from `moeserve serve` flags) and the model-side pieces it
 // serves with once the model has loaded.
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -47,7 +48,18 @@ struct ModelServices {
   const text::Tokenizer* tokenizer = nullptr;
   ChatRenderer render_chat;
   EngineClient* engine = nullptr;
-  std::unordered_set<int32_t> eos_token_ids;
+  std::unordered_set<int32_t> eos_token_ids;  // end a choice with stop_reason null
+  // Added to every request's stop_token_ids unless ignore_eos: eos ids the engine does not
+  // stop at by itself (generation_config.json's, the tokenizer's eos token).
+  std::vector<int32_t> extra_stop_token_ids;
 };
+
+// Adds the model's extra stop tokens to a request (vLLM: unless ignore_eos).
+inline void add_model_stop_tokens(runtime::SamplingParams& params, const ModelServices& services) {
+  if (params.ignore_eos) return;
+  for (int32_t id : services.extra_stop_token_ids)
+    if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), id) == params.stop_token_ids.end())
+      params.stop_token_ids.push_back(id);
+}
 
 }  // namespace moeserve::server

@@ -1,0 +1,58 @@
+// moeserve serve MODEL_DIR: the OpenAI-compatible server (src/server/serve_command.h).
+// Flags mirror `vllm serve`.
+#include <memory>
+
+#include "cli/command.h"
+#include "server/serve_command.h"
+
+namespace {
+
+moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible HTTP API", [](CLI::App& app) {
+  auto o = std::make_shared<moeserve::server::ServeOptions>();
+  app.add_option("model_dir", o->model_dir, "Model directory (config.json, safetensors, tokenizer)")->required();
+  app.add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
+  app.add_option("--served-model-name", o->served_model_names,
+                 "Model name(s) clients use; the first is reported (default: MODEL_DIR as given)");
+  app.add_option("--max-model-len", o->max_model_len,
+                 "Most tokens (prompt + output) of one sequence (default: the model's max_position_embeddings)");
+  app.add_option("--reasoning-parser", o->reasoning_parser, "Split <think> blocks into reasoning_content (qwen3)");
+  app.add_option("--tool-call-parser", o->tool_call_parser, "Tool-call syntax: qwen3_coder, qwen3_xml, hermes, qwen3");
+  app.add_flag("--enable-auto-tool-choice", o->enable_auto_tool_choice,
+               "Let the model decide to call tools (tool_choice \"auto\")");
+  app.add_option("--chat-template", o->chat_template, "Chat template: a Jinja file or the template itself");
+  app.add_option("--default-chat-template-kwargs", o->default_chat_template_kwargs,
+                 "JSON object of template variables for every request, e.g. '{\"enable_thinking\": false}'");
+  app.add_option("--api-key", o->api_keys, "Require `Authorization: Bearer KEY` on /v1 routes (repeatable)");
+  app.add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
+  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Most tokens per engine step")
+      ->capture_default_str();
+  app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                 "Fraction of GPU memory to use (CUDA devices)")->capture_default_str();
+  app.add_option("--cpu-kv-cache-space", o->cpu_kv_cache_space_gib,
+                 "GiB for the KV cache and GDN state slots on the CPU")->capture_default_str();
+  app.add_option("--num-kv-blocks-override", o->num_kv_blocks_override,
+                 "Exact number of KV blocks (with --num-state-slots-override)");
+  app.add_option("--num-state-slots-override", o->num_state_slots_override,
+                 "Exact number of GDN state slots (with --num-kv-blocks-override)");
+  app.add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+  app.add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  app.add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
+  app.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: MODEL_DIR)");
+  app.add_option("--max-request-body-bytes", o->max_request_body_bytes, "Larger request bodies get 413")
+      ->capture_default_str();
+  app.add_option("--max-n", o->max_n, "Most choices (n) per request")->capture_default_str();
+  app.add_option("--max-logprobs", o->max_logprobs, "Most top logprobs per token")->capture_default_str();
+  app.add_option("--max-waiting-requests", o->max_waiting_requests,
+                 "Requests allowed to queue before the server answers 503 (0: unlimited)")
+      ->capture_default_str();
+  app.add_option("--seed", o->seed, "Seed for requests that bring none (default: random)");
+  app.add_option("--http-threads", o->http_threads,
+                 "HTTP worker threads (0: 2 x max-num-seqs + 16, within [64, 1024])")->capture_default_str();
+  app.add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                 "Seconds running requests get to finish after SIGTERM before they are aborted")
+      ->capture_default_str();
+  return [o] { return moeserve::server::run_serve(*o); };
+}};
+
+}  // namespace
