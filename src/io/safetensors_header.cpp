@@ -35,29 +35,67 @@ uint64_t read_le64(const std::byte* p) {
 }
 
 // A JSON text that is at most this deep is enough for a safetensors header:
-// root object (0) -> entry object (1) -> shape / data_offsets array (2).
-constexpr int kMaxStartDepth = 2;
+// root object (1) -> entry object (2) -> shape / data_offsets array (3).
+constexpr int kMaxDepth = 3;
 
-// Parses the header text, recording the top-level keys in document order (the DOM object
-// sorts them) and rejecting duplicate keys and nesting deeper than a header needs.
-json parse_header_json(std::string_view text, const std::string& source,
-                       std::vector<std::string>& key_order) {
-  std::set<std::string> seen;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth > kMaxStartDepth)
-      fail("{}: tensor '{}': JSON nested deeper than a safetensors header allows (shape and "
-           "data_offsets hold plain integers)",
-           source, key_order.empty() ? std::string() : key_order.back());
-    if (event == json::parse_event_t::key && depth == 1) {
-      std::string key = parsed.get<std::string>();
-      if (!seen.insert(key).second) fail("{}: header has the key '{}' twice", source, key);
-      key_order.push_back(std::move(key));
+// First pass over the header text (SAX, linear time): records the top-level keys in document
+// order (the DOM object sorts them), rejects duplicate keys, nesting deeper than a header
+// needs (before any DOM is built), and syntax errors. nlohmann's callback parser would do
+// the same in one pass, but it rescans the parent object after every entry: quadratic in the
+// number of tensors.
+class HeaderScanner final : public json::json_sax_t {
+ public:
+  HeaderScanner(const std::string& source, std::vector<std::string>& key_order)
+      : source_(source), key_order_(key_order) {}
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return enter(); }
+  bool start_array(std::size_t) override { return enter(); }
+  bool end_object() override { return leave(); }
+  bool end_array() override { return leave(); }
+  bool key(string_t& key) override {
+    if (depth_ == 1) {
+      if (!seen_.insert(key).second) fail("{}: header has the key '{}' twice", source_, key);
+      key_order_.push_back(key);
     }
     return true;
-  };
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail("{}: header is not valid JSON: {}", source_, e.what());
+  }
+
+ private:
+  bool enter() {
+    if (++depth_ > kMaxDepth)
+      fail("{}: tensor '{}': JSON nested deeper than a safetensors header allows (shape and "
+           "data_offsets hold plain integers)",
+           source_, key_order_.empty() ? std::string() : key_order_.back());
+    return true;
+  }
+  bool leave() {
+    --depth_;
+    return true;
+  }
+
+  const std::string& source_;
+  std::vector<std::string>& key_order_;
+  std::set<std::string> seen_;
+  int depth_ = 0;
+};
+
+json parse_header_json(std::string_view text, const std::string& source,
+                       std::vector<std::string>& key_order) {
+  HeaderScanner scanner(source, key_order);
   try {
-    return json::parse(text.begin(), text.end(), callback);
+    json::sax_parse(text.begin(), text.end(), &scanner);
+    // The scan accepted the text: the DOM parse cannot fail on syntax.
+    return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     fail("{}: header is not valid JSON: {}", source, e.what());
   }

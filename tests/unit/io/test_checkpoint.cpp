@@ -190,6 +190,29 @@ TEST(Checkpoint, OpensASingleFilePath) {
   EXPECT_EQ(ckpt.names(), std::vector<std::string>{"norm.weight"});
 }
 
+TEST(Checkpoint, ManyTensorsPerFile) {
+  // A 122B FP8 release has ~37k tensors; one file with 40k must open in well under a second
+  // (no quadratic step in header parsing, ordering or name lookup).
+  TempDir dir;
+  std::vector<SafetensorsWriter::Declaration> decl;
+  for (int i = 0; i < 40000; ++i)
+    decl.push_back({"model.layers." + std::to_string(i % 48) + ".mlp.experts." + std::to_string(i) + ".w",
+                    {DType::BF16, {2}}});
+  {
+    SafetensorsWriter w(dir / "model.safetensors", decl);
+    for (int i = 0; i < 40000; ++i) {
+      const uint16_t v[2] = {uint16_t(i), uint16_t(i >> 16)};
+      w.write_tensor(decl[size_t(i)].first, v, sizeof(v));
+    }
+    w.finish();
+  }
+  Checkpoint ckpt = Checkpoint::open(dir.path());
+  EXPECT_EQ(ckpt.names().size(), 40000u);
+  EXPECT_EQ(ckpt.get("layers.5.mlp.experts.39989.w").data<uint16_t>()[0], uint16_t(39989));
+  EXPECT_EQ(ckpt.names_with_prefix("layers.47.").size(), 833u);  // i % 48 == 47 for i < 40000
+  EXPECT_EQ(ckpt.files()[0]->tensors()[12345].name, "model.layers.9.mlp.experts.12345.w");  // header order
+}
+
 TEST(Checkpoint, NotACheckpointDirectory) {
   TempDir dir;
   expect_error([&] { Checkpoint::open(dir / "absent"); }, {"absent", "not a directory"});

@@ -3,6 +3,8 @@
 // code SafetensorsFile::open runs); a few go through real files.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <span>
 
 #include "io/safetensors.h"
@@ -173,6 +175,15 @@ TEST(SafetensorsMalformed, FilesThatCannotBeMapped) {
   expect_error([&] { SafetensorsFile::open(dir / "dir.safetensors"); }, {"dir.safetensors", "not a regular file"});
   write_file(dir / "short.safetensors", "abc");
   expect_error([&] { SafetensorsFile::open(dir / "short.safetensors"); }, {"short.safetensors", "too short"});
+}
+
+TEST(SafetensorsMalformed, UnreadableFile) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files regardless of their mode";
+  TempDir dir;
+  write_safetensors(dir / "locked.safetensors", {{"a", Tensor::from_f32({1}, {1})}});
+  std::filesystem::permissions(dir / "locked.safetensors", std::filesystem::perms::none);
+  expect_error([&] { SafetensorsFile::open(dir / "locked.safetensors"); },
+               {"cannot open", "locked.safetensors", "Permission denied"});
 }
 
 TEST(SafetensorsMalformed, TruncatedFileOnDisk) {
