@@ -83,7 +83,10 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt) {
       case StmtKind::kText: emit(static_cast<const TextStmt&>(stmt).text); return Flow::kNormal;
       case StmtKind::kPrint: {
         Value v = eval(*static_cast<const PrintStmt&>(stmt).expr);
-        emit(v.is_string() ? v.as_string() : to_str(v));
+        if (v.is_string())
+          emit(v.as_string());
+        else
+          emit(to_str(v));
         return Flow::kNormal;
       }
       case StmtKind::kIf: {

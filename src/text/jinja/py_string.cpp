@@ -207,6 +207,27 @@ bool is_printable(char32_t c) {
 // ---- str methods ----------------------------------------------------------------------
 
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
+  if (!chars) {
+    // Whitespace: walk the UTF-8 bytes from both ends without decoding the middle.
+    size_t begin = 0, end = s.size();
+    if (left) {
+      while (begin < end) {
+        size_t next = begin;
+        if (!is_whitespace(decode_utf8(s, next))) break;
+        begin = next;
+      }
+    }
+    if (right) {
+      while (end > begin) {
+        size_t start = end - 1;
+        while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+        size_t next = start;
+        if (!is_whitespace(decode_utf8(s, next)) || next != end) break;
+        end = start;
+      }
+    }
+    return std::string(s.substr(begin, end - begin));
+  }
   std::u32string text = to_u32(s);
   std::u32string set = chars ? to_u32(*chars) : std::u32string();
   auto strip_char = [&](char32_t c) { return chars ? in_set(set, c) : is_whitespace(c); };

@@ -11,7 +11,7 @@ namespace moeserve::text::jinja {
 // ---- Dict ------------------------------------------------------------------------
 
 const Value* Dict::find(std::string_view key) const {
-  auto it = string_index_.find(std::string(key));
+  auto it = string_index_.find(key);
   return it == string_index_.end() ? nullptr : &entries_[it->second].second;
 }
 

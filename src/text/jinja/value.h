@@ -6,6 +6,7 @@
 // copying a Value is cheap.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,8 +46,13 @@ class Dict {
   const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
 
  private:
+  // Transparent hashing: lookups by string_view allocate nothing.
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
   std::vector<std::pair<Value, Value>> entries_;
-  std::unordered_map<std::string, size_t> string_index_;
+  std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> string_index_;
 };
 
 struct StringData {
