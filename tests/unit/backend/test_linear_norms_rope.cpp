@@ -60,6 +60,23 @@ TEST(CpuLinear, GroupedEqualsSeparateAndIsThreadCountInvariant) {
   EXPECT_EQ(a2, b2);
 }
 
+TEST(CpuLinear, EveryOutputIsBitwiseTheSharedDotProduct) {
+  // Outputs are computed four at a time and one at a time (tile ends); both must sum exactly
+  // like cpu::dot, so that no result depends on where it falls in a tile or a batch.
+  ThreadPool pool(3);
+  for (int64_t k : {5, 8, 77, 1000}) {
+    const int64_t m = 3, n = 71;
+    auto w = random_weight(n, k, uint32_t(k));
+    auto x = random_vector(size_t(m * k), uint32_t(k + 1));
+    std::vector<float> y(size_t(m * n));
+    linear(pool, x.data(), m, w, y.data());
+    const auto wf = w.part("weight").to_f32();
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        ASSERT_EQ(y[size_t(r * n + c)], dot(x.data() + r * k, wf.data() + c * k, k)) << k << " " << r << " " << c;
+  }
+}
+
 TEST(CpuLinear, StridedInputAndOutput) {
   ThreadPool pool(2);
   auto w = random_weight(6, 4, 9);
