@@ -67,9 +67,10 @@ Value builtin_dict(Interpreter&, const CallArgs& args) {
   return Value::dict(std::move(d));
 }
 
-Value builtin_namespace(Interpreter&, const CallArgs& args) {
+Value builtin_namespace(Interpreter& in, const CallArgs& args) {
   auto ns = std::make_shared<Namespace>();
   fill_dict(ns->attrs(), args, "namespace");
+  in.track(ns);
   return Value::object(std::move(ns));
 }
 

@@ -37,6 +37,11 @@ void Scope::set(std::string_view name, Value value) {
 Interpreter::Interpreter(const TemplateAst& ast, const std::string& template_name, const RenderLimits& limits)
     : ast_(ast), name_(template_name), limits_(limits) {}
 
+Interpreter::~Interpreter() {
+  for (const auto& weak : tracked_)
+    if (auto object = weak.lock()) object->release();
+}
+
 Interpreter::DepthGuard::DepthGuard(Interpreter& in) : in_(in) {
   if (++in_.call_depth_ > in_.limits_.max_call_depth) {
     --in_.call_depth_;
@@ -134,6 +139,7 @@ Interpreter::Flow Interpreter::run_loop(const ForStmt& stmt, const Value& iterab
     items = std::move(kept);
   }
   auto loop = std::make_shared<LoopObject>(std::move(items), depth, stmt, outer);
+  track(loop);
   Value loop_value = Value::object(loop);
   // Like Jinja, `else` runs unless some iteration ran to its end: a loop left by `break`
   // in its first pass, or one whose every pass hit `continue`, runs the else block too.
@@ -200,14 +206,18 @@ void Interpreter::exec_set_block(const SetBlockStmt& stmt) {
 }
 
 void Interpreter::exec_macro(const MacroStmt& stmt) {
-  scope_->set(stmt.def.name, Value::object(std::make_shared<MacroObject>(stmt.def, scope_)));
+  auto macro = std::make_shared<MacroObject>(stmt.def, scope_);
+  track(macro);
+  scope_->set(stmt.def.name, Value::object(std::move(macro)));
 }
 
 void Interpreter::exec_call_block(const CallBlockStmt& stmt) {
   const auto& call = static_cast<const CallExpr&>(*stmt.call);
   Value callee = eval(*call.callee);
   CallArgs args = eval_args(call.args);
-  args.keywords.emplace_back("caller", Value::object(std::make_shared<MacroObject>(stmt.caller, scope_)));
+  auto caller = std::make_shared<MacroObject>(stmt.caller, scope_);
+  track(caller);
+  args.keywords.emplace_back("caller", Value::object(std::move(caller)));
   Value result = this->call(callee, args);
   emit(to_str(result));
 }

@@ -42,6 +42,10 @@ using ScopePtr = std::shared_ptr<Scope>;
 class Interpreter {
  public:
   Interpreter(const TemplateAst& ast, const std::string& template_name, const RenderLimits& limits);
+  // Releases every tracked object, so no reference cycle outlives the render.
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   // Renders the template with `globals` (builtins and the caller's variables) as the
   // outermost frame.
@@ -52,6 +56,8 @@ class Interpreter {
   Value call_filter(std::string_view name, const Value& input, const CallArgs& args);
   bool call_test(std::string_view name, const Value& input, const CallArgs& args);
   const RenderLimits& limits() const { return limits_; }
+  // Registers an object that may close a reference cycle (see Object::release).
+  void track(const std::shared_ptr<Object>& object) { tracked_.push_back(object); }
   // Throws a limit error when a string of `bytes` would exceed the limits.
   void check_string_size(size_t bytes) const;
   // Calls a macro (or a call block's caller) defined by `def` with `closure` as parent frame.
@@ -125,6 +131,7 @@ class Interpreter {
   std::string* out_ = nullptr;
   uint64_t iterations_ = 0;
   int call_depth_ = 0;
+  std::vector<std::weak_ptr<Object>> tracked_;
 };
 
 }  // namespace moeserve::text::jinja

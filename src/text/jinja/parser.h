@@ -12,7 +12,7 @@ namespace moeserve::text::jinja {
 
 // Nesting deeper than this (parentheses, blocks) is a syntax error rather than a risk
 // for the stack; CPython's own limits make real Jinja fail far earlier.
-inline constexpr int kMaxParseDepth = 100;
+inline constexpr int kMaxParseDepth = 200;
 
 TemplateAst parse_template(std::string_view source, const std::string& template_name);
 

@@ -19,7 +19,9 @@ ExprPtr Parser::parse_expression(bool with_condexpr) {
 ExprPtr Parser::parse_condexpr() {
   int line = current().line;
   ExprPtr expr1 = parse_or();
+  ChainGuard chain(*this);
   while (skip_name("if")) {
+    chain.link();
     FlagGuard soft(soft_, true);
     auto cond = std::make_unique<CondExpr>(line);
     cond->test = parse_or();
@@ -34,7 +36,9 @@ ExprPtr Parser::parse_condexpr() {
 ExprPtr Parser::parse_or() {
   int line = current().line;
   ExprPtr left = parse_and();
+  ChainGuard chain(*this);
   while (skip_name("or")) {
+    chain.link();
     left = std::make_unique<LogicalExpr>(ExprKind::kOr, std::move(left), parse_and(), line);
     line = current().line;
   }
@@ -44,7 +48,9 @@ ExprPtr Parser::parse_or() {
 ExprPtr Parser::parse_and() {
   int line = current().line;
   ExprPtr left = parse_not();
+  ChainGuard chain(*this);
   while (skip_name("and")) {
+    chain.link();
     left = std::make_unique<LogicalExpr>(ExprKind::kAnd, std::move(left), parse_not(), line);
     line = current().line;
   }
@@ -87,7 +93,9 @@ ExprPtr Parser::parse_compare() {
 ExprPtr Parser::parse_math1() {
   int line = current().line;
   ExprPtr left = parse_concat();
+  ChainGuard chain(*this);
   while (is_op(Op::kAdd) || is_op(Op::kSub)) {
+    chain.link();
     BinaryOp op = next().op == Op::kAdd ? BinaryOp::kAdd : BinaryOp::kSub;
     left = std::make_unique<BinaryExpr>(op, std::move(left), parse_concat(), line);
     line = current().line;
@@ -108,7 +116,9 @@ ExprPtr Parser::parse_concat() {
 ExprPtr Parser::parse_math2() {
   int line = current().line;
   ExprPtr left = parse_pow();
+  ChainGuard chain(*this);
   while (is_op(Op::kMul) || is_op(Op::kDiv) || is_op(Op::kFloorDiv) || is_op(Op::kMod)) {
+    chain.link();
     Op token_op = next().op;
     BinaryOp op = token_op == Op::kMul ? BinaryOp::kMul
                   : token_op == Op::kDiv ? BinaryOp::kDiv
@@ -123,7 +133,9 @@ ExprPtr Parser::parse_math2() {
 ExprPtr Parser::parse_pow() {
   int line = current().line;
   ExprPtr left = parse_unary();
+  ChainGuard chain(*this);
   while (skip_op(Op::kPow)) {
+    chain.link();
     left = std::make_unique<BinaryExpr>(BinaryOp::kPow, std::move(left), parse_unary(), line);
     line = current().line;
   }
@@ -239,10 +251,13 @@ ExprPtr Parser::parse_dict() {
 }
 
 ExprPtr Parser::parse_postfix(ExprPtr node) {
+  ChainGuard chain(*this);
   while (true) {
     if (is_op(Op::kDot) || is_op(Op::kLBracket)) {
+      chain.link();
       node = parse_subscript(std::move(node));
     } else if (is_op(Op::kLParen)) {
+      chain.link();
       node = parse_call(std::move(node));
     } else {
       return node;
@@ -251,12 +266,15 @@ ExprPtr Parser::parse_postfix(ExprPtr node) {
 }
 
 ExprPtr Parser::parse_filter_expr(ExprPtr node) {
+  ChainGuard chain(*this);
   while (true) {
     if (is_op(Op::kPipe)) {
       node = parse_filter(std::move(node), false);
     } else if (is_name("is")) {
+      chain.link();
       node = parse_test(std::move(node));
     } else if (is_op(Op::kLParen)) {
+      chain.link();
       node = parse_call(std::move(node));
     } else {
       return node;
@@ -354,7 +372,9 @@ ExprPtr Parser::parse_call(ExprPtr node) {
 }
 
 ExprPtr Parser::parse_filter(ExprPtr node, bool start_inline) {
+  ChainGuard chain(*this);
   while (is_op(Op::kPipe) || start_inline) {
+    chain.link();
     if (!start_inline) next();
     start_inline = false;
     const Token& token = current();

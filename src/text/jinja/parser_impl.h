@@ -93,6 +93,17 @@ class Parser {
    private:
     Parser& parser_;
   };
+  // Left-deep chains (a + b + c, x.a.b, x|f|g) nest the tree one level per link
+  // without recursing; each link counts toward the depth until the chain is done.
+  class ChainGuard {
+   public:
+    explicit ChainGuard(Parser& p) : parser_(p) {}
+    ~ChainGuard() { parser_.depth_ -= links_; }
+    void link();
+   private:
+    Parser& parser_;
+    int links_ = 0;
+  };
   // Saves a parser flag and restores it on scope exit.
   class FlagGuard {
    public:

@@ -125,6 +125,12 @@ Parser::DepthGuard::DepthGuard(Parser& p) : parser_(p) {
     parser_.fail(fmt::format("the template nests deeper than {} levels", kMaxParseDepth), parser_.current().line);
 }
 
+void Parser::ChainGuard::link() {
+  ++links_;
+  if (++parser_.depth_ > kMaxParseDepth)
+    parser_.fail(fmt::format("the template nests deeper than {} levels", kMaxParseDepth), parser_.current().line);
+}
+
 // ---- body -------------------------------------------------------------------------------
 
 TemplateAst Parser::parse() {

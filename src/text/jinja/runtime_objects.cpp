@@ -27,6 +27,7 @@ Value MacroObject::attribute(std::string_view name) const {
 }
 
 Value MacroObject::call(Interpreter& interp, const CallArgs& args) const {
+  if (!closure_) runtime_error("macro '" + def_.name + "' called after its template finished rendering");
   return interp.invoke_macro(def_, closure_, args);
 }
 
@@ -83,6 +84,13 @@ Value LoopObject::call(Interpreter& interp, const CallArgs& args) const {
 // ---- Namespace ------------------------------------------------------------------------------
 
 std::string Namespace::repr() const {
+  // A namespace can hold itself; stop like Python's RecursionError instead of recursing.
+  static thread_local int active = 0;
+  if (active > kMaxNestingDepth) runtime_error("maximum recursion depth exceeded while getting the repr of an object");
+  ++active;
+  struct Leave {
+    ~Leave() { --active; }
+  } leave;
   std::string out = "<Namespace ";
   out += to_repr(Value::dict(std::make_shared<const Dict>(attrs_)));
   out += '>';

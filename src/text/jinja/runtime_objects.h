@@ -40,6 +40,7 @@ class MacroObject : public Object {
   Value attribute(std::string_view name) const override;
   bool callable() const override { return true; }
   Value call(Interpreter& interp, const CallArgs& args) const override;
+  void release() override { closure_.reset(); }
 
  private:
   const MacroDef& def_;
@@ -61,6 +62,11 @@ class LoopObject : public Object, public std::enable_shared_from_this<LoopObject
   bool callable() const override { return true; }
   // loop(children) in a `recursive` loop.
   Value call(Interpreter& interp, const CallArgs& args) const override;
+  void release() override {
+    scope_.reset();
+    items_.clear();
+    last_changed_.reset();
+  }
 
  private:
   std::vector<Value> items_;
@@ -79,6 +85,7 @@ class Namespace : public Object {
   Value attribute(std::string_view name) const override;
   void set(const std::string& name, Value value) { attrs_.set(Value::string(name), std::move(value)); }
   Dict& attrs() { return attrs_; }
+  void release() override { attrs_ = Dict(); }
 
  private:
   Dict attrs_;

@@ -1,5 +1,6 @@
 #include "text/jinja/value.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -22,7 +23,19 @@ const Value* Dict::find(const Value& key) const {
   return nullptr;
 }
 
+namespace {
+
+uint32_t checked_depth(uint32_t inner) {
+  if (inner + 1 > static_cast<uint32_t>(kMaxNestingDepth))
+    runtime_error(fmt::format("maximum recursion depth exceeded: containers nested deeper than {} levels",
+                              kMaxNestingDepth));
+  return inner + 1;
+}
+
+}  // namespace
+
 void Dict::set(Value key, Value value) {
+  depth_ = std::max(depth_, checked_depth(std::max(key.nesting_depth(), value.nesting_depth())));
   if (key.is_list())
     runtime_error(fmt::format("unhashable type: '{}'", key.type_name()));
   if (key.is_dict()) runtime_error("unhashable type: 'dict'");
@@ -57,7 +70,19 @@ Value Value::string(std::string s, bool markup) {
   return Value(Storage(StringData{std::make_shared<const std::string>(std::move(s)), markup}));
 }
 Value Value::sequence(std::vector<Value> items, SequenceKind kind) {
-  return Value(Storage(std::make_shared<const Sequence>(Sequence{std::move(items), kind})));
+  uint32_t inner = 0;
+  for (const Value& v : items) inner = std::max(inner, v.nesting_depth());
+  Sequence seq;
+  seq.items = std::move(items);
+  seq.kind = kind;
+  seq.depth = checked_depth(inner);
+  return Value(Storage(std::make_shared<const Sequence>(std::move(seq))));
+}
+
+uint32_t Value::nesting_depth() const {
+  if (is_sequence()) return as_sequence().depth;
+  if (is_dict()) return as_dict().depth();
+  return 0;
 }
 Value Value::range(int64_t start, int64_t stop, int64_t step) {
   Sequence seq;

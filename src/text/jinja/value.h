@@ -31,6 +31,7 @@ struct Sequence {
   std::vector<Value> items;
   SequenceKind kind = SequenceKind::kList;
   int64_t range_start = 0, range_stop = 0, range_step = 1;  // kRange only
+  uint32_t depth = 1;  // containers nested inside, this one included
 };
 
 // Insertion-ordered mapping with Python key semantics (1, 1.0 and True are one key).
@@ -44,6 +45,8 @@ class Dict {
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
   const std::vector<std::pair<Value, Value>>& entries() const { return entries_; }
+  // Containers nested inside, this one included.
+  uint32_t depth() const { return depth_; }
 
  private:
   // Transparent hashing: lookups by string_view allocate nothing.
@@ -53,6 +56,7 @@ class Dict {
   };
   std::vector<std::pair<Value, Value>> entries_;
   std::unordered_map<std::string, size_t, StringHash, std::equal_to<>> string_index_;
+  uint32_t depth_ = 1;
 };
 
 struct StringData {
@@ -127,6 +131,9 @@ class Value {
   const std::string& undefined_message() const;
   bool undefined_is_security() const;
 
+  // How deeply containers nest in this value (0 for scalars).
+  uint32_t nesting_depth() const;
+
   // Python truthiness.
   bool truthy() const;
   // Python's type name ('str', 'int', 'NoneType', 'list', 'dict', 'Undefined', ...).
@@ -152,10 +159,14 @@ class Object {
   virtual Value call(Interpreter& interp, const CallArgs& args) const;
   // len(); nullopt-like: returns -1 when the object has no len().
   virtual int64_t length() const { return -1; }
+  // Drops references to frames and values, breaking reference cycles (a macro stored in
+  // the frame it closes over, a namespace holding itself). Called when a render ends.
+  virtual void release() {}
 };
 
-// Containers nested deeper than this are rejected by the recursive algorithms (equality,
-// repr, json) with an error, like Python's RecursionError, instead of overflowing the stack.
+// Containers nested deeper than this cannot be built (and the recursive algorithms --
+// equality, repr, json -- stop there too): an error like Python's RecursionError instead
+// of a stack overflow.
 inline constexpr int kMaxNestingDepth = 512;
 
 // Python equality (==): numbers by value across int/float/bool, containers deeply, dicts

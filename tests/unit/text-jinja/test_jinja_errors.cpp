@@ -60,6 +60,23 @@ TEST(JinjaErrors, DeepNestingIsASyntaxErrorNotAStackOverflow) {
   expect_error(blocks, Kind::kSyntax, 1, "nests deeper");
   std::string lists = "{{ " + std::string(3000, '[') + std::string(3000, ']') + " }}";
   expect_error(lists, Kind::kSyntax, 1, "nests deeper");
+  // Left-deep chains nest the tree without recursing in the parser.
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 100000; ++i) sum += " + 1";
+  expect_error(sum + " }}", Kind::kSyntax, 1, "nests deeper");
+  std::string attrs = "{{ x";
+  for (int i = 0; i < 100000; ++i) attrs += ".a";
+  expect_error(attrs + " }}", Kind::kSyntax, 1, "nests deeper");
+  std::string filters = "{{ x";
+  for (int i = 0; i < 100000; ++i) filters += "|trim";
+  expect_error(filters + " }}", Kind::kSyntax, 1, "nests deeper");
+  std::string ors = "{{ x";
+  for (int i = 0; i < 100000; ++i) ors += " or x";
+  expect_error(ors + " }}", Kind::kSyntax, 1, "nests deeper");
+  // Moderate depth still renders.
+  std::string fine = "{{ " + std::string(60, '(') + "1" + std::string(60, ')');
+  for (int i = 0; i < 60; ++i) fine += " + 1";
+  EXPECT_EQ(Template::parse(fine + " }}", "t").render({}), "61");
 }
 
 TEST(JinjaErrors, RuntimeErrorsNameTheLine) {
@@ -112,8 +129,10 @@ TEST(JinjaErrors, OutputAndStringSizesAreCapped) {
 
 TEST(JinjaErrors, DeeplyNestedValuesFailCleanly) {
   TemplateError e = render_error(
-      "{% set ns = namespace(x=[]) %}{% for i in range(3000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+      "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
   EXPECT_EQ(e.kind(), Kind::kRuntime);
+  EXPECT_NE(std::string(e.what()).find("recursion"), std::string::npos) << e.what();
+  e = render_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}");
   EXPECT_NE(std::string(e.what()).find("recursion"), std::string::npos) << e.what();
   nlohmann::json deep = nlohmann::json::array();
   for (int i = 0; i < 2000; ++i) deep = nlohmann::json::array({deep});
