@@ -39,7 +39,7 @@ struct BenchOptions {
   std::vector<std::string> goodput;  // "ttft:MS", "tpot:MS", "e2el:MS"
   int64_t warmup_requests = 1;       // unmeasured requests first (also checks the endpoint)
   std::string output_json;           // result file
-  bool progress = true;
+  bool no_progress = false;        // no progress bar
 };
 
 // The most worker threads (open connections) load mode starts when --concurrency is 0.

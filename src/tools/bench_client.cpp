@@ -24,6 +24,19 @@ httplib::Headers make_headers(const ClientOptions& o, bool stream) {
   return h;
 }
 
+// What went wrong below HTTP, in words.
+std::string describe_transport_error(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "could not connect (is the server running?)";
+    case httplib::Error::ConnectionTimeout: return "connection timed out";
+    case httplib::Error::Read: return "read failed or timed out (see --timeout)";
+    case httplib::Error::Write: return "write failed";
+    case httplib::Error::SSLConnection: return "TLS connection failed";
+    case httplib::Error::SSLServerVerification: return "TLS server verification failed";
+    default: return httplib::to_string(e) + " error";
+  }
+}
+
 // A short description of an error body: the OpenAI {"error": {"message": ...}} when present.
 std::string describe_error_body(const std::string& body) {
   auto j = json::parse(body, nullptr, false);
@@ -132,7 +145,7 @@ BenchClient::~BenchClient() = default;
 std::string BenchClient::first_model_id() {
   const std::string url = options_.base.scheme_host_port + options_.base.path_prefix + "/v1/models";
   auto res = http_->Get(options_.base.path_prefix + "/v1/models", make_headers(options_, false));
-  if (!res) fail("GET {} failed: {}", url, httplib::to_string(res.error()));
+  if (!res) fail("GET {} failed: {}", url, describe_transport_error(res.error()));
   if (res->status != 200) fail("GET {} returned HTTP {}: {}", url, res->status, describe_error_body(res->body));
   auto j = json::parse(res->body, nullptr, false);
   MOESERVE_CHECK(!j.is_discarded(), "GET {}: the answer is not JSON", url);
@@ -155,7 +168,7 @@ PlainResponse BenchClient::post_json(const std::string& path, const json& body) 
                          "application/json");
   out.elapsed_s = seconds_between(t0, Clock::now());
   if (!res) {
-    out.error = httplib::to_string(res.error());
+    out.error = describe_transport_error(res.error());
     return out;
   }
   out.http_status = res->status;
@@ -254,7 +267,7 @@ RequestRecord BenchClient::stream_generation(const GenerationRequest& req, const
   const double end = seconds_between(sent, Clock::now());
   record.http_status = status;
   if (!res) {
-    record.error = fmt::format("request failed: {}", httplib::to_string(res.error()));
+    record.error = fmt::format("request failed: {}", describe_transport_error(res.error()));
     return record;
   }
   if (status != 200) {
