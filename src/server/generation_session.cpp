@@ -18,6 +18,16 @@ GenerationSession::GenerationSession(EngineClient& engine, const text::Tokenizer
 
 GenerationSession::~GenerationSession() {
   cancel_all(FinishReason::Abort);
+  // Choices that never saw their final output (the client left): counted as aborted.
+  const auto now = Clock::now();
+  for (size_t i = 0; i < decoders_.size(); ++i) {
+    if (decoders_[i]->finished() || i >= engine_done_.size() || engine_done_[i]) continue;
+    const auto& t = timing_[i];
+    metrics_.observe_request_finished(
+        FinishReason::Abort, std::chrono::duration<double>(now - arrival_).count(),
+        t.has_first_token ? std::chrono::duration<double>(now - t.first_token).count() : 0.0,
+        decoders_[i]->completion_tokens());
+  }
   registry_.remove(this);
 }
 
