@@ -87,7 +87,7 @@ int run_load_mode(const BenchOptions& o, const ClientOptions& client) {
   std::fprintf(stderr, "model %s, %zu requests, request rate %s, burstiness %.2f, concurrency %s\n",
                sampling.model.c_str(), requests.size(), rate.c_str(), o.burstiness, limit.c_str());
   ProgressBar bar("requests", int64_t(requests.size()), stderr,
-                  o.no_progress ? ProgressBar::Mode::Quiet : ProgressBar::Mode::Auto, "req");
+                  o.no_progress ? ProgressBar::Mode::Off : ProgressBar::Mode::Auto, "req");
   const LoadRunResult run = run_load(client, sampling, requests, arrivals, concurrency, &bar);
 
   const BenchmarkMetrics m = compute_metrics(run.records, run.duration_s, percentiles, slo);

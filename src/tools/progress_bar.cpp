@@ -46,6 +46,7 @@ ProgressBar::ProgressBar(std::string label, int64_t total, std::FILE* out, Mode 
       out_(out),
       interactive_(mode == Mode::Interactive ||
                    (mode == Mode::Auto && out != nullptr && isatty(fileno(out)))),
+      silent_(mode == Mode::Off || out == nullptr),
       unit_(std::move(unit)),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {
@@ -77,7 +78,7 @@ int64_t ProgressBar::done() const {
 }
 
 void ProgressBar::draw_locked(bool final_draw) {
-  if (out_ == nullptr) return;
+  if (silent_) return;
   auto now = std::chrono::steady_clock::now();
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();

@@ -5,6 +5,7 @@
 //     requests [##########..........]  50/100  50%  12.3 it/s  elapsed 00:04  eta 00:04
 // When the stream is not a terminal (CI logs, pipes) it prints nothing while running and one
 // plain summary line at finish(), so logs are not flooded with carriage returns.
+// Modes: Auto (Interactive on a terminal, else Summary), Interactive, Summary, Off (silent).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -26,7 +27,7 @@ std::string format_duration(double seconds);
 
 class ProgressBar {
  public:
-  enum class Mode { Auto, Interactive, Quiet };
+  enum class Mode { Auto, Interactive, Summary, Off };
 
   // `out` is usually stderr. Mode::Auto draws in place iff `out` is a terminal.
   ProgressBar(std::string label, int64_t total, std::FILE* out = stderr, Mode mode = Mode::Auto,
@@ -50,6 +51,7 @@ class ProgressBar {
   int64_t total_;
   std::FILE* out_;
   bool interactive_;
+  bool silent_;
   std::string unit_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;

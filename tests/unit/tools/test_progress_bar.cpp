@@ -29,10 +29,10 @@ std::string read_all(std::FILE* f) {
 }
 }  // namespace
 
-TEST(ProgressBar, QuietModePrintsOneSummaryLine) {
+TEST(ProgressBar, SummaryModePrintsOneLine) {
   std::FILE* f = std::tmpfile();
   {
-    ProgressBar bar("work", 4, f, ProgressBar::Mode::Quiet);
+    ProgressBar bar("work", 4, f, ProgressBar::Mode::Summary);
     EXPECT_FALSE(bar.interactive());
     std::vector<std::thread> ts;
     for (int i = 0; i < 4; ++i) ts.emplace_back([&] { bar.advance(); });
@@ -73,4 +73,15 @@ TEST(ProgressBar, InteractiveModeRedrawsInPlace) {
   EXPECT_NE(out.find("2/2 100%"), std::string::npos);
   EXPECT_EQ(out.back(), '\n');
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1);
+}
+
+TEST(ProgressBar, OffModeIsSilent) {
+  std::FILE* f = std::tmpfile();
+  {
+    ProgressBar bar("w", 3, f, ProgressBar::Mode::Off);
+    bar.advance(3);
+    EXPECT_EQ(bar.done(), 3);
+  }
+  EXPECT_EQ(read_all(f), "");
+  std::fclose(f);
 }
