@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 
-BUILD_DIR=build
+BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD_DIR" -j "$JOBS" --target moeserve
