@@ -123,12 +123,17 @@ TEST(BenchClient, StreamTimingsMatchTheScript) {
     EXPECT_GT(gap, 0.080 - kEarly);
     EXPECT_LT(gap, 0.080 + kLate);
   }
-  EXPECT_GT(r.latency, 0.390 - kEarly);
-  EXPECT_LT(r.latency, 0.390 + 2 * kLate);
-  // TPOT from these timings is (E2EL - TTFT) / 3, i.e. about the 80 ms cadence.
+  // E2EL ends at the usage chunk, written together with the last output chunk: the
+  // timeline adds up (delays accumulate on a loaded machine, so check the sum, not 390 ms).
+  double sum_itl = 0;
+  for (double gap : r.itl) sum_itl += gap;
+  EXPECT_GE(r.latency, r.ttft + sum_itl - 1e-9);
+  EXPECT_LT(r.latency, r.ttft + sum_itl + kLate);
+  // TPOT is (E2EL - TTFT) / (completion_tokens - 1) exactly, here about the 80 ms cadence.
   auto m = compute_metrics({r}, 1.0, {99});
-  EXPECT_NEAR(m.tpot.mean_ms, 80.0, 25.0);
-  EXPECT_NEAR(m.itl.mean_ms, 80.0, 25.0);
+  EXPECT_NEAR(m.tpot.mean_ms, (r.latency - r.ttft) / 3 * 1000, 1e-9);
+  EXPECT_NEAR(m.tpot.mean_ms, m.itl.mean_ms, kLate / 3 * 1000);
+  EXPECT_GT(m.itl.mean_ms, 80.0 - kEarly * 1000);
 
   ASSERT_EQ(server.bodies().size(), 1u);
   EXPECT_EQ(server.bodies()[0]["stream"], true);
@@ -272,7 +277,7 @@ TEST(BenchLoad, RequestsWaitForTheirArrivalTime) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(run.records[i].success) << run.records[i].error;
     EXPECT_GE(run.records[i].start_time, arrivals[i]);
-    EXPECT_LT(run.records[i].start_time, arrivals[i] + kLate);
+    EXPECT_LT(run.records[i].start_time, arrivals[i] + 0.1);  // sent when due, not later
   }
   EXPECT_GT(run.duration_s, 0.25);
 }
