@@ -58,16 +58,15 @@ void sort_by(std::vector<Value>& items, const std::function<Value(const Value&)>
   for (auto& kv : keyed) items.push_back(std::move(kv.second));
 }
 
-// Comma-separated attributes for sort: the key is the list of their values.
+// jinja's make_multi_attrgetter: the sort key is always a list (of the comma-separated
+// attributes' values), so equal keys compare equal before any '<' is tried.
 std::function<Value(const Value&)> multi_attrgetter(const std::optional<Value>& attribute, bool ignore_case) {
-  if (!attribute || attribute->is_none()) return make_attrgetter(std::nullopt, ignore_case);
-  if (!attribute->is_string()) return make_attrgetter(attribute, ignore_case);
   std::vector<std::function<Value(const Value&)>> getters;
-  for (const auto& part : py::split(attribute->as_string(), std::string(","), -1))
-    getters.push_back(make_attrgetter(Value::string(part), ignore_case));
-  if (getters.size() == 1) {
-    auto single = getters[0];
-    return [single](const Value& v) { return Value::sequence({single(v)}); };
+  if (attribute && attribute->is_string()) {
+    for (const auto& part : py::split(attribute->as_string(), std::string(","), -1))
+      getters.push_back(make_attrgetter(Value::string(part), ignore_case));
+  } else {
+    getters.push_back(make_attrgetter(attribute, ignore_case));
   }
   return [getters](const Value& v) {
     std::vector<Value> keys;

@@ -184,6 +184,7 @@ TEST(JinjaConstructs, Filters) {
       C("{{ s|trim }}|{{ s|trim(' eS') }}|{{ s|upper }}|{{ s|lower }}|{{ s|title }}|{{ 'hello-world (x) [y]'|title }}|{{ s|capitalize }}", ctx),
       C("{{ l|sort }}|{{ l|sort(case_sensitive=true) }}|{{ l|sort(reverse=true) }}|{{ n|sort }}|{{ users|sort(attribute='age')|map(attribute='name')|list }}", ctx),
       C("{{ users|sort(attribute='age,name')|map(attribute='name')|join }}|{{ users|sort(attribute='age', reverse=true)|map(attribute='name')|join }}", ctx),
+      C("{{ ['ab', 'c']|map(attribute='k')|list|sort|length }}|{{ users|sort(attribute='zip')|map(attribute='name')|join }}", ctx),
       C("{{ l|unique|list }}|{{ l|unique(case_sensitive=true)|list }}|{{ [1, 1.0, true, 2]|unique|list }}|{{ users|unique(attribute='age')|map(attribute='name')|list }}", ctx),
       C("{{ l|reverse|list }}|{{ s|reverse }}|{{ n|reverse|list }}|{{ d|reverse|list }}", ctx),
       C("{{ d|items|list }}|{{ d|dictsort }}|{{ d|dictsort(true) }}|{{ d|dictsort(by='value') }}|{{ d|dictsort(reverse=true) }}|{{ undefined_thing|items|list }}", ctx),

@@ -2,6 +2,7 @@
 // kind and line, never a crash; runaway templates stop at the render limits.
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,6 +148,17 @@ TEST(JinjaErrors, InvalidUtf8TemplateIsRejected) {
     EXPECT_EQ(e.kind(), Kind::kSyntax);
     EXPECT_NE(std::string(e.what()).find("UTF-8"), std::string::npos);
   }
+}
+
+// transformers' strftime_now(format): datetime.now().strftime(format), local time.
+TEST(JinjaGlobals, StrftimeNowFormatsTheLocalTime) {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char year[16];
+  std::strftime(year, sizeof year, "%Y", &local);
+  EXPECT_EQ(Template::parse("{{ strftime_now('%Y') }}|{{ strftime_now('%d %B %Y')|length > 8 }}", "t").render({}),
+            std::string(year) + "|True");
 }
 
 TEST(JinjaErrors, TemplateErrorIsAMoeserveError) {
