@@ -28,6 +28,23 @@ std::optional<json> engine_failure(const GenerationSession& session) {
   }
   return std::nullopt;
 }
+// Runs a content provider body. An exception must not escape into cpp-httplib's worker (it
+// would end the process): it is logged, the session cancelled, and the connection closed.
+template <typename Body>
+httplib::ContentProviderWithoutLength guarded(std::shared_ptr<GenerationSession> session, Body body) {
+  return [session, body = std::move(body)](size_t offset, httplib::DataSink& sink) {
+    try {
+      return body(offset, sink);
+    } catch (const std::exception& e) {
+      log::error("generation response failed: {}", e.what());
+    } catch (...) {
+      log::error("generation response failed with an unknown exception");
+    }
+    session->cancel_all();
+    return false;
+  };
+}
+
 }  // namespace
 
 void OpenAiServer::respond(httplib::Response& res, std::shared_ptr<GenerationSession> session,
@@ -40,14 +57,14 @@ void OpenAiServer::respond(httplib::Response& res, std::shared_ptr<GenerationSes
   if (!options.stream) {
     res.set_chunked_content_provider(
         "application/json",
-        [session, builder, poll](size_t, httplib::DataSink& sink) {
+        guarded(session, [session, builder, poll](size_t, httplib::DataSink& sink) {
           if (!wait_for_session(*session, sink, poll)) return false;
           const auto failure = engine_failure(*session);
           const std::string body = dump_json(failure ? *failure : builder->response(*session));
           if (!sink_write(sink, body)) return false;
           sink.done();
           return true;
-        },
+        }),
         release);
     return;
   }
@@ -58,7 +75,7 @@ void OpenAiServer::respond(httplib::Response& res, std::shared_ptr<GenerationSes
   const bool continuous_usage = options.continuous_usage_stats;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [session, builder, poll, include_usage, continuous_usage](size_t, httplib::DataSink& sink) {
+      guarded(session, [session, builder, poll, include_usage, continuous_usage](size_t, httplib::DataSink& sink) {
         if (!sink_write(sink, builder->stream_head(*session))) {
           session->cancel_all();
           return false;
@@ -78,7 +95,7 @@ void OpenAiServer::respond(httplib::Response& res, std::shared_ptr<GenerationSes
         if (!sink_write(sink, tail)) return false;
         sink.done();
         return true;
-      },
+      }),
       release);
 }
 
