@@ -130,12 +130,12 @@ void HttpServer::serve() {
 
 void HttpServer::stop() {
   stop_requested_ = true;
-  if (server_.is_running()) {
-    server_.stop();
-  } else if (listen_fd_ >= 0) {
-    // serve() may be about to start: make its accept() fail so that it returns at once.
-    ::shutdown(listen_fd_, SHUT_RDWR);
-  }
+  // Shutting the listening socket down ends cpp-httplib's accept loop (accept() fails), and
+  // listen_after_bind() then waits for its workers. Server::stop() is not used: it also
+  // marks the server as shutting down, which makes every content provider that has not
+  // started yet give up, so a request whose handler already ran would lose its response.
+  const int fd = listen_fd_.exchange(-1);
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }
 
 }  // namespace moeserve::server

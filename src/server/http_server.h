@@ -50,9 +50,8 @@ class HttpServer {
   int bind();
   // Serves until stop(); in-flight requests finish before it returns.
   void serve();
-  // Stops accepting connections (thread-safe, idempotent).
+  // Stops accepting connections; requests in flight finish (thread-safe, idempotent).
   void stop();
-  bool running() const { return server_.is_running(); }
   int port() const { return port_; }
 
  private:

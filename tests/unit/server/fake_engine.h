@@ -55,8 +55,12 @@ class FakeEngine final : public EngineClient {
     requests_.emplace(id, std::move(r));
     ++submitted_;
     wake_.notify_all();
+    if (on_submit_) on_submit_();
     return id;
   }
+
+  // Runs inside submit(), i.e. on the HTTP worker in the middle of the request's handler.
+  void set_on_submit(std::function<void()> hook) { on_submit_ = std::move(hook); }
 
   void cancel(uint64_t id, runtime::FinishReason why) override {
     std::lock_guard lock(mutex_);
@@ -188,6 +192,7 @@ class FakeEngine final : public EngineClient {
   uint64_t next_id_ = 1;
   size_t submitted_ = 0;
   std::atomic<bool> overloaded_{false};
+  std::function<void()> on_submit_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -68,6 +68,27 @@ TEST_F(ServerTest, GracefulShutdownFinishesRunningRequests) {
   thread_.join();  // serve() returned
 }
 
+TEST_F(ServerTest, ShutdownRightAfterAHandlerStillAnswersIt) {
+  // The signal lands after the handler queued the request but before its response started:
+  // the response must still be written in full.
+  for (bool stream : {false, true}) {
+    start();
+    engine_->set_on_submit([this] { server_->begin_shutdown(); });
+    auto c = client();
+    auto r = c.Post("/v1/completions",
+                    json({{"prompt", "say: one two three"}, {"stream", stream}}).dump(), "application/json");
+    ASSERT_TRUE(r) << "stream " << stream;
+    EXPECT_EQ(r->status, 200);
+    if (stream) {
+      EXPECT_TRUE(parse_sse(r->body).done);
+    } else {
+      EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], " one two three");
+    }
+    thread_.join();
+    stop();
+  }
+}
+
 TEST_F(ServerTest, ShutdownTimeoutAbortsStragglers) {
   auto config = default_config();
   config.shutdown_timeout = std::chrono::seconds(1);
