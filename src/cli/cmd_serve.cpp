@@ -39,6 +39,10 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
   app.add_option("--device", o->device, "cpu or cuda")->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
   app.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: MODEL_DIR)");
+  app.add_option("--generation-config", o->generation_config,
+                 "Default sampling values and extra eos ids: auto (MODEL_DIR/generation_config.json), "
+                 "vllm (none) or a directory")
+      ->capture_default_str();
   app.add_option("--max-request-body-bytes", o->max_request_body_bytes, "Larger request bodies get 413")
       ->capture_default_str();
   app.add_option("--max-n", o->max_n, "Most choices (n) per request")->capture_default_str();

@@ -18,7 +18,7 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
   const json body = parse_body(req);
   ChatRequest r = parse_chat_request(body, config_.served_model_names, config_.limits,
                                      ToolSettings{config_.enable_auto_tool_choice, config_.tool_call_parser},
-                                     config_.default_chat_template_kwargs);
+                                     config_.default_chat_template_kwargs, config_.sampling_defaults);
   if (!svc.render_chat)
     throw ApiError(400, "This model has no chat template; start the server with --chat-template, or "
                         "use /v1/completions.");

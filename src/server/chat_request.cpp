@@ -184,7 +184,8 @@ void parse_tool_choice(const JsonFields& f, const ToolSettings& settings, ChatRe
 
 ChatRequest parse_chat_request(const json& body, const std::vector<std::string>& served_names,
                                const RequestLimits& limits, const ToolSettings& tools,
-                               const json& default_chat_template_kwargs) {
+                               const json& default_chat_template_kwargs,
+                               const SamplingDefaults& sampling_defaults) {
   JsonFields f(body);
   ChatRequest r;
   r.model = resolve_model(f, served_names);
@@ -217,7 +218,7 @@ ChatRequest parse_chat_request(const json& body, const std::vector<std::string>&
     throw_bad_request("`continue_final_message` needs the last message to be an assistant message",
                       "continue_final_message");
 
-  r.generation = parse_generation_options(f, limits, Endpoint::Chat);
+  r.generation = parse_generation_options(f, limits, Endpoint::Chat, sampling_defaults);
   return r;
 }
 

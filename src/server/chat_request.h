@@ -36,6 +36,7 @@ struct ChatRequest {
 // Throws ApiError (400 bad field, 404 unknown model).
 ChatRequest parse_chat_request(const nlohmann::json& body, const std::vector<std::string>& served_names,
                                const RequestLimits& limits, const ToolSettings& tools,
-                               const nlohmann::json& default_chat_template_kwargs);
+                               const nlohmann::json& default_chat_template_kwargs,
+                               const SamplingDefaults& sampling_defaults = {});
 
 }  // namespace moeserve::server

@@ -14,7 +14,8 @@ void OpenAiServer::handle_completions(const httplib::Request& req, httplib::Resp
   const auto arrival = GenerationSession::Clock::now();
   const ModelServices& svc = services();
   const json body = parse_body(req);
-  CompletionRequest r = parse_completion_request(body, config_.served_model_names, config_.limits);
+  CompletionRequest r =
+      parse_completion_request(body, config_.served_model_names, config_.limits, config_.sampling_defaults);
   auto& gen = r.generation;
 
   CompletionResponseOptions options;

@@ -61,13 +61,14 @@ std::vector<CompletionPrompt> parse_prompts(const JsonFields& f, const RequestLi
 
 CompletionRequest parse_completion_request(const json& body,
                                            const std::vector<std::string>& served_names,
-                                           const RequestLimits& limits) {
+                                           const RequestLimits& limits,
+                                           const SamplingDefaults& sampling_defaults) {
   JsonFields f(body);
   CompletionRequest r;
   r.model = resolve_model(f, served_names);
   r.prompts = parse_prompts(f, limits);
   if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
-  r.generation = parse_generation_options(f, limits, Endpoint::Completions);
+  r.generation = parse_generation_options(f, limits, Endpoint::Completions, sampling_defaults);
   if (int64_t(r.prompts.size()) * r.generation.n > limits.max_choices)
     throw_bad_request(fmt::format("{} prompts x n={} makes more choices than one request may have ({})",
                                   r.prompts.size(), r.generation.n, limits.max_choices),

@@ -26,6 +26,7 @@ struct CompletionRequest {
 
 CompletionRequest parse_completion_request(const nlohmann::json& body,
                                            const std::vector<std::string>& served_names,
-                                           const RequestLimits& limits);
+                                           const RequestLimits& limits,
+                                           const SamplingDefaults& sampling_defaults = {});
 
 }  // namespace moeserve::server

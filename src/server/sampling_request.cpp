@@ -43,9 +43,15 @@ void parse_logit_bias(const JsonFields& f, const RequestLimits& limits,
 }  // namespace
 
 GenerationOptions parse_generation_options(const JsonFields& f, const RequestLimits& limits,
-                                           Endpoint endpoint) {
+                                           Endpoint endpoint, const SamplingDefaults& defaults) {
   GenerationOptions o;
   auto& sp = o.sampling;
+  if (defaults.temperature) sp.temperature = *defaults.temperature;
+  if (defaults.top_p) sp.top_p = *defaults.top_p;
+  if (defaults.top_k) sp.top_k = *defaults.top_k;
+  if (defaults.min_p) sp.min_p = *defaults.min_p;
+  if (defaults.repetition_penalty) sp.repetition_penalty = *defaults.repetition_penalty;
+  o.default_max_tokens = defaults.max_tokens;
 
   if (auto v = f.number("temperature", NumberRange{0.0, kInf})) sp.temperature = *v;
   if (auto v = f.number("top_p", NumberRange{0.0, 1.0, /*min_exclusive=*/true})) sp.top_p = *v;
@@ -148,7 +154,9 @@ void finalize_max_tokens(GenerationOptions& o, int prompt_tokens, const RequestL
           endpoint == Endpoint::Chat ? "max_tokens" : "max_tokens");
     o.sampling.max_tokens = *o.max_tokens;
   } else {
-    o.sampling.max_tokens = int(endpoint == Endpoint::Chat ? room : std::min<int64_t>(16, room));
+    int64_t n = endpoint == Endpoint::Chat ? room : std::min<int64_t>(16, room);
+    if (o.default_max_tokens) n = std::min<int64_t>(n, *o.default_max_tokens);
+    o.sampling.max_tokens = int(n);
   }
   if (o.sampling.min_tokens > o.sampling.max_tokens)
     throw_bad_request(fmt::format("`min_tokens` ({}) must not exceed max_tokens ({})",

@@ -20,11 +20,23 @@ struct RequestLimits {
   int64_t vocab_size = 0;   // token ids (logit_bias, stop_token_ids, prompts) must be below it
 };
 
+// Defaults for sampling fields a request leaves out: the model's generation_config.json
+// (vLLM's --generation-config auto). Unset fields keep OpenAI's defaults.
+struct SamplingDefaults {
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  std::optional<int> max_tokens;  // generation_config's max_new_tokens
+  bool empty() const {
+    return !temperature && !top_p && !min_p && !repetition_penalty && !top_k && !max_tokens;
+  }
+};
+
 enum class Endpoint { Chat, Completions };
 
 struct GenerationOptions {
   runtime::SamplingParams sampling;  // max_tokens is set once the prompt length is known
   std::optional<int> max_tokens;     // as requested (max_completion_tokens or max_tokens)
+  std::optional<int> default_max_tokens;  // the model's cap when the request sets none
   std::vector<std::string> stop;     // stop strings
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
@@ -39,7 +51,7 @@ struct GenerationOptions {
 };
 
 GenerationOptions parse_generation_options(const JsonFields& fields, const RequestLimits& limits,
-                                           Endpoint endpoint);
+                                           Endpoint endpoint, const SamplingDefaults& defaults = {});
 
 // Picks max_tokens for a prompt of `prompt_tokens` tokens and checks the total against
 // max_model_len (400 with vLLM's "maximum context length" message otherwise). Without an

@@ -7,7 +7,6 @@
 #include <cctype>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -18,6 +17,7 @@
 #include "core/log.h"
 #include "model/model_loader.h"
 #include "runtime/engine.h"
+#include "server/generation_config.h"
 #include "server/openai_server.h"
 #include "server/runtime_engine_client.h"
 #include "text/chat_template.h"
@@ -65,33 +65,14 @@ void validate(const ServeOptions& o) {
                  o.max_request_body_bytes);
   MOESERVE_CHECK(o.shutdown_timeout_s >= 0, "--shutdown-timeout must not be negative, got {}",
                  o.shutdown_timeout_s);
+  MOESERVE_CHECK(o.generation_config == "auto" || o.generation_config == "vllm" ||
+                     std::filesystem::is_directory(o.generation_config),
+                 "--generation-config must be auto, vllm or a directory, got {}", o.generation_config);
   MOESERVE_CHECK(!o.enable_auto_tool_choice || !o.tool_call_parser.empty(),
                  "--enable-auto-tool-choice needs --tool-call-parser");
   check_parser_name("--reasoning-parser", o.reasoning_parser, text::ReasoningParser::names());
   check_parser_name("--tool-call-parser", o.tool_call_parser, text::ToolParser::names());
   for (const auto& key : o.api_keys) MOESERVE_CHECK(!key.empty(), "--api-key must not be empty");
-}
-
-// eos ids from generation_config.json (an int or a list), if the file exists.
-std::vector<int32_t> generation_config_eos(const fs::path& model_dir) {
-  const fs::path path = model_dir / "generation_config.json";
-  if (!fs::exists(path)) return {};
-  std::ifstream in(path);
-  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  MOESERVE_CHECK(!j.is_discarded() && j.is_object(), "{}: not a JSON object", path.string());
-  std::vector<int32_t> ids;
-  const auto add = [&](const json& v) {
-    MOESERVE_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX,
-                   "{}: eos_token_id must hold token ids, got {}", path.string(), v.dump());
-    ids.push_back(int32_t(v.get<int64_t>()));
-  };
-  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
-    if (it->is_array())
-      for (const auto& v : *it) add(v);
-    else
-      add(*it);
-  }
-  return ids;
 }
 
 // Signals are handled on one thread (sigwait); every other thread has them blocked.
@@ -151,6 +132,15 @@ int run_serve(const ServeOptions& o) {
                                                       : 4096,
                                                   INT32_MAX));
 
+  // vLLM's --generation-config: "auto" reads MODEL_DIR, "vllm" ignores the model's, a
+  // directory is read instead.
+  const GenerationConfig generation_config =
+      o.generation_config == "vllm" ? GenerationConfig{}
+      : load_generation_config(o.generation_config == "auto" ? model_dir : fs::path(o.generation_config));
+  if (!generation_config.defaults.empty())
+    log::info("default sampling parameters come from the model's generation_config.json "
+              "(--generation-config vllm to ignore them)");
+
   ServerConfig config;
   config.served_model_names = o.served_model_names.empty() ? std::vector<std::string>{o.model_dir}
                                                            : o.served_model_names;
@@ -160,6 +150,7 @@ int run_serve(const ServeOptions& o) {
   config.enable_auto_tool_choice = o.enable_auto_tool_choice;
   config.default_chat_template_kwargs = parse_kwargs_flag(o.default_chat_template_kwargs);
   config.api_keys = o.api_keys;
+  config.sampling_defaults = generation_config.defaults;
   config.limits.max_model_len = max_model_len;
   config.limits.max_n = o.max_n;
   config.limits.max_logprobs = o.max_logprobs;
@@ -230,7 +221,7 @@ int run_serve(const ServeOptions& o) {
   services.tokenizer = &tokenizer;
   services.engine = &engine_client;
   for (int64_t id : model_config.eos_token_ids) services.eos_token_ids.insert(int32_t(id));
-  std::vector<int32_t> extra = generation_config_eos(model_dir);
+  std::vector<int32_t> extra = generation_config.eos_token_ids;
   if (auto eos = tokenizer.eos_token_id()) extra.push_back(*eos);
   for (int32_t id : extra)
     if (services.eos_token_ids.insert(id).second) services.extra_stop_token_ids.push_back(id);

@@ -34,6 +34,7 @@ struct ServeOptions {
   std::string device = "cpu";
   int threads = 0;                              // CPU threads for the model (0: all)
   std::string tokenizer;                        // default: model_dir
+  std::string generation_config = "auto";       // auto (MODEL_DIR's), vllm (none) or a directory
   size_t max_request_body_bytes = 32u << 20;
   int max_n = 16;
   int max_logprobs = 20;

@@ -24,6 +24,7 @@ struct ServerConfig {
   bool enable_auto_tool_choice = false;
   nlohmann::json default_chat_template_kwargs = nlohmann::json::object();
   RequestLimits limits;
+  SamplingDefaults sampling_defaults;  // from generation_config.json (--generation-config auto)
   std::vector<std::string> api_keys;
   // How often a waiting worker checks that its client is still connected.
   std::chrono::milliseconds disconnect_poll{50};
