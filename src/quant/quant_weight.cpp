@@ -1,6 +1,10 @@
 #include "quant/quant_weight.h"
 
 #include "core/error.h"
+#include "quant/fp8_block.h"
+#include "quant/gptq_int4.h"
+#include "quant/int8_rowwise.h"
+#include "quant/nvfp4.h"
 
 namespace moeserve::quant {
 
@@ -39,15 +43,19 @@ void QuantWeight::dequantize_rows(int64_t row_begin, int64_t row_end, float* out
   switch (format) {
     case WeightFormat::Dense: {
       const Tensor& w = part("weight");
+      MOESERVE_CHECK(w.shape() == Shape({out_features, in_features}), "weight '{}': dense tensor {} is not [{}, {}]",
+                     name, shape_to_string(w.shape()), out_features, in_features);
       const size_t esize = dtype_size(w.dtype());
       convert_to_f32(w.dtype(), w.bytes() + size_t(row_begin * in_features) * esize, out,
                      size_t((row_end - row_begin) * in_features));
       return;
     }
-    default:
-      fail("weight '{}': dequantisation of format {} is not available in this build", name,
-           format_name(format));
+    case WeightFormat::GptqInt4: return dequantize_gptq_int4_rows(*this, row_begin, row_end, out);
+    case WeightFormat::Fp8Block: return dequantize_fp8_block_rows(*this, row_begin, row_end, out);
+    case WeightFormat::Nvfp4: return dequantize_nvfp4_rows(*this, row_begin, row_end, out);
+    case WeightFormat::Int8Rowwise: return dequantize_int8_rowwise_rows(*this, row_begin, row_end, out);
   }
+  fail("weight '{}': unknown weight format {}", name, int(format));
 }
 
 size_t QuantWeight::stored_bytes() const {
