@@ -15,7 +15,7 @@ inline void add_model_load_flags(CLI::App& app, model::ModelLoadOptions& o) {
   app.add_option("--dummy-weights", o.dummy_weights,
                  "with --load-format dummy: bf16 | gptq-int4 | fp8-block | hybrid-int4-fp8")
       ->capture_default_str();
-  app.add_flag("--int8-lm-head", o.int8_lm_head, "CUDA: quantise the LM head to INT8 row-wise at load");
+  app.add_flag("--int8-lm-head", o.int8_lm_head, "quantise the LM head to INT8 row-wise at load (per-row scale max|w|/127)");
 }
 
 }  // namespace moeserve::cli

@@ -40,7 +40,8 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir,
                  "unknown --load-format '{}' (expected auto, safetensors or dummy)", options.load_format);
   if (device == "cpu") {
     MOESERVE_CHECK(options.load_format != "dummy", "--load-format dummy needs --device cuda");
-    return Qwen35CpuModel::load(model_dir, CpuModelOptions{options.threads, options.kv_block_size, options.load_mtp});
+    return Qwen35CpuModel::load(model_dir, CpuModelOptions{options.threads, options.kv_block_size, options.load_mtp,
+                                                           options.int8_lm_head});
   }
 #ifdef MOESERVE_WITH_CUDA
   cuda::CudaModelOptions gpu;

@@ -22,7 +22,7 @@ struct ModelLoadOptions {
   std::string load_format = "auto";
   // With load_format "dummy": "bf16", "gptq-int4", "fp8-block" or "hybrid-int4-fp8".
   std::string dummy_weights = "bf16";
-  bool int8_lm_head = false;         // CUDA: quantise the LM head to INT8 row-wise at load
+  bool int8_lm_head = false;         // quantise the LM head to INT8 row-wise at load (CPU and CUDA)
   int max_num_batched_tokens = 2048; // CUDA: sizes the step workspaces
   int max_num_seqs = 256;            // CUDA: largest batch
   int max_model_len = 4096;          // CUDA: block-table width

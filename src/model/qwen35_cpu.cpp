@@ -42,7 +42,8 @@ std::unique_ptr<Qwen35CpuModel> Qwen35CpuModel::load(const std::filesystem::path
                                                      const CpuModelOptions& options) {
   io::Qwen35Config config = io::load_qwen35_config(model_dir);
   const io::Checkpoint ckpt = io::Checkpoint::open(model_dir);
-  Qwen35Weights weights = load_qwen35_weights(ckpt, config, WeightLoadOptions{options.load_mtp});
+  Qwen35Weights weights =
+      load_qwen35_weights(ckpt, config, WeightLoadOptions{options.load_mtp, options.int8_lm_head});
   log::info("loaded {}: {} layers ({} full attention), {} experts top-{}, MTP {}", model_dir.string(),
             config.num_hidden_layers, config.num_full_attention_layers(), config.num_experts,
             config.num_experts_per_tok, weights.mtp ? "yes" : "no");

@@ -19,6 +19,7 @@ struct CpuModelOptions {
   int threads = 0;         // <= 0: all hardware threads
   int kv_block_size = 16;  // tokens per KV block
   bool load_mtp = true;    // load the MTP block when the checkpoint has one
+  bool int8_lm_head = false;  // --int8-lm-head: the LM head quantised to INT8 row-wise at load
 };
 
 class Qwen35CpuModel final : public CausalLM {

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "quant/int8_rowwise.h"
 #include "quant/linear_loader.h"
 
 namespace moeserve::model {
@@ -12,13 +13,14 @@ namespace {
 
 class Loader {
  public:
-  Loader(const io::Checkpoint& ckpt, const io::Qwen35Config& config) : ckpt_(ckpt), cfg_(config) {}
+  Loader(const io::Checkpoint& ckpt, const io::Qwen35Config& config)
+      : ckpt_(ckpt), cfg_(config), linear_(ckpt, config) {}
 
   std::vector<float> vec(const std::string& name, int64_t n) const {
     return ckpt_.get_float(name, {n}).to_f32();
   }
   quant::QuantWeight linear(const std::string& module, int64_t out, int64_t in) const {
-    return quant::load_linear(ckpt_, module, out, in, cfg_);
+    return linear_.load(module, out, in);
   }
 
   AttentionWeights attention(const std::string& p) const {
@@ -113,6 +115,7 @@ class Loader {
  private:
   const io::Checkpoint& ckpt_;
   const io::Qwen35Config& cfg_;
+  quant::LinearLoader linear_;  // parses the quantization_config once
 };
 
 // A tensor of a layer the config does not have means the config and the weights disagree.
@@ -144,6 +147,7 @@ Qwen35Weights load_qwen35_weights(const io::Checkpoint& ckpt, const io::Qwen35Co
     w.lm_head = quant::dense_weight(w.embed_tokens.part("weight"), "lm_head (tied to embed_tokens)");
   else
     w.lm_head = load.linear("lm_head", cfg.vocab_size, cfg.hidden_size);
+  if (options.int8_lm_head) w.lm_head = quant::quantize_int8_rowwise(w.lm_head);
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
     w.layers.push_back(load.layer("layers." + std::to_string(l) + ".", cfg.layer_types[size_t(l)]));
   if (options.load_mtp && cfg.mtp_num_hidden_layers > 0) {

@@ -76,6 +76,7 @@ struct Qwen35Weights {
 
 struct WeightLoadOptions {
   bool load_mtp = true;  // load mtp.* when the config and the checkpoint have it
+  bool int8_lm_head = false;  // quantise the LM head to INT8 row-wise (quant/int8_rowwise.h)
 };
 
 // Loads and checks every tensor; a missing or mis-shaped tensor throws one moeserve::Error
