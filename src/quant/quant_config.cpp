@@ -83,7 +83,7 @@ QuantScheme::QuantScheme(const std::optional<io::QuantizationConfig>& config, co
   else if (m == "modelopt")
     method_ = QuantMethod::ModelOpt;
   else
-    fail("{}: quant_method '{}' is not supported (this build decodes auto-round and gptq INT4, fp8 block, "
+    fail("{}: '{}' is not supported (this build decodes auto-round and gptq INT4, fp8 block, "
          "compressed-tensors nvfp4-pack-quantized and modelopt NVFP4)",
          f.where("quant_method"), m);
 
