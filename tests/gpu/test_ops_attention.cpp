@@ -1,0 +1,233 @@
+// Gated full attention on the GPU (ops_attention.h) against the CPU ops:
+//   attention_prepare: query/gate split, (1+w) q/k RMSNorm, partial NeoX RoPE, K/V written
+//     into the paged bf16 cache at the token's (block, slot);
+//   paged_attention: causal softmax over the paged cache with GQA and the sigmoid output gate,
+//     for a mixed step (decode tokens, prefill chunks, a verify batch) over shuffled block
+//     tables, and contexts long enough for a split-KV kernel (up to 16k positions).
+// Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
+// fixtures' (6/2 heads of 24, rotary 6) and an odd one (head_dim 72, 4 KV heads).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/activations.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/norms.h"
+#include "backend/cpu/paged_kv_cache.h"
+#include "backend/cpu/rope.h"
+#include "backend/cuda/ops_attention.h"
+#include "core/thread_pool.h"
+#include "gpu_test_util.h"
+
+using namespace moeserve;
+using namespace moeserve::gputest;
+
+namespace {
+
+constexpr int kBlock = 16;
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+struct AttnCase {
+  int nq, nkv, hd, rot;
+  std::string name() const {
+    return "nq=" + std::to_string(nq) + " nkv=" + std::to_string(nkv) + " hd=" + std::to_string(hd) +
+           " rot=" + std::to_string(rot);
+  }
+};
+
+const AttnCase kCases[] = {{32, 2, 256, 64}, {6, 2, 24, 6}, {12, 4, 72, 18}};
+
+// A bf16 KV pool on the GPU, filled with large garbage so that reading a wrong block or
+// slot shows up as a huge error, and the same pool in fp32 on the CPU.
+struct Pools {
+  int num_blocks;
+  std::vector<float> k_host, v_host;  // [num_blocks][nkv][bs][hd], what the GPU pool holds
+  cpu::PagedKvCache cpu;
+  Pools(Rng& rng, const AttnCase& c, int blocks)
+      : num_blocks(blocks),
+        k_host(random_bf16(rng, size_t(blocks) * c.nkv * kBlock * c.hd, 1000.0f)),
+        v_host(random_bf16(rng, size_t(blocks) * c.nkv * kBlock * c.hd, 1000.0f)),
+        cpu(cpu::KvGeometry{c.nkv, c.hd, kBlock}, blocks) {}
+  size_t offset(const AttnCase& c, int block, int head, int slot) const {
+    return ((size_t(block) * c.nkv + head) * kBlock + slot) * size_t(c.hd);
+  }
+};
+
+}  // namespace
+
+TEST(GpuOpsAttention, PrepareNormRopeAndCacheWrite) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(21);
+  for (const AttnCase& c : kCases) {
+    SCOPED_TRACE(c.name());
+    // A decode token, a prefill chunk from 0, a chunk in the middle, a decode at a far position.
+    std::vector<SeqSpec> seqs{{37, 1, 0, {}}, {0, 17, 0, {}}, {100, 5, 0, {}}, {40000, 1, 0, {}}};
+    const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
+    int max_blocks = 0;
+    for (const auto& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+    DeviceStepMeta meta(seqs, max_blocks);
+    const int M = meta.num_tokens();
+    const cpu::RotaryEmbedding rope(c.rot, 1e7);
+    const float eps = 1e-6f;
+
+    const auto qg = random_bf16(rng, size_t(M) * c.nq * 2 * c.hd, 2.0f);
+    const auto k = random_bf16(rng, size_t(M) * c.nkv * c.hd, 2.0f);
+    const auto v = random_bf16(rng, size_t(M) * c.nkv * c.hd, 2.0f);
+    const auto qn = random_f32(rng, size_t(c.hd), 0.3f), kn = random_f32(rng, size_t(c.hd), 0.3f);
+    Pools pools(rng, c, blocks);
+    auto d_k_pool = to_device_bf16(pools.k_host), d_v_pool = to_device_bf16(pools.v_host);
+    auto d_qg = to_device_bf16(qg), d_k = to_device_bf16(k), d_v = to_device_bf16(v);
+    auto d_qn = to_device_f32(qn), d_kn = to_device_f32(kn), d_freq = to_device_f32(rope.inv_freq());
+    DeviceBuffer<bf16> d_q(size_t(M) * c.nq * c.hd), d_gate(size_t(M) * c.nq * c.hd);
+    const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, eps};
+    const cuda::KvCacheView view{d_k_pool.data(), d_v_pool.data(), blocks, c.nkv, kBlock, c.hd};
+    cuda::attention_prepare(d_qg.data(), d_k.data(), d_v.data(), d_qn.data(), d_kn.data(), d_freq.data(), shape,
+                            meta.meta(), view, d_q.data(), d_gate.data(), nullptr);
+
+    // CPU reference (full_attention_block's steps 1, 3, 4) and the per-element bound of the
+    // rotation: a + b·sin/cos cancels, so its fp32 error scales with |x1| + |x2|, not with
+    // the result (1e-5 is ~170 fp32 ulps of that; a wrong pair or angle is O(1)).
+    std::vector<float> q_ref(size_t(M) * c.nq * c.hd), gate_ref(q_ref.size()), q_bound(q_ref.size());
+    std::vector<float> k_ref(size_t(M) * c.nkv * c.hd), k_bound(k_ref.size());
+    auto rotate_ref = [&](const float* src, const float* w, float* dst, float* bound, int64_t pos) {
+      cpu::rms_norm_zero_centred(src, dst, c.hd, w, eps);
+      for (int d = 0; d < c.hd; ++d) {
+        const int half = c.rot / 2;
+        const float pair = d < c.rot ? dst[d < half ? d + half : d - half] : 0.0f;
+        bound[d] = float(1e-5 * (std::abs(dst[d]) + std::abs(pair)));
+      }
+      rope.apply(dst, pos);
+    };
+    for (int m = 0; m < M; ++m) {
+      const int64_t pos = meta.token_pos[size_t(m)];
+      for (int h = 0; h < c.nq; ++h) {
+        const float* src = qg.data() + (size_t(m) * c.nq + h) * 2 * c.hd;
+        const size_t o = (size_t(m) * c.nq + h) * c.hd;
+        std::copy(src + c.hd, src + 2 * c.hd, gate_ref.begin() + long(o));
+        rotate_ref(src, qn.data(), q_ref.data() + o, q_bound.data() + o, pos);
+      }
+      for (int h = 0; h < c.nkv; ++h) {
+        const size_t o = (size_t(m) * c.nkv + h) * c.hd;
+        rotate_ref(k.data() + o, kn.data(), k_ref.data() + o, k_bound.data() + o, pos);
+      }
+    }
+    EXPECT_TRUE(all_close("attention_prepare.q " + c.name(), to_host(d_q), q_ref, {M, c.nq, c.hd},
+                          {"M", "head", "d"}, 0, kEpsBf16 * 1.001, &q_bound));
+    EXPECT_TRUE(all_close("attention_prepare.gate " + c.name(), to_host(d_gate), gate_ref, {M, c.nq, c.hd},
+                          {"M", "head", "d"}, 0, 0));
+
+    // The cache: the new tokens' slots hold bf16(k_ref) and v exactly; every other slot is
+    // untouched garbage.
+    const auto k_pool = to_host(d_k_pool), v_pool = to_host(d_v_pool);
+    std::vector<float> k_exp = pools.k_host, v_exp = pools.v_host, cache_bound(k_exp.size(), 0.0f);
+    for (int m = 0; m < M; ++m) {
+      const auto& s = seqs[size_t(meta.token_seq[size_t(m)])];
+      const int pos = meta.token_pos[size_t(m)];
+      for (int h = 0; h < c.nkv; ++h) {
+        const size_t dst = pools.offset(c, s.blocks[size_t(pos / kBlock)], h, pos % kBlock);
+        const size_t src = (size_t(m) * c.nkv + h) * c.hd;
+        std::copy_n(k_ref.begin() + long(src), c.hd, k_exp.begin() + long(dst));
+        std::copy_n(k_bound.begin() + long(src), c.hd, cache_bound.begin() + long(dst));
+        std::copy_n(v.begin() + long(src), c.hd, v_exp.begin() + long(dst));
+      }
+    }
+    const std::vector<int64_t> pool_dims{blocks, c.nkv, kBlock, c.hd};
+    const std::vector<std::string> pool_names{"block", "kv_head", "slot", "d"};
+    EXPECT_TRUE(all_close("attention_prepare.k_cache " + c.name(), k_pool, k_exp, pool_dims, pool_names, 0,
+                          kEpsBf16 * 1.001, &cache_bound));
+    EXPECT_TRUE(all_close("attention_prepare.v_cache " + c.name(), v_pool, v_exp, pool_dims, pool_names, 0, 0));
+  }
+}
+
+TEST(GpuOpsAttention, PagedAttentionMixedStepMatchesCpu) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(22);
+  for (const AttnCase& c : kCases) {
+    SCOPED_TRACE(c.name());
+    // Decode tokens over contexts of 1, 16, 17 and 1000 positions and of 5000 and 16384 (long:
+    // the split-KV range), a prefill chunk from 0, a chunk continuing at 300, a 4-token verify
+    // batch, and a 64-token chunk at 8000.
+    std::vector<SeqSpec> seqs{{0, 1, 0, {}},     {15, 1, 0, {}},   {16, 1, 0, {}},   {999, 1, 0, {}},
+                              {0, 64, 0, {}},    {300, 37, 0, {}}, {2047, 4, 0, {}}, {4999, 1, 0, {}},
+                              {8000, 64, 0, {}}, {16383, 1, 0, {}}};
+    const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
+    int max_blocks = 0, max_context = 0;
+    for (const auto& s : seqs) {
+      max_blocks = std::max(max_blocks, int(s.blocks.size()));
+      max_context = std::max(max_context, s.start_pos + s.num_tokens);
+    }
+    DeviceStepMeta meta(seqs, max_blocks);
+    const int M = meta.num_tokens();
+
+    // Cache contents of every sequence's positions [0, start + n): random bf16 K and V.
+    Pools pools(rng, c, blocks);
+    cpu::PagedKvCache cpu_abs(cpu::KvGeometry{c.nkv, c.hd, kBlock}, blocks);  // K, |V|: the error scale
+    for (const auto& s : seqs) {
+      const int len = s.start_pos + s.num_tokens;
+      const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      pools.cpu.write(s.blocks, 0, len, kk.data(), vv.data());
+      const auto av = [&] {
+        std::vector<float> a(vv.size());
+        for (size_t i = 0; i < a.size(); ++i) a[i] = std::abs(vv[i]);
+        return a;
+      }();
+      cpu_abs.write(s.blocks, 0, len, kk.data(), av.data());
+      for (int p = 0; p < len; ++p)
+        for (int h = 0; h < c.nkv; ++h) {
+          const size_t dst = pools.offset(c, s.blocks[size_t(p / kBlock)], h, p % kBlock);
+          const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+          std::copy_n(kk.begin() + long(src), c.hd, pools.k_host.begin() + long(dst));
+          std::copy_n(vv.begin() + long(src), c.hd, pools.v_host.begin() + long(dst));
+        }
+    }
+    // Queries scaled so that scores have a standard deviation of ~3 (a peaked softmax: a
+    // wrongly included or missing position changes the output visibly).
+    const auto q = random_bf16(rng, size_t(M) * c.nq * c.hd, 3.0f);
+    const auto gate = random_bf16(rng, size_t(M) * c.nq * c.hd, 2.0f);
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+
+    std::vector<float> o(q.size()), oabs(q.size());
+    std::vector<cpu::AttentionChunk> chunks, abs_chunks;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const size_t r = size_t(meta.seq_token_start[i]) * c.nq * c.hd;
+      chunks.push_back({q.data() + r, o.data() + r, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].blocks});
+      abs_chunks.push_back({q.data() + r, oabs.data() + r, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].blocks});
+    }
+    cpu::paged_attention(pool(), pools.cpu, c.nq, scale, chunks);
+    cpu::paged_attention(pool(), cpu_abs, c.nq, scale, abs_chunks);
+    // out = o ⊙ sigmoid(gate). Bound: bf16 output rounding (relative) plus 1e-4 of the
+    // softmax-weighted Σ|v| (fp32 exp/accumulation differences, ~1e-6 in practice).
+    std::vector<float> ref(o.size()), bound(o.size());
+    for (size_t i = 0; i < o.size(); ++i) {
+      const float sg = cpu::sigmoid(gate[i]);
+      ref[i] = o[i] * sg;
+      bound[i] = float(1e-4 * oabs[i] * sg);
+    }
+
+    auto d_k = to_device_bf16(pools.k_host), d_v = to_device_bf16(pools.v_host);
+    auto d_q = to_device_bf16(q), d_gate = to_device_bf16(gate);
+    const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, 1e-6f};
+    const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, kBlock, c.hd};
+    const size_t ws_bytes = cuda::paged_attention_workspace_bytes(shape, M, max_context);
+    DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+    DeviceBuffer<bf16> d_out(q.size());
+    cuda::paged_attention(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, ws.data(), ws_bytes,
+                          d_out.data(), nullptr);
+    const auto got = to_host(d_out);
+    EXPECT_TRUE(all_close("paged_attention " + c.name(), got, ref, {M, c.nq, c.hd}, {"token", "head", "d"}, 0,
+                          kEpsBf16 * 1.001, &bound));
+    // Per sequence, so that a failure names the kind of step (decode, chunk, long context).
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const size_t b = size_t(meta.seq_token_start[i]) * c.nq * c.hd, e = size_t(meta.seq_token_start[i + 1]) * c.nq * c.hd;
+      const auto es = error_stats(std::vector<float>(got.begin() + long(b), got.begin() + long(e)),
+                                  std::vector<float>(ref.begin() + long(b), ref.begin() + long(e)));
+      std::printf("  seq %zu: start %d, %d tokens: rel %.3e rms rel %.3e\n", i, seqs[i].start_pos,
+                  seqs[i].num_tokens, es.rel, es.rms_rel);
+    }
+  }
+}

@@ -1,0 +1,208 @@
+// Gated DeltaNet on the GPU (ops_gdn.h) against cpu::gated_delta_net (the CPU model's op:
+// recurrent for one token, chunked for longer chunks) on one step mixing decode tokens and
+// prefill chunks of several sequences in shuffled state slots, some starting from carried
+// (non-zero) conv and recurrent states; and the GPU against itself: a chunk followed by
+// single tokens must equal the same tokens in one call.
+// Shapes: the 122B-A10B GDN (16 k-heads / 64 v-heads of 128, conv 4), the fixtures'
+// (2 / 6 heads, dk 20, dv 12) and an odd one (3 / 9 heads, dk 40, dv 72).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/activations.h"
+#include "backend/cpu/gated_delta_net.h"
+#include "backend/cuda/ops_gdn.h"
+#include "core/thread_pool.h"
+#include "gpu_test_util.h"
+
+using namespace moeserve;
+using namespace moeserve::gputest;
+
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+const cuda::GdnShape kShapes[] = {{16, 64, 128, 128, 4, 1e-6f}, {2, 6, 20, 12, 4, 1e-6f}, {3, 9, 40, 72, 4, 1e-6f}};
+
+std::string name_of(const cuda::GdnShape& s) {
+  return "nk=" + std::to_string(s.num_k_heads) + " nv=" + std::to_string(s.num_v_heads) +
+         " dk=" + std::to_string(s.k_head_dim) + " dv=" + std::to_string(s.v_head_dim);
+}
+
+// One layer's parameters, the inputs of a step and the state slots, on host and device.
+struct GdnProblem {
+  cuda::GdnShape s;
+  int num_slots;
+  std::vector<float> conv_w, dt_bias, a_log, norm_w;  // f32 parameters
+  std::vector<float> conv_state, rec_state;           // [slots][C][K-1], [slots][nv][dk][dv]
+  DeviceBuffer<float> d_conv_w, d_dt_bias, d_a_log, d_norm_w, d_conv_state, d_rec_state;
+
+  GdnProblem(Rng& rng, const cuda::GdnShape& shape, int slots) : s(shape), num_slots(slots) {
+    const int C = s.conv_dim(), K = s.conv_kernel;
+    conv_w = random_f32(rng, size_t(C) * K, 0.5f);
+    dt_bias = random_f32(rng, size_t(s.num_v_heads), 1.0f);
+    a_log.resize(size_t(s.num_v_heads));
+    for (auto& v : a_log) v = std::log(rng.uniform(1.0f, 16.0f));  // A in [1, 16] as initialised
+    norm_w = random_f32(rng, size_t(s.v_head_dim), 0.2f);
+    for (auto& v : norm_w) v += 1.0f;
+    // Carried states: every slot starts non-zero (garbage in slots the step does not use
+    // must survive untouched).
+    conv_state = random_bf16(rng, size_t(slots) * C * (K - 1), 1.0f);
+    rec_state = random_f32(rng, size_t(slots) * s.num_v_heads * s.k_head_dim * s.v_head_dim, 0.1f);
+    d_conv_w = to_device_f32(conv_w);
+    d_dt_bias = to_device_f32(dt_bias);
+    d_a_log = to_device_f32(a_log);
+    d_norm_w = to_device_f32(norm_w);
+    d_conv_state = to_device_f32(conv_state);
+    d_rec_state = to_device_f32(rec_state);
+  }
+  cuda::GdnLayerParams params() {
+    return {d_conv_w.data(), d_dt_bias.data(), d_a_log.data(), d_norm_w.data(), d_conv_state.data(),
+            d_rec_state.data()};
+  }
+  size_t conv_size() const { return size_t(s.conv_dim()) * (s.conv_kernel - 1); }
+  size_t rec_size() const { return size_t(s.num_v_heads) * s.k_head_dim * s.v_head_dim; }
+};
+
+struct GdnInputs {
+  std::vector<float> qkv, z;  // bf16 values (in_proj_qkv / in_proj_z outputs)
+  std::vector<float> b, a;    // f32 (the gate projections are kept in f32, ops_gdn.h)
+};
+
+GdnInputs random_inputs(Rng& rng, const cuda::GdnShape& s, int M) {
+  return {random_bf16(rng, size_t(M) * s.conv_dim(), 1.0f), random_bf16(rng, size_t(M) * s.value_dim(), 1.5f),
+          random_f32(rng, size_t(M) * s.num_v_heads, 2.0f), random_f32(rng, size_t(M) * s.num_v_heads, 2.0f)};
+}
+
+// Runs the GPU op for one step; returns the output [M, nv·dv].
+std::vector<float> run_gpu(GdnProblem& p, const GdnInputs& in, const std::vector<SeqSpec>& seqs) {
+  DeviceStepMeta meta(seqs, 1);
+  const int M = meta.num_tokens();
+  auto d_qkv = to_device_bf16(in.qkv), d_z = to_device_bf16(in.z);
+  auto d_b = to_device_f32(in.b), d_a = to_device_f32(in.a);
+  const size_t ws_bytes = cuda::gdn_workspace_bytes(p.s, M);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  DeviceBuffer<bf16> out(size_t(M) * p.s.value_dim());
+  cuda::gated_delta_net(d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), p.s, p.params(), meta.meta(), ws.data(),
+                        ws_bytes, out.data(), nullptr);
+  return to_host(out);
+}
+
+cpu::GdnGeometry geometry(const cuda::GdnShape& s) {
+  return {s.num_k_heads, s.num_v_heads, s.k_head_dim, s.v_head_dim, s.conv_kernel};
+}
+
+}  // namespace
+
+TEST(GpuOpsGdn, MixedStepMatchesCpu) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(31);
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE(name_of(shape));
+    const int slots = 8;
+    GdnProblem p(rng, shape, slots);
+    // decode in slot 3, a 37-token prefill in slot 0, decode in slot 5, a 70-token chunk in
+    // slot 2 (the CPU runs it as 64 + 6 chunked), a 4-token verify batch in slot 6.
+    const std::vector<SeqSpec> seqs{{10, 1, 3, {}}, {0, 37, 0, {}}, {99, 1, 5, {}}, {5, 70, 2, {}}, {40, 4, 6, {}}};
+    int M = 0;
+    for (const auto& s : seqs) M += s.num_tokens;
+    const GdnInputs in = random_inputs(rng, shape, M);
+    const auto got = run_gpu(p, in, seqs);
+
+    // CPU: the same step on copies of the same initial states.
+    std::vector<float> conv = p.conv_state, rec = p.rec_state, ref(size_t(M) * shape.value_dim());
+    std::vector<cpu::GdnChunk> chunks;
+    int row = 0;
+    for (const auto& s : seqs) {
+      const size_t r = size_t(row);
+      chunks.push_back({s.num_tokens, in.qkv.data() + r * shape.conv_dim(), in.z.data() + r * shape.value_dim(),
+                        in.b.data() + r * shape.num_v_heads, in.a.data() + r * shape.num_v_heads,
+                        conv.data() + size_t(s.state_slot) * p.conv_size(),
+                        rec.data() + size_t(s.state_slot) * p.rec_size(), ref.data() + r * shape.value_dim()});
+      row += s.num_tokens;
+    }
+    const cpu::GdnParams params{p.conv_w.data(), p.dt_bias.data(), p.a_log.data(), p.norm_w.data(), shape.norm_eps};
+    cpu::gated_delta_net(pool(), geometry(shape), params, chunks);
+
+    // Output: bf16 rounding plus 1e-3 of the head's gated scale |w_j·silu(z)| (the normalised
+    // core output is O(1); chunked vs recurrent fp32 differ by ~1e-5 of it; a wrong token,
+    // head or gate is O(1)).
+    std::vector<float> bound(ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const int j = int(i % size_t(shape.v_head_dim));
+      bound[i] = float(1e-3 * std::abs(p.norm_w[size_t(j)] * cpu::silu(in.z[i])));
+    }
+    EXPECT_TRUE(all_close("gdn.out " + name_of(shape), got, ref, {M, shape.num_v_heads, shape.v_head_dim},
+                          {"token", "v_head", "j"}, 0, kEpsBf16 * 1.001, &bound));
+    // Conv state: the last K−1 pre-conv inputs, copied: exact. Slots outside the step keep
+    // their garbage.
+    EXPECT_TRUE(all_close("gdn.conv_state " + name_of(shape), to_host(p.d_conv_state), conv,
+                          {slots, shape.conv_dim(), shape.conv_kernel - 1}, {"slot", "channel", "tap"}, 0, 0));
+    // Recurrent state: fp32 on both sides; 1e-4 of its scale (recurrent vs chunked order).
+    const double smax = error_stats(rec, rec).max_ref;
+    EXPECT_TRUE(all_close("gdn.recurrent_state " + name_of(shape), to_host(p.d_rec_state), rec,
+                          {slots, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim}, {"slot", "v_head", "i", "j"},
+                          1e-4 * smax, 1e-4));
+  }
+}
+
+TEST(GpuOpsGdn, ChunkThenSingleTokensEqualsOneCall) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(32);
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE(name_of(shape));
+    const int T = 20, first = 13;
+    Rng rng_copy = rng;  // the split run gets identical parameters and states
+    GdnProblem whole(rng, shape, 4);
+    GdnProblem split(rng_copy, shape, 4);
+    const GdnInputs in = random_inputs(rng, shape, T);
+    // Another sequence shares every step (slot 1), so the split run also mixes sequences.
+    const GdnInputs other = random_inputs(rng, shape, 1 + (T - first));
+
+    // One call: the 20 tokens of slot 2 alone; then the other sequence's tokens separately.
+    const auto out_whole = run_gpu(whole, in, {{0, T, 2, {}}});
+    // Split: [13 tokens of slot 2 + 1 token of slot 1], then 7 steps of [1 + 1].
+    auto slice = [&](const GdnInputs& src, int t0, int n) {
+      GdnInputs r;
+      auto take = [&](const std::vector<float>& v, int width) {
+        return std::vector<float>(v.begin() + long(size_t(t0) * width), v.begin() + long(size_t(t0 + n) * width));
+      };
+      r.qkv = take(src.qkv, shape.conv_dim());
+      r.z = take(src.z, shape.value_dim());
+      r.b = take(src.b, shape.num_v_heads);
+      r.a = take(src.a, shape.num_v_heads);
+      return r;
+    };
+    auto concat = [](GdnInputs x, const GdnInputs& y) {
+      x.qkv.insert(x.qkv.end(), y.qkv.begin(), y.qkv.end());
+      x.z.insert(x.z.end(), y.z.begin(), y.z.end());
+      x.b.insert(x.b.end(), y.b.begin(), y.b.end());
+      x.a.insert(x.a.end(), y.a.begin(), y.a.end());
+      return x;
+    };
+    std::vector<float> out_split;
+    const size_t width = size_t(shape.value_dim());
+    for (int step = 0; step <= T - first; ++step) {
+      const int t0 = step == 0 ? 0 : first + step - 1, n = step == 0 ? first : 1;
+      const auto out = run_gpu(split, concat(slice(in, t0, n), slice(other, step, 1)), {{t0, n, 2, {}}, {step, 1, 1, {}}});
+      out_split.insert(out_split.end(), out.begin(), out.begin() + long(size_t(n) * width));
+    }
+    // The same kernels see the same values in the same order: equal up to fp32 noise.
+    EXPECT_TRUE(all_close("gdn split vs whole.out " + name_of(shape), out_split, out_whole,
+                          {T, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 1e-6, 1e-5));
+    const auto conv_w = to_host(whole.d_conv_state), conv_s = to_host(split.d_conv_state);
+    const auto rec_w = to_host(whole.d_rec_state), rec_s = to_host(split.d_rec_state);
+    const size_t cs = whole.conv_size(), rs = whole.rec_size();
+    auto slot = [](const std::vector<float>& v, size_t size, int s) {
+      return std::vector<float>(v.begin() + long(size * size_t(s)), v.begin() + long(size * size_t(s + 1)));
+    };
+    EXPECT_TRUE(all_close("gdn split vs whole.conv_state " + name_of(shape), slot(conv_s, cs, 2), slot(conv_w, cs, 2),
+                          {shape.conv_dim(), shape.conv_kernel - 1}, {"channel", "tap"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn split vs whole.recurrent_state " + name_of(shape), slot(rec_s, rs, 2),
+                          slot(rec_w, rs, 2), {shape.num_v_heads, shape.k_head_dim, shape.v_head_dim},
+                          {"v_head", "i", "j"}, 1e-6, 1e-5));
+  }
+}

@@ -1,0 +1,259 @@
+// The routed-expert block on the GPU (ops_moe.h: routing, expert SwiGLU MLPs, weighted
+// combine into the residual) against the CPU ops:
+//   routing: cpu::route_top_k (softmax in fp32, top-k, ties to the lower expert id,
+//     renormalised) on designed router logits — random rows, exact ties at the k-th place,
+//     all-equal rows, and (separately) near ties one fp32 ulp apart — read back through
+//     experts built so that expert e adds its routing weight into residual column e;
+//   experts: cpu::moe_forward (with a zero shared expert, so it returns the routed sum) at
+//     the 122B-A10B expert shape (H 3072, I 1024, top-8) with Dense BF16, GPTQ INT4 and FP8
+//     block experts, and at odd shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/activations.h"
+#include "backend/cpu/linear.h"
+#include "backend/cpu/moe.h"
+#include "backend/cuda/ops_moe.h"
+#include "core/thread_pool.h"
+#include "gpu_test_quant.h"
+
+using namespace moeserve;
+using namespace moeserve::gputest;
+
+namespace {
+
+ThreadPool& pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+struct Experts {
+  std::vector<TestWeight> gate, up, down;
+  std::vector<quant::QuantWeight> ref_gate, ref_up, ref_down;  // dense f32 of the exact dequantisation
+};
+
+std::vector<const quant::QuantWeight*> ptrs(const std::vector<TestWeight>& v) {
+  std::vector<const quant::QuantWeight*> p;
+  for (const auto& t : v) p.push_back(&t.weight);
+  return p;
+}
+
+// Runs moe_routed_experts on residual += MoE(x) with the given router logits.
+std::vector<float> run_gpu(const Experts& ex, const std::vector<float>& x, const std::vector<float>& logits,
+                           const std::vector<float>& residual, int M, int E, int top_k, int H, int I) {
+  const cuda::DeviceExperts d = cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+  const cuda::MoeShape shape{E, top_k, H, I};
+  const size_t ws_bytes = cuda::moe_workspace_bytes(shape, M);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  auto d_x = to_device_bf16(x);
+  auto d_logits = to_device_f32(logits);
+  auto d_res = to_device_f32(residual);
+  cuda::moe_routed_experts(d_x.data(), d_logits.data(), shape, d, M, ws.data(), ws_bytes, d_res.data(), nullptr);
+  return to_host(d_res);
+}
+
+// Routing probe experts (Dense BF16, I = 1): gate and up rows are 1/H, so with x = 1 every
+// expert computes g = u = 1 exactly and act = silu(1); down of expert e is the unit column
+// e_e. The block then adds w(m, e)·silu(1) to residual[m, e] for each selected expert e.
+Experts probe_experts(int E, int H) {
+  Experts ex;
+  for (int e = 0; e < E; ++e) {
+    auto dense = [](std::vector<float> w, int64_t N, int64_t K) {
+      TestWeight t;
+      t.label = "probe";
+      t.dequant = w;
+      Tensor bt = Tensor::empty(DType::BF16, {N, K});
+      for (size_t i = 0; i < w.size(); ++i) bt.data<uint16_t>()[i] = f32_to_bf16(w[i]);
+      t.weight = quant::dense_weight(std::move(bt), "probe");
+      return t;
+    };
+    ex.gate.push_back(dense(std::vector<float>(size_t(H), 1.0f / float(H)), 1, H));
+    ex.up.push_back(dense(std::vector<float>(size_t(H), 1.0f / float(H)), 1, H));
+    std::vector<float> down(size_t(H), 0.0f);
+    down[size_t(e)] = 1.0f;
+    ex.down.push_back(dense(down, H, 1));
+  }
+  return ex;
+}
+
+// Expected residual after the probe experts: residual[m, id] += weight · silu(1), with ids
+// and weights from the CPU's route_top_k.
+std::vector<float> probe_reference(const std::vector<float>& logits, const std::vector<float>& residual, int M, int E,
+                                   int k, int H) {
+  std::vector<float> ref = residual;
+  std::vector<int32_t> ids(static_cast<size_t>(k));
+  std::vector<float> w(static_cast<size_t>(k));
+  for (int m = 0; m < M; ++m) {
+    cpu::route_top_k(logits.data() + size_t(m) * E, E, k, ids.data(), w.data());
+    for (int r = 0; r < k; ++r) ref[size_t(m) * H + size_t(ids[size_t(r)])] += w[size_t(r)] * cpu::silu(1.0f);
+  }
+  return ref;
+}
+
+// Lists, per token row, the experts whose column changed, for failure messages.
+std::string selected_columns(const std::vector<float>& out, const std::vector<float>& residual, int m, int H) {
+  std::string s;
+  for (int h = 0; h < H; ++h)
+    if (out[size_t(m) * H + h] != residual[size_t(m) * H + h]) s += std::to_string(h) + " ";
+  return s;
+}
+
+void check_routing(const std::vector<float>& logits, int M, int E, int k, const std::string& what) {
+  const int H = E;
+  const Experts ex = probe_experts(E, H);
+  const std::vector<float> x(size_t(M) * H, 1.0f);
+  const std::vector<float> residual(size_t(M) * H, 0.0f);
+  const auto got = run_gpu(ex, x, logits, residual, M, E, k, H, 1);
+  const auto ref = probe_reference(logits, residual, M, E, k, H);
+  // Weights: fp32 softmax (__expf vs exp) and silu: 1e-5 relative; a different expert
+  // moves a whole weight (>= 1/E of the mass) between columns.
+  const auto res = all_close(what, got, ref, {M, E}, {"token", "expert"}, 1e-7, 1e-5);
+  EXPECT_TRUE(res);
+  if (!res)
+    for (int m = 0; m < M; ++m)
+      std::printf("  token %d: GPU selected %s| CPU selected %s\n", m, selected_columns(got, residual, m, H).c_str(),
+                  selected_columns(ref, residual, m, H).c_str());
+}
+
+// Random logits with designed rows appended: an exact tie at the k-th place (both id
+// orders), all equal, and more than k equal maxima.
+std::vector<float> routing_logits(Rng& rng, int E, int k, int& M) {
+  std::vector<float> logits;
+  auto add_row = [&](std::vector<float> row) { logits.insert(logits.end(), row.begin(), row.end()); };
+  for (int i = 0; i < 5; ++i) add_row(random_f32(rng, size_t(E), 2.0f));
+  for (int order = 0; order < 2; ++order) {  // exact tie between the k-th and the (k+1)-th
+    std::vector<float> row = random_f32(rng, size_t(E), 2.0f);
+    std::vector<int> idx(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) idx[size_t(e)] = e;
+    std::sort(idx.begin(), idx.end(), [&](int a, int b) { return row[size_t(a)] > row[size_t(b)]; });
+    int a = idx[size_t(k - 1)], b = idx[size_t(k)];
+    if ((order == 0) != (a < b)) std::swap(a, b);
+    row[size_t(b)] = row[size_t(a)];
+    add_row(row);
+  }
+  add_row(std::vector<float>(size_t(E), 0.0f));  // all equal: experts 0..k-1, weights 1/k
+  {
+    std::vector<float> row = random_f32(rng, size_t(E), 1.0f);
+    for (int i = 0; i < k + 4; ++i) row[size_t(rng.integer(0, E - 1))] = 5.0f;  // >= k+1 equal maxima (likely)
+    add_row(row);
+  }
+  M = int(logits.size() / size_t(E));
+  return logits;
+}
+
+}  // namespace
+
+TEST(GpuOpsMoe, RoutingMatchesCpuTopKWithExactTies) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(41);
+  for (auto [E, k] : std::vector<std::pair<int, int>>{{256, 8}, {8, 3}, {10, 4}}) {
+    int M = 0;
+    const auto logits = routing_logits(rng, E, k, M);
+    check_routing(logits, M, E, k, "moe routing E=" + std::to_string(E) + " k=" + std::to_string(k));
+  }
+}
+
+// Router logits one fp32 ulp apart at the k-th place. The CPU ranks by fp32 softmax
+// probabilities (as transformers: softmax then topk), where two such logits can give equal
+// probabilities and the lower id wins; a GPU that ranks by logits picks the higher logit.
+// Both kernels document "ties: lower expert id first", so both must choose the same experts.
+TEST(GpuOpsMoe, RoutingMatchesCpuTopKWithNearTies) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(42);
+  for (auto [E, k] : std::vector<std::pair<int, int>>{{256, 8}, {8, 3}}) {
+    std::vector<float> logits;
+    int M = 0;
+    for (int i = 0; i < 16; ++i, ++M) {
+      std::vector<float> row = random_f32(rng, size_t(E), 2.0f);
+      std::vector<int> idx(static_cast<size_t>(E));
+      for (int e = 0; e < E; ++e) idx[size_t(e)] = e;
+      std::sort(idx.begin(), idx.end(), [&](int a, int b) { return row[size_t(a)] > row[size_t(b)]; });
+      int lo = std::min(idx[size_t(k - 1)], idx[size_t(k)]), hi = std::max(idx[size_t(k - 1)], idx[size_t(k)]);
+      // Even rows: the higher id gets the larger logit by one ulp; odd rows: the lower id.
+      const float v = row[size_t(idx[size_t(k - 1)])];
+      row[size_t(lo)] = v;
+      row[size_t(hi)] = v;
+      if (i % 2 == 0)
+        row[size_t(hi)] = std::nextafter(v, INFINITY);
+      else
+        row[size_t(lo)] = std::nextafter(v, INFINITY);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+    check_routing(logits, M, E, k, "moe routing near-ties E=" + std::to_string(E) + " k=" + std::to_string(k));
+  }
+}
+
+namespace {
+
+struct ExpertCase {
+  int E, k, H, I;
+  std::string format;  // "bf16", "gptq-sym-g128", "gptq-asym-g32", "fp8"
+};
+
+Experts make_experts(Rng& rng, const ExpertCase& c) {
+  Experts ex;
+  auto make = [&](int64_t N, int64_t K) {
+    if (c.format == "bf16") return make_dense_bf16(rng, N, K, 0.03f);
+    if (c.format == "gptq-sym-g128") return make_gptq(rng, N, K, 128, true, false, 0.005f);
+    if (c.format == "gptq-asym-g32") return make_gptq(rng, N, K, 32, false, false, 0.005f);
+    return make_fp8_block(rng, N, K, 0.03f, false);
+  };
+  for (int e = 0; e < c.E; ++e) {
+    ex.gate.push_back(make(c.I, c.H));
+    ex.up.push_back(make(c.I, c.H));
+    ex.down.push_back(make(c.H, c.I));
+    ex.ref_gate.push_back(dense_f32(ex.gate.back().dequant, c.I, c.H, "ref.gate." + std::to_string(e)));
+    ex.ref_up.push_back(dense_f32(ex.up.back().dequant, c.I, c.H, "ref.up." + std::to_string(e)));
+    ex.ref_down.push_back(dense_f32(ex.down.back().dequant, c.H, c.I, "ref.down." + std::to_string(e)));
+  }
+  return ex;
+}
+
+}  // namespace
+
+TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(43);
+  const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "bf16"},          {16, 8, 3072, 1024, "gptq-sym-g128"},
+                                      {16, 8, 3072, 1024, "fp8"},           {8, 3, 256, 96, "gptq-asym-g32"},
+                                      {8, 3, 72, 36, "bf16"},               {10, 4, 200, 40, "fp8"}};
+  for (const auto& c : cases) {
+    const std::string name = c.format + " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) +
+                             " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
+    SCOPED_TRACE(name);
+    const Experts ex = make_experts(rng, c);
+    const TestWeight router = make_dense_bf16(rng, c.E, c.H, 0.05f);
+    // A zero shared expert (and gate): cpu::moe_forward then returns the routed sum alone.
+    const int Is = 8;
+    const auto zero_gate = dense_f32(std::vector<float>(size_t(Is) * c.H, 0.0f), Is, c.H, "shared.gate");
+    const auto zero_up = dense_f32(std::vector<float>(size_t(Is) * c.H, 0.0f), Is, c.H, "shared.up");
+    const auto zero_down = dense_f32(std::vector<float>(size_t(c.H) * Is, 0.0f), c.H, Is, "shared.down");
+    const auto zero_sg = dense_f32(std::vector<float>(size_t(c.H), 0.0f), 1, c.H, "shared_expert_gate");
+    std::vector<cpu::ExpertWeights> cpu_experts;
+    for (int e = 0; e < c.E; ++e)
+      cpu_experts.push_back({&ex.ref_gate[size_t(e)], &ex.ref_up[size_t(e)], &ex.ref_down[size_t(e)]});
+    const cpu::MoeParams params{&router.weight, cpu_experts, {&zero_gate, &zero_up, &zero_down}, &zero_sg, c.k};
+
+    for (int M : {1, 3, 17, 64}) {
+      const auto x = random_bf16(rng, size_t(M) * c.H, 1.0f);
+      // The router logits the CPU computes inside moe_forward (same op, same order).
+      std::vector<float> logits(size_t(M) * c.E);
+      cpu::linear(pool(), x.data(), M, router.weight, logits.data());
+      std::vector<float> routed(size_t(M) * c.H);
+      cpu::moe_forward(pool(), params, x.data(), M, routed.data());
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      std::vector<float> ref = residual;
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] += routed[i];
+      const auto got = run_gpu(ex, x, logits, residual, M, c.E, c.k, c.H, c.I);
+      // fp32 everywhere after the bf16 inputs (exact in-register dequantisation, f32
+      // activations): reduction-order noise of two chained dots (~1e-6 of the output scale)
+      // and __expf in SiLU and softmax. 1e-4 of max|routed| leaves a wide margin; a wrong
+      // expert, group or zero point is O(max|routed|).
+      const double scale = error_stats(routed, routed).max_ref;
+      EXPECT_TRUE(all_close("moe experts " + name + " M=" + std::to_string(M), got, ref, {M, c.H}, {"token", "h"},
+                            1e-4 * scale, 1e-6));
+    }
+  }
+}
