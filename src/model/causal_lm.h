@@ -7,7 +7,9 @@
 // for the linear-attention layers. The runtime owns the allocation of blocks and slots.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -22,6 +24,42 @@ struct CacheGeometry {
   size_t bytes_per_state_slot = 0; // one sequence's GDN conv + recurrent state, all linear layers
 };
 
+// ---- sampling on the model's device (issue 6) -------------------------------------------
+// A model whose supports_device_sampling() is true can pick a sequence's next token itself,
+// so that the step returns a token instead of a [vocab] row of fp32 logits. The contract is
+// runtime::Sampler's (src/runtime/sampler.h) for a request without penalties or logit_bias;
+// runtime::Sampler::sample_row is its CPU implementation, and the reference the device
+// kernels are tested against. Every field is given exactly as the host sampler computes it
+// (runtime::to_device_sample), so both paths see bit-identical fp32 inputs.
+inline constexpr int kMaxDeviceLogprobs = 20;
+inline constexpr int kMaxDeviceMaskedTokens = 16;
+
+struct DeviceSampleParams {
+  // Greedy: argmax of the logits (masked_tokens at -inf), lowest id on ties; the fields down
+  // to `uniform` are then unused.
+  bool greedy = true;
+  // scaled = logit * inv_temperature in fp32, inv_temperature = float(1.0 / temperature).
+  float inv_temperature = 1.0f;
+  // Candidates: scaled - max(scaled) >= min_log_ratio (fp32), i.e. min_p in log space
+  // (runtime::min_p_log_ratio); their weights are expf(scaled - max(scaled)).
+  float min_log_ratio = -87.0f;
+  int32_t top_k = 0;    // <= 0: off; else the top_k most likely candidates and their ties
+  double top_p = 1.0;   // the shortest most-likely-first prefix holding >= top_p of the weight
+  double uniform = 0.0; // the request's draw in [0, 1): the token whose cumulative weight crosses uniform * total
+  int32_t num_logprobs = -1;  // -1: none; else 0..kMaxDeviceLogprobs alternatives
+  // In-vocabulary ids set to -inf before choosing (min_tokens holds back eos and stop
+  // tokens); logprobs still see their raw logits. At most kMaxDeviceMaskedTokens.
+  std::span<const int32_t> masked_tokens;
+};
+
+struct DeviceSampleResult {
+  int32_t token = -1;  // -1: nothing could be chosen (every logit masked, -inf or NaN)
+  // When num_logprobs >= 0: log-softmax of the raw logits (NaN as -inf) at `token`, and the
+  // num_logprobs most likely tokens, highest first, lowest id on ties.
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
 // One sequence's part of a step.
 struct SeqStep {
   std::span<const int32_t> tokens;     // new tokens, appended at positions start_pos...
@@ -29,13 +67,19 @@ struct SeqStep {
   std::span<const int32_t> kv_blocks;  // block table covering [0, start_pos + tokens.size())
   int32_t state_slot = -1;             // GDN state slot; holds the state after start_pos tokens
   bool all_logits = false;             // logits for every new token, else only for the last
+  // Set (only for a model that supports_device_sampling(), never with all_logits): the model
+  // samples the last row itself; StepOutput::samples gets the token and no logits row is
+  // returned for this sequence (num_rows 0).
+  std::optional<DeviceSampleParams> device_sample;
 };
 
 struct StepOutput {
   int64_t vocab = 0;
   std::vector<float> logits;           // [rows, vocab] fp32
   std::vector<int64_t> first_row;      // per SeqStep: index of its first row in `logits`
-  std::vector<int64_t> num_rows;       // per SeqStep: tokens.size() if all_logits else 1
+  std::vector<int64_t> num_rows;       // per SeqStep: tokens.size() if all_logits, 0 if device_sample, else 1
+  // Per SeqStep when any asked for device_sample (the entries of the others are unused).
+  std::vector<DeviceSampleResult> samples;
 
   // Post-final-norm hidden states (the lm_head input, the MTP seed) of EVERY new token,
   // [Σ tokens.size(), hidden_size] in batch order. Filled only when the caller sets
@@ -79,6 +123,8 @@ class CausalLM {
   virtual void copy_state(int32_t src, int32_t dst) = 0;
   // Runs one step. Updates the KV blocks and state slots of every sequence in the batch.
   virtual void forward(std::span<const SeqStep> batch, StepOutput& out) = 0;
+  // Whether forward honours SeqStep::device_sample. The runtime sets it only when this says yes.
+  virtual bool supports_device_sampling() const { return false; }
 
   // Multi-token prediction (speculative drafting); models without MTP weights say no.
   virtual bool has_mtp() const { return false; }

@@ -25,8 +25,8 @@ float sanitize(float x) { return std::isnan(x) ? kNegInf : x; }
 }  // namespace
 
 // A weighted quickselect: partition around the median, keep the half that holds the cut.
-size_t top_p_cut(std::vector<int32_t>& cand, const float* w, double target) {
-  ByValueDesc order{w};
+size_t top_p_cut(std::vector<int32_t>& cand, const float* keys, const float* w, double target) {
+  ByValueDesc order{keys};
   size_t lo = 0, hi = cand.size();  // the cut lies in (lo, hi]; [0, lo) is kept, weighing `kept`
   double kept = 0.0;
   while (hi - lo > 64) {
@@ -47,6 +47,18 @@ size_t top_p_cut(std::vector<int32_t>& cand, const float* w, double target) {
     if (kept >= target) return i + 1;
   }
   return hi;  // rounding left the target a hair out of reach: keep the range
+}
+
+size_t top_p_cut(std::vector<int32_t>& cand, const float* w, double target) { return top_p_cut(cand, w, w, target); }
+
+float inverse_temperature(double temperature) { return float(1.0 / temperature); }
+
+float min_p_log_ratio(double min_p) {
+  // Below e^-87 of the most likely token's weight a token is never drawn: its weight would
+  // no longer be a normal float, and a sum of 2^18 of them is under 1e-30 of the total.
+  constexpr float kFloor = -87.0f;
+  if (!(min_p > 0.0)) return kFloor;
+  return std::max(float(std::log(min_p)), kFloor);
 }
 
 TokenLogprob compute_logprobs(std::span<const float> logits, int32_t token, int top_k) {
@@ -139,23 +151,36 @@ const std::vector<float>& Sampler::process_logits(const SampleInput& in) {
   return work_;
 }
 
-int32_t Sampler::sample_random(const SampleInput& in) {
-  const SamplingParams& p = *in.params;
+int32_t Sampler::argmax_of_work() const {
+  int32_t best = -1;
+  float best_value = kNegInf;
+  for (size_t t = 0; t < work_.size(); ++t) {
+    if (work_[t] > best_value) {  // strict: the lowest id wins ties; NaN never wins
+      best_value = work_[t];
+      best = int32_t(t);
+    }
+  }
+  if (best < 0) fail("sampling: every token is masked");
+  return best;
+}
+
+int32_t Sampler::sample_random(const model::DeviceSampleParams& p, Rng* rng) {
   const auto vocab = int32_t(work_.size());
-  const auto inv_temp = float(1.0 / p.temperature);
+  // Separate passes: the scaled logits are rounded to fp32 before anything else reads them
+  // (no fused multiply-add), as on the device.
   float max_scaled = kNegInf;
   for (float& x : work_) {
-    x *= inv_temp;
+    x *= p.inv_temperature;
     max_scaled = std::max(max_scaled, x);
   }
-  // Unnormalised probabilities w = exp(scaled - max); the most likely token has w = 1, so
-  // min_p's threshold (min_p * the top probability) is simply w >= min_p.
+  weights_.resize(work_.size());
   candidates_.clear();
-  const auto min_w = float(p.min_p);
   for (int32_t t = 0; t < vocab; ++t) {
-    float& x = work_[size_t(t)];
-    x = x == kNegInf ? 0.0f : std::exp(x - max_scaled);
-    if (x > 0.0f && x >= min_w) candidates_.push_back(t);
+    const float d = work_[size_t(t)] - max_scaled;  // NaN when the max is -inf or +inf: no candidate
+    if (d >= p.min_log_ratio) {
+      candidates_.push_back(t);
+      weights_[size_t(t)] = std::exp(d);
+    }
   }
   if (candidates_.empty()) fail("sampling: every token is masked");
   ByValueDesc order{work_.data()};
@@ -168,16 +193,18 @@ int32_t Sampler::sample_random(const SampleInput& in) {
   }
   if (p.top_p < 1.0) {
     double total = 0.0;
-    for (int32_t t : candidates_) total += work_[size_t(t)];
-    candidates_.resize(top_p_cut(candidates_, work_.data(), p.top_p * total));
+    for (int32_t t : candidates_) total += weights_[size_t(t)];
+    candidates_.resize(top_p_cut(candidates_, work_.data(), weights_.data(), p.top_p * total));
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), order);
   }
 
   double total = 0.0;
-  for (int32_t t : candidates_) total += work_[size_t(t)];
-  const double u = in.rng->uniform() * total;
+  for (int32_t t : candidates_) total += weights_[size_t(t)];
+  const double u = (rng ? rng->uniform() : p.uniform) * total;
   double cumulative = 0.0;
   for (int32_t t : candidates_) {
-    cumulative += work_[size_t(t)];
+    cumulative += weights_[size_t(t)];
     if (u < cumulative) return t;
   }
   return candidates_.back();  // u rounded up to the total
@@ -187,7 +214,8 @@ SampleResult Sampler::sample(const SampleInput& in) {
   MOESERVE_CHECK(in.params != nullptr && in.rng != nullptr, "Sampler::sample: missing params or RNG");
   MOESERVE_CHECK(!in.logits.empty(), "Sampler::sample: empty logits");
   SampleResult result;
-  if (in.params->greedy()) {
+  const SamplingParams& p = *in.params;
+  if (p.greedy()) {
     // Without processing, greedy reads the raw logits in place (no vocab-sized copy).
     const std::span<const float> logits = needs_processing(in) ? std::span<const float>(process_logits(in)) : in.logits;
     int32_t best = -1;
@@ -202,10 +230,65 @@ SampleResult Sampler::sample(const SampleInput& in) {
     result.token = best;
   } else {
     process_logits(in);
-    result.token = sample_random(in);
+    model::DeviceSampleParams draw;
+    draw.greedy = false;
+    draw.inv_temperature = inverse_temperature(p.temperature);
+    draw.min_log_ratio = min_p_log_ratio(p.min_p);
+    draw.top_k = p.top_k;
+    draw.top_p = p.top_p;
+    result.token = sample_random(draw, in.rng);
   }
   if (in.params->logprobs >= 0) result.logprob = compute_logprobs(in.logits, result.token, in.params->logprobs);
   return result;
+}
+
+}  // namespace moeserve::runtime
+
+namespace moeserve::runtime {
+
+SampleResult Sampler::sample_row(std::span<const float> logits, const model::DeviceSampleParams& p) {
+  MOESERVE_CHECK(!logits.empty(), "Sampler::sample_row: empty logits");
+  const auto vocab = int64_t(logits.size());
+  work_.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) work_[i] = sanitize(logits[i]);
+  for (int32_t t : p.masked_tokens)
+    if (t >= 0 && t < vocab) work_[size_t(t)] = kNegInf;
+  SampleResult result;
+  result.token = p.greedy ? argmax_of_work() : sample_random(p, nullptr);
+  if (p.num_logprobs >= 0) result.logprob = compute_logprobs(logits, result.token, p.num_logprobs);
+  return result;
+}
+
+std::optional<model::DeviceSampleParams> to_device_sample(const SampleInput& in, int64_t vocab,
+                                                          std::vector<int32_t>& masked) {
+  MOESERVE_CHECK(in.params != nullptr && in.rng != nullptr, "to_device_sample: missing params or RNG");
+  const SamplingParams& p = *in.params;
+  const bool penalties = in.history != nullptr && (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 ||
+                                                   p.presence_penalty != 0.0);
+  if (penalties || !p.logit_bias.empty() || p.logprobs > model::kMaxDeviceLogprobs) return std::nullopt;
+  masked.clear();
+  if (in.num_generated < p.min_tokens) {  // as process_logits: stop tokens, and eos unless ignored
+    for (int32_t t : p.stop_token_ids)
+      if (t >= 0 && t < vocab) masked.push_back(t);
+    if (!p.ignore_eos)
+      for (int64_t t : in.eos_token_ids)
+        if (t >= 0 && t < vocab) masked.push_back(int32_t(t));
+    std::sort(masked.begin(), masked.end());
+    masked.erase(std::unique(masked.begin(), masked.end()), masked.end());
+    if (masked.size() > size_t(model::kMaxDeviceMaskedTokens)) return std::nullopt;
+  }
+  model::DeviceSampleParams d;
+  d.greedy = p.greedy();
+  d.num_logprobs = p.logprobs;
+  d.masked_tokens = masked;
+  if (!d.greedy) {
+    d.inv_temperature = inverse_temperature(p.temperature);
+    d.min_log_ratio = min_p_log_ratio(p.min_p);
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.uniform = in.rng->uniform();
+  }
+  return d;
 }
 
 }  // namespace moeserve::runtime

@@ -6,12 +6,20 @@
 //   5. greedy (temperature ~ 0): argmax, lowest id on ties; otherwise
 //   6. divide by temperature, min_p, top_k, top_p (over what top_k kept), and draw from the
 //      renormalised rest with the request's own RNG (one uniform per sampled token).
+//
+// Step 6 in fp32, exactly as the device kernels do it (src/backend/cuda/ops_sampling.h), so
+// that both make the same decisions from the same bits: scaled = logit * float(1 / T);
+// candidates are the tokens with scaled - max >= float(log(min_p)) (and >= -87: weights stay
+// normal floats); they are ordered by scaled logit, highest first, lower id on ties (top_k
+// ties are equal scaled logits), and weighted by expf(scaled - max). Only sums of weights
+// (top_p's cut, the draw) depend on rounding, at the 1e-7 level.
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
 
+#include "model/causal_lm.h"
 #include "runtime/request_output.h"
 #include "runtime/rng.h"
 #include "runtime/sampling_params.h"
@@ -42,17 +50,41 @@ class Sampler {
   // Steps 2-4 alone: the logits that greedy takes the argmax of (valid until the next call).
   const std::vector<float>& process_logits(const SampleInput& input);
 
+  // The device-sampling contract (model::DeviceSampleParams) on the CPU: what a model that
+  // samples on its device must return for raw `logits`. Throws like sample() when no token
+  // is left to choose.
+  SampleResult sample_row(std::span<const float> logits, const model::DeviceSampleParams& params);
+
  private:
   static bool needs_processing(const SampleInput& input);
-  int32_t sample_random(const SampleInput& input);
+  // Step 6 over work_ (the processed logits); the uniform comes from `rng` when given (drawn
+  // once the candidates are known), else it is `uniform`.
+  int32_t sample_random(const model::DeviceSampleParams& params, Rng* rng);
+  int32_t argmax_of_work() const;
 
-  std::vector<float> work_;
+  std::vector<float> work_;     // processed, then scaled logits
+  std::vector<float> weights_;  // expf(scaled - max) of the candidates
   std::vector<int32_t> candidates_;
 };
 
+// float(1.0 / temperature) and min_p as a log-ratio threshold, as both sampling paths use them.
+float inverse_temperature(double temperature);
+float min_p_log_ratio(double min_p);
+
+// The device-sampling form of `input` (its logits are not read), or nullopt when the request
+// needs the host path: penalties or logit_bias, more than model::kMaxDeviceLogprobs logprobs,
+// more than model::kMaxDeviceMaskedTokens tokens held back by min_tokens. A sampled (not
+// greedy) request draws its uniform from input.rng here, the one draw sample() would make,
+// so the RNG stream and the tokens of a seeded request are the same on both paths.
+// `masked` stores the ids the params point to; it must outlive them.
+std::optional<model::DeviceSampleParams> to_device_sample(const SampleInput& input, int64_t vocab,
+                                                          std::vector<int32_t>& masked);
+
 // The top-p cut: reorders `candidates` so that its first k entries are the most likely
-// (by weight, lower id first on ties) and returns the smallest k whose weights sum to at
+// (by key, lower id first on ties) and returns the smallest k whose weights sum to at
 // least `target`. Expected O(n): no sort of the whole vocabulary.
+size_t top_p_cut(std::vector<int32_t>& candidates, const float* keys, const float* weights, double target);
+// The same with the weights as keys.
 size_t top_p_cut(std::vector<int32_t>& candidates, const float* weights, double target);
 
 // log-softmax of `logits` at `token`, with the `top_k` most likely tokens (highest first,

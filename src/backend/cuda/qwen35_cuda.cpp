@@ -182,6 +182,7 @@ void Qwen35CudaModel::allocate_workspaces() {
   total += meta_buf_.bytes();
   MOESERVE_CUDA_CHECK(cudaMallocHost(&meta_host_, meta_ints * sizeof(int32_t)));
   MOESERVE_CUDA_CHECK(cudaMallocHost(&logits_host_, size_t(chunk) * size_t(c.vocab_size) * sizeof(float)));
+  row_sampler_ = std::make_unique<DeviceRowSampler>(chunk, c.vocab_size);
   workspace_bytes_ = total;
 }
 
@@ -251,6 +252,7 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
   out.first_row.assign(batch.size(), 0);
   out.num_rows.assign(batch.size(), 0);
   int64_t rows = 0, tokens = 0;
+  bool any_device_sample = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto& s = batch[i];
     MOESERVE_CHECK(!s.tokens.empty(), "forward: sequence {} has no tokens", i);
@@ -265,12 +267,15 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
     for (int64_t b = 0; b < need && config_.num_full_attention_layers() > 0; ++b)
       MOESERVE_CHECK(s.kv_blocks[size_t(b)] >= 0 && s.kv_blocks[size_t(b)] < num_kv_blocks_,
                      "forward: KV block id {} out of range", s.kv_blocks[size_t(b)]);
+    MOESERVE_CHECK(!(s.device_sample && s.all_logits), "forward: sequence {} asks for device sampling and all logits", i);
+    any_device_sample = any_device_sample || s.device_sample.has_value();
     out.first_row[i] = rows;
-    out.num_rows[i] = s.all_logits ? int64_t(s.tokens.size()) : 1;
+    out.num_rows[i] = s.device_sample ? 0 : s.all_logits ? int64_t(s.tokens.size()) : 1;
     rows += out.num_rows[i];
     tokens += int64_t(s.tokens.size());
   }
   out.logits.assign(size_t(rows) * size_t(config_.vocab_size), 0.0f);
+  out.samples.assign(any_device_sample ? batch.size() : 0, model::DeviceSampleResult{});
   if (out.want_hidden) {
     out.hidden_size = config_.hidden_size;
     out.hidden.assign(size_t(tokens) * size_t(config_.hidden_size), 0.0f);
@@ -326,7 +331,6 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   const int S = std::max(options_.max_seqs, options_.max_graph_batch);
   const MetaLayout L{size_t(T), size_t(S)};
   const int H = int(config_.hidden_size);
-  const int V = int(config_.vocab_size);
   const int chunk = std::max(1, options_.lm_head_chunk_rows);
   const int nseq = int(sub.entries.size());
 
@@ -343,7 +347,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
 
   // ---- host metadata ----
   int32_t* h = meta_host_;
-  std::vector<int64_t> out_row;  // per logit row: the row of out.logits it fills
+  std::vector<LogitRowTarget> out_row;  // per logit row: its sequence and the row of out.logits it fills
   std::vector<int64_t> hidden_row(size_t(sub.num_tokens));
   int m = 0, r = 0;
   const int32_t pad_block = num_kv_blocks_, pad_slot = num_state_slots_;
@@ -365,7 +369,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
       const bool last = t == e.num_tokens - 1;
       if (e.emit_all || (e.emit_last && last)) {
         h[L.logit_rows + size_t(r++)] = m;
-        out_row.push_back(out.first_row[e.batch_index] + (e.emit_all ? e.token_offset + t : 0));
+        out_row.push_back({e.batch_index, s.device_sample ? -1 : out.first_row[e.batch_index] + (e.emit_all ? e.token_offset + t : 0)});
       }
     }
   }
@@ -398,13 +402,9 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   token_ids_ptr_ = d + L.token_ids;
   logit_rows_ptr_ = d + L.logit_rows;
 
-  auto fetch_logits = [&](int row0, int nrows) {
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), size_t(nrows) * size_t(V) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream_));
-    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    for (int i = 0; i < nrows; ++i)
-      std::memcpy(out.logits.data() + size_t(out_row[size_t(row0 + i)]) * size_t(V),
-                  logits_host_ + size_t(i) * size_t(V), size_t(V) * sizeof(float));
+  auto fetch_logits = [&](int row0, int nrows) {  // device_sample rows are sampled, the rest copied
+    row_sampler_->finish(logits_.data(), std::span<const LogitRowTarget>(out_row).subspan(size_t(row0), size_t(nrows)),
+                         batch, logits_host_, out, stream_);
   };
 
   if (use_graph) {

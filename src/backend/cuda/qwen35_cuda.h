@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_sampler.h"
 #include "backend/cuda/linear_runner.h"
 #include "backend/cuda/ops_attention.h"
 #include "backend/cuda/ops_gdn.h"
@@ -47,6 +48,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   void reset_state(int32_t slot) override;
   void copy_state(int32_t src, int32_t dst) override;
   void forward(std::span<const model::SeqStep> batch, model::StepOutput& out) override;
+  bool supports_device_sampling() const override { return true; }
 
   size_t weight_bytes() const { return weights_.bytes(); }
   const CudaWeights& weights() const { return weights_; }
@@ -92,6 +94,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_;
   size_t workspace_bytes_ = 0;
   float* logits_host_ = nullptr;  // pinned [lm_head_chunk_rows, V]
+  std::unique_ptr<DeviceRowSampler> row_sampler_;  // samples device_sample rows, copies the others
 
   // CUDA graphs of decode steps, per padded batch size.
   std::map<int, cudaGraphExec_t> graphs_;

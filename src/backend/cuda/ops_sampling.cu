@@ -1,0 +1,583 @@
+// Kernels of ops_sampling.h: one block per logits row.
+//
+// sample_kernel, for a row of V fp32 logits (d = scaled - max(scaled), see causal_lm.h):
+//   P1  argmax of the masked logits: the greedy token, and max(scaled) for the rest.
+//   P2  a histogram of the candidates (d >= min_log_ratio) over 2048 buckets of d, holding
+//       counts and fixed-point weights round(expf(d) * 2^S) (S: the vocabulary's sum of
+//       weights stays below 2^63). Integer sums are exact, so the result does not depend on
+//       the order of the atomics: the kernel is deterministic.
+//   top_k / top_p are "crossing" searches in the candidates' order (scaled desc, id asc):
+//       the element where the running count (top_k) or weight (top_p) passes a target. The
+//       histogram names the bucket; when the buckets up to it (or it alone) hold at most
+//       2048 elements they are compacted into shared memory, sorted and resolved there
+//       (and kept: the top_p search usually finds its crossing in what top_k compacted).
+//       A bucket that is still larger is refined on the exact 32-bit key of the scaled
+//       logit (11 + 11 + 10 bits); what is left after that are ties, resolved by id.
+//   draw: the kept tokens in id order (like runtime::Sampler), the first whose running
+//       weight passes uniform * total: a coalesced pass per warp-sized slice, then a
+//       per-thread pass inside the slice that holds the crossing.
+// logprobs_kernel (rows that ask): online log-sum-exp of the raw logits and the 20 best
+//   (value desc, id asc) per thread in registers, merged in shared memory.
+//
+// Roofline: greedy reads the row once (4V bytes: 1 MB at V = 248320, ~0.2 us of H200 HBM
+// bandwidth if spread over the GPU; one block per row reaches a few hundred GB/s per SM).
+// Sampling reads it in P1, P2, usually one compaction and the draw: ~4 passes, all but the
+// first from L2. Logprobs add one pass. Compute is a few operations per element.
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_sampling.h"
+#include "backend/cuda/ops_sampling_block.cuh"
+
+namespace moeserve::cuda {
+namespace sampling {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBuckets = 2048;    // level 0 (d) and the 11-bit key digits
+constexpr int kCacheCap = 2048;   // elements sorted in shared memory
+using Block = BlockOps<kThreads>;
+static_assert(kBuckets % kThreads == 0 && kCacheCap % kThreads == 0);
+
+// Dynamic shared memory (80 KiB).
+struct Tables {
+  uint64_t hist0_w[kBuckets];
+  uint64_t hist1_w[kBuckets];
+  uint64_t cache_keys[kCacheCap];  // (~key(scaled) << 32) | id: ascending = candidate order
+  uint64_t cache_cum[kCacheCap];   // inclusive running weight within the cache
+  uint32_t hist0_n[kBuckets];
+  uint32_t hist1_n[kBuckets];
+};
+
+struct Found {  // a crossing element
+  float x;                // its scaled logit
+  int32_t id;
+  uint64_t cum_w;         // weight of the candidates up to and including it
+  uint64_t through_w;     // weight of the candidates with scaled >= x (its ties included)
+};
+
+struct State {
+  Block::Scratch scratch;
+  int32_t masked[kSampleMaxMasked];
+  int32_t bucket;                   // find_crossing's answer
+  uint64_t before_n, before_w;
+  int32_t compact_n;
+  int32_t cache_valid, cache_n;
+  uint64_t cache_base_n, cache_base_w;
+  uint64_t warp_q[kWarps];
+  int32_t sel_warp;
+  uint64_t sel_before;
+  int32_t sel_id;
+  Found found;
+};
+
+struct RowView {
+  const float* logits;
+  int32_t vocab;
+  const int32_t* masked;
+  int32_t num_masked;
+  float inv_t, max_x, thr, inv_width, wscale;
+
+  __device__ float processed(int32_t v) const {
+    float s = logits[v];
+    if (isnan(s)) s = kNegInf;
+    for (int i = 0; i < num_masked; ++i)
+      if (masked[i] == v) s = kNegInf;
+    return s;
+  }
+  // The rounding steps are explicit (no fused multiply-add): the host makes them too.
+  __device__ float scaled(int32_t v) const { return canonical(__fmul_rn(processed(v), inv_t)); }
+  __device__ float offset(float x) const { return __fsub_rn(x, max_x); }
+  __device__ bool candidate(float d) const { return d >= thr; }  // NaN: no
+  __device__ int bucket(float d) const {
+    const float f = __fmul_rn(-d, inv_width);
+    return f >= float(kBuckets - 1) ? kBuckets - 1 : int(f);
+  }
+  __device__ uint64_t weight(float d) const { return __float2ull_rn(__fmul_rn(expf(d), wscale)); }
+};
+
+// Which candidates a refinement or compaction pass looks at.
+struct Filter {
+  int bucket_lo, bucket_hi;
+  int key_shift;        // 32: any key
+  uint32_t key_prefix;  // else key >> key_shift must equal this
+  __device__ bool match(int b, uint32_t key) const {
+    return b >= bucket_lo && b <= bucket_hi && (key_shift >= 32 || (key >> key_shift) == key_prefix);
+  }
+};
+
+// The bucket of hist where the running count (or weight) passes c: before_q <= c < before_q + q.
+// Sets st.bucket (-1 if c is beyond the total) and the totals before it.
+__device__ void find_crossing(const uint32_t* hn, const uint64_t* hw, int nb, bool by_weight, uint64_t c, State& st) {
+  const int per = nb / kThreads;
+  const int first = threadIdx.x * per;
+  uint64_t ln = 0, lw = 0;
+  for (int j = 0; j < per; ++j) {
+    ln += hn[first + j];
+    lw += hw[first + j];
+  }
+  if (threadIdx.x == 0) st.bucket = -1;
+  uint64_t tn, tw;
+  uint64_t bn = Block::exclusive_scan(ln, st.scratch, &tn);
+  uint64_t bw = Block::exclusive_scan(lw, st.scratch, &tw);
+  for (int j = 0; j < per; ++j) {
+    const uint64_t qn = hn[first + j], qw = hw[first + j];
+    const uint64_t bq = by_weight ? bw : bn, q = by_weight ? qw : qn;
+    if (bq <= c && c < bq + q) {
+      st.bucket = first + j;
+      st.before_n = bn;
+      st.before_w = bw;
+    }
+    bn += qn;
+    bw += qw;
+  }
+  __syncthreads();
+}
+
+// Gathers the candidates that pass `f` into the cache, sorted, with running weights; base_n
+// and base_w are the count and weight of the candidates before them in candidate order.
+__device__ void compact(const RowView& row, const Filter& f, uint64_t base_n, uint64_t base_w, Tables& t,
+                        State& st) {
+  if (threadIdx.x == 0) st.compact_n = 0;
+  __syncthreads();
+  for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
+    const float x = row.scaled(v), d = row.offset(x);
+    if (!row.candidate(d)) continue;
+    const uint32_t key = float_key(x);
+    if (!f.match(row.bucket(d), key)) continue;
+    const int slot = atomicAdd(&st.compact_n, 1);
+    if (slot < kCacheCap) t.cache_keys[slot] = (uint64_t(~key) << 32) | uint32_t(v);
+  }
+  __syncthreads();
+  const int n = min(st.compact_n, kCacheCap);  // the counts guarantee n <= kCacheCap
+  int npad = 1;
+  while (npad < n) npad <<= 1;
+  for (int i = n + threadIdx.x; i < npad; i += kThreads) t.cache_keys[i] = ~uint64_t(0);
+  __syncthreads();
+  Block::bitonic_sort(t.cache_keys, npad);
+
+  constexpr int per = kCacheCap / kThreads;
+  uint64_t w[per];
+  uint64_t local = 0;
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    w[j] = 0;
+    if (i < n) w[j] = row.weight(row.offset(key_float(~uint32_t(t.cache_keys[i] >> 32))));
+    local += w[j];
+  }
+  uint64_t total;
+  uint64_t run = Block::exclusive_scan(local, st.scratch, &total);
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    run += w[j];
+    if (i < n) t.cache_cum[i] = run;
+  }
+  if (threadIdx.x == 0) {
+    st.cache_valid = 1;
+    st.cache_n = n;
+    st.cache_base_n = base_n;
+    st.cache_base_w = base_w;
+  }
+  __syncthreads();
+}
+
+__device__ bool cache_covers(bool by_weight, uint64_t c, const Tables& t, const State& st) {
+  if (!st.cache_valid || st.cache_n == 0) return false;
+  const uint64_t base = by_weight ? st.cache_base_w : st.cache_base_n;
+  const uint64_t size = by_weight ? t.cache_cum[st.cache_n - 1] : uint64_t(st.cache_n);
+  return base <= c && c < base + size;
+}
+
+// The crossing element inside the cache (cache_covers(by_weight, c) holds).
+__device__ void resolve_in_cache(bool by_weight, uint64_t c, const Tables& t, State& st) {
+  if (threadIdx.x == 0) {
+    const int n = st.cache_n;
+    int i;
+    if (!by_weight) {
+      i = int(c - st.cache_base_n);
+    } else {  // smallest i with base + cum[i] > c
+      int lo = 0, hi = n - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (st.cache_base_w + t.cache_cum[mid] > c) hi = mid;
+        else lo = mid + 1;
+      }
+      i = lo;
+    }
+    const uint32_t hi_bits = uint32_t(t.cache_keys[i] >> 32);
+    int last = i;
+    while (last + 1 < n && uint32_t(t.cache_keys[last + 1] >> 32) == hi_bits) ++last;
+    st.found.x = key_float(~hi_bits);
+    st.found.id = int32_t(uint32_t(t.cache_keys[i]));
+    st.found.cum_w = st.cache_base_w + t.cache_cum[i];
+    st.found.through_w = st.cache_base_w + t.cache_cum[last];
+  }
+  __syncthreads();
+}
+
+// The first token in id order whose running q(v) passes c (q summed over the vocabulary
+// must exceed c). Two levels: per-warp slices, then per-thread pieces of the chosen slice.
+template <class Q>
+__device__ int32_t find_in_id_order(int32_t vocab, Q q, uint64_t c, State& st) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t slice = (vocab + kWarps - 1) / kWarps;
+  {
+    const int32_t lo = warp * slice, hi = min(vocab, lo + slice);
+    uint64_t s = 0;
+    for (int32_t v = lo + lane; v < hi; v += 32) s += q(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) st.warp_q[warp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t run = 0;
+    st.sel_warp = kWarps - 1;
+    st.sel_before = 0;
+    st.sel_id = -1;
+    for (int w = 0; w < kWarps; ++w) {
+      if (run <= c && c < run + st.warp_q[w]) {
+        st.sel_warp = w;
+        st.sel_before = run;
+        break;
+      }
+      run += st.warp_q[w];
+    }
+  }
+  __syncthreads();
+  const int32_t lo = st.sel_warp * slice, hi = min(vocab, lo + slice);
+  const uint64_t rel = c - st.sel_before;
+  const int32_t per = (max(hi - lo, 0) + kThreads - 1) / kThreads;
+  const int32_t a = lo + int32_t(threadIdx.x) * per, e = min(hi, a + per);
+  uint64_t mine = 0;
+  for (int32_t v = a; v < e; ++v) mine += q(v);
+  uint64_t total;
+  const uint64_t before = Block::exclusive_scan(mine, st.scratch, &total);
+  if (before <= rel && rel < before + mine) {
+    uint64_t run = before;
+    for (int32_t v = a; v < e; ++v) {
+      run += q(v);
+      if (run > rel) {
+        st.sel_id = v;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return st.sel_id;
+}
+
+// The candidate where the running count (by_weight false: c = rank) or weight passes c,
+// in candidate order. Leaves it in st.found.
+__device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t, State& st) {
+  if (cache_covers(by_weight, c, t, st)) {
+    resolve_in_cache(by_weight, c, t, st);
+    return;
+  }
+  find_crossing(t.hist0_n, t.hist0_w, kBuckets, by_weight, c, st);
+  const int b = max(st.bucket, 0);  // c is below the total by construction; never out of bounds
+  uint64_t before_n = st.before_n, before_w = st.before_w;
+  if (before_n + t.hist0_n[b] <= kCacheCap) {
+    compact(row, Filter{0, b, 32, 0}, 0, 0, t, st);
+    resolve_in_cache(by_weight, c, t, st);
+    return;
+  }
+  if (t.hist0_n[b] <= kCacheCap) {
+    compact(row, Filter{b, b, 32, 0}, before_n, before_w, t, st);
+    resolve_in_cache(by_weight, c, t, st);
+    return;
+  }
+  // Refine on the exact key: digits of 11, 11 and 10 bits.
+  constexpr int kShift[3] = {21, 10, 0};
+  constexpr int kBits[3] = {11, 11, 10};
+  Filter f{b, b, 32, 0};
+  int sub = 0;
+  for (int level = 0; level < 3; ++level) {
+    const int nb = 1 << kBits[level];
+    for (int i = threadIdx.x; i < nb; i += kThreads) {
+      t.hist1_n[i] = 0;
+      t.hist1_w[i] = 0;
+    }
+    __syncthreads();
+    for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
+      const float x = row.scaled(v), d = row.offset(x);
+      if (!row.candidate(d)) continue;
+      const uint32_t key = float_key(x);
+      if (!f.match(row.bucket(d), key)) continue;
+      const int digit = int((key >> kShift[level]) & uint32_t(nb - 1));
+      atomicAdd(&t.hist1_n[digit], 1u);
+      const uint64_t w = row.weight(d);
+      if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&t.hist1_w[digit]), static_cast<unsigned long long>(w));
+    }
+    __syncthreads();
+    const uint64_t rel = c - (by_weight ? before_w : before_n);
+    find_crossing(t.hist1_n, t.hist1_w, nb, by_weight, rel, st);
+    sub = max(st.bucket, 0);
+    before_n += st.before_n;
+    before_w += st.before_w;
+    f.key_prefix = f.key_shift >= 32 ? uint32_t(sub) : (f.key_prefix << kBits[level]) | uint32_t(sub);
+    f.key_shift = kShift[level];
+    if (t.hist1_n[sub] <= kCacheCap) {
+      compact(row, f, before_n, before_w, t, st);
+      resolve_in_cache(by_weight, c, t, st);
+      return;
+    }
+  }
+  // More than kCacheCap candidates share one scaled logit: equal weights, order by id.
+  const uint32_t key = f.key_prefix;
+  const uint64_t count = t.hist1_n[sub], group_w = t.hist1_w[sub];
+  const uint64_t each_w = group_w / count;
+  const uint64_t j = by_weight ? (c - before_w) / each_w : c - before_n;
+  const int32_t id = find_in_id_order(
+      row.vocab,
+      [&](int32_t v) -> uint64_t {
+        const float x = row.scaled(v), d = row.offset(x);
+        return row.candidate(d) && row.bucket(d) == b && float_key(x) == key ? 1 : 0;
+      },
+      j, st);
+  if (threadIdx.x == 0) {
+    st.found.x = key_float(key);
+    st.found.id = id;
+    st.found.cum_w = before_w + (j + 1) * each_w;
+    st.found.through_w = before_w + group_w;
+    st.cache_valid = 0;
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t vocab,
+                                                          const SampleRowParams* params, SampleRowResult* results,
+                                                          float wscale) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  Tables& t = *reinterpret_cast<Tables*>(smem);
+  __shared__ State st;
+  const SampleRowParams& p = params[blockIdx.x];
+  SampleRowResult& out = results[blockIdx.x];
+  const int nm = min(max(p.num_masked, 0), kSampleMaxMasked);
+  if (threadIdx.x < nm) st.masked[threadIdx.x] = p.masked[threadIdx.x];
+  if (threadIdx.x == 0) st.cache_valid = 0;
+  __syncthreads();
+  RowView row{logits + int64_t(p.row) * vocab, int32_t(vocab), st.masked, nm, p.inv_temperature, 0.0f,
+              p.min_log_ratio, 0.0f, wscale};
+
+  // P1: the greedy token and the maximum.
+  float best = kNegInf;
+  int32_t best_id = INT_MAX;
+  for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
+    const float s = row.processed(v);
+    if (ranks_before(s, v, best, best_id)) {
+      best = s;
+      best_id = v;
+    }
+  }
+  Block::best(best, best_id, st.scratch);
+  if (best == kNegInf || p.greedy) {
+    if (threadIdx.x == 0) out.token = best == kNegInf ? -1 : best_id;
+    return;
+  }
+  row.max_x = canonical(__fmul_rn(best, row.inv_t));
+  row.inv_width = row.thr < 0.0f ? __fdiv_rn(float(kBuckets), -row.thr) : 0.0f;
+
+  // P2: the candidates' histogram.
+  for (int i = threadIdx.x; i < kBuckets; i += kThreads) {
+    t.hist0_n[i] = 0;
+    t.hist0_w[i] = 0;
+  }
+  __syncthreads();
+  for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
+    const float d = row.offset(row.scaled(v));
+    if (!row.candidate(d)) continue;
+    const int b = row.bucket(d);
+    atomicAdd(&t.hist0_n[b], 1u);
+    const uint64_t w = row.weight(d);
+    if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&t.hist0_w[b]), static_cast<unsigned long long>(w));
+  }
+  __syncthreads();
+  uint64_t ln = 0, lw = 0;
+  for (int i = threadIdx.x; i < kBuckets; i += kThreads) {
+    ln += t.hist0_n[i];
+    lw += t.hist0_w[i];
+  }
+  const uint64_t num_candidates = Block::sum(ln, st.scratch);
+  uint64_t kept_w = Block::sum(lw, st.scratch);
+  if (num_candidates == 0 || kept_w == 0) {  // max(scaled) is +inf or not finite
+    if (threadIdx.x == 0) out.token = -1;
+    return;
+  }
+
+  // top_k, then top_p over what it kept: both leave a cut (cut_x, cut_id) in candidate order.
+  bool have_cut = false;
+  float cut_x = 0.0f;
+  int32_t cut_id = INT_MAX;
+  if (p.top_k > 0 && uint64_t(p.top_k) < num_candidates) {
+    search(row, false, uint64_t(p.top_k - 1), t, st);
+    have_cut = true;
+    cut_x = st.found.x;
+    kept_w = st.found.through_w;
+  }
+  if (p.top_p < 1.0) {
+    // The shortest prefix whose weight is >= top_p * total: the element passing ceil(.) - 1.
+    double target = ceil(p.top_p * double(kept_w));
+    uint64_t need = target < 1.0 ? 1 : (target >= double(kept_w) ? kept_w : uint64_t(target));
+    search(row, true, need - 1, t, st);
+    have_cut = true;
+    cut_x = st.found.x;
+    cut_id = st.found.id;
+    kept_w = st.found.cum_w;
+  }
+
+  // The draw over the kept tokens in id order.
+  uint64_t c = uint64_t(p.uniform * double(kept_w));
+  if (c >= kept_w) c = kept_w - 1;
+  const int32_t token = find_in_id_order(
+      row.vocab,
+      [&](int32_t v) -> uint64_t {
+        const float x = row.scaled(v), d = row.offset(x);
+        if (!row.candidate(d)) return 0;
+        if (have_cut && !(x > cut_x || (x == cut_x && v <= cut_id))) return 0;
+        return row.weight(d);
+      },
+      c, st);
+  if (threadIdx.x == 0) out.token = token;
+}
+
+constexpr int kLpThreads = 256;
+constexpr int kTop = kSampleMaxLogprobs;
+
+__global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logits, int64_t vocab,
+                                                              const SampleRowParams* params,
+                                                              SampleRowResult* results) {
+  __shared__ float top_v[kLpThreads][kTop];
+  __shared__ int32_t top_i[kLpThreads][kTop];
+  __shared__ float red_m[kLpThreads / 32], red_s[kLpThreads / 32];
+  const SampleRowParams& p = params[blockIdx.x];
+  SampleRowResult& out = results[blockIdx.x];
+  const int32_t token = out.token;
+  if (p.num_logprobs < 0 || token < 0) return;
+  const float* row = logits + int64_t(p.row) * vocab;
+
+  float m = kNegInf, s = 0.0f;
+  float tv[kTop];
+  int32_t ti[kTop];
+#pragma unroll
+  for (int j = 0; j < kTop; ++j) {
+    tv[j] = kNegInf;
+    ti[j] = INT_MAX;
+  }
+  for (int32_t v = threadIdx.x; v < int32_t(vocab); v += kLpThreads) {
+    float x = row[v];
+    if (isnan(x)) x = kNegInf;
+    if (x != kNegInf) {
+      if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+      } else {
+        s += expf(x - m);
+      }
+    }
+    if (ranks_before(x, v, tv[kTop - 1], ti[kTop - 1])) {
+      tv[kTop - 1] = x;
+      ti[kTop - 1] = v;
+#pragma unroll
+      for (int j = kTop - 1; j > 0; --j) {
+        if (ranks_before(tv[j], ti[j], tv[j - 1], ti[j - 1])) {
+          const float fv = tv[j];
+          tv[j] = tv[j - 1];
+          tv[j - 1] = fv;
+          const int32_t fi = ti[j];
+          ti[j] = ti[j - 1];
+          ti[j - 1] = fi;
+        }
+      }
+    }
+  }
+  // log-sum-exp across the block.
+  auto merge_ms = [](float& m1, float& s1, float m2, float s2) {
+    const float mm = fmaxf(m1, m2);
+    if (mm == kNegInf) return;
+    s1 = (m1 == kNegInf ? 0.0f : s1 * expf(m1 - mm)) + (m2 == kNegInf ? 0.0f : s2 * expf(m2 - mm));
+    m1 = mm;
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
+    merge_ms(m, s, om, os);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    red_m[threadIdx.x >> 5] = m;
+    red_s[threadIdx.x >> 5] = s;
+  }
+#pragma unroll
+  for (int j = 0; j < kTop; ++j) {
+    top_v[threadIdx.x][j] = tv[j];
+    top_i[threadIdx.x][j] = ti[j];
+  }
+  __syncthreads();
+  // Pairwise merges of the sorted lists.
+  for (int stride = 1; stride < kLpThreads; stride <<= 1) {
+    if (threadIdx.x % (2 * stride) == 0) {
+      const int a = threadIdx.x, b = threadIdx.x + stride;
+      float mv[kTop];
+      int32_t mi[kTop];
+      int ia = 0, ib = 0;
+      for (int j = 0; j < kTop; ++j) {
+        if (ranks_before(top_v[a][ia], top_i[a][ia], top_v[b][ib], top_i[b][ib])) {
+          mv[j] = top_v[a][ia];
+          mi[j] = top_i[a][ia++];
+        } else {
+          mv[j] = top_v[b][ib];
+          mi[j] = top_i[b][ib++];
+        }
+      }
+      for (int j = 0; j < kTop; ++j) {
+        top_v[a][j] = mv[j];
+        top_i[a][j] = mi[j];
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  float bm = red_m[0], bs = red_s[0];
+  for (int w = 1; w < kLpThreads / 32; ++w) merge_ms(bm, bs, red_m[w], red_s[w]);
+  const double lse = bm == kNegInf ? __longlong_as_double(0x7ff0000000000000ll) : double(bm) + log(double(bs));
+  auto logprob_of = [&](float x) { return x == kNegInf ? kNegInf : float(double(x) - lse); };
+  float tx = row[token];
+  if (isnan(tx)) tx = kNegInf;
+  out.logprob = logprob_of(tx);
+  int n = p.num_logprobs < kTop ? p.num_logprobs : kTop;
+  if (vocab < n) n = int(vocab);
+  out.num_top = n;
+  for (int j = 0; j < n; ++j) {
+    out.top_ids[j] = top_i[0][j];
+    out.top_logprobs[j] = logprob_of(top_v[0][j]);
+  }
+}
+
+}  // namespace
+}  // namespace sampling
+
+void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
+                 cudaStream_t stream) {
+  if (n <= 0) return;
+  if (vocab <= 0 || vocab >= (int64_t(1) << 24))
+    throw Error("sample_rows: vocabulary of " + std::to_string(vocab) + " is outside [1, 2^24)");
+  // Fixed-point weights: vocab * 2^S < 2^63.
+  int log2v = 0;
+  while ((int64_t(1) << (log2v + 1)) <= vocab) ++log2v;
+  const float wscale = ldexpf(1.0f, 62 - log2v);
+  static const bool configured = [] {
+    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(sampling::sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(sizeof(sampling::Tables))));
+    return true;
+  }();
+  (void)configured;
+  sampling::sample_kernel<<<n, sampling::kThreads, sizeof(sampling::Tables), stream>>>(logits, vocab, params,
+                                                                                       results, wscale);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+  sampling::logprobs_kernel<<<n, sampling::kLpThreads, 0, stream>>>(logits, vocab, params, results);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,51 @@
+// Sampling on the GPU: picks the next token of logits rows where they were computed, so that
+// a decode step copies a few bytes per sequence to the host instead of [vocab] fp32 logits.
+//
+// The contract is model::DeviceSampleParams (src/model/causal_lm.h), i.e. runtime::Sampler
+// for a request without penalties or logit_bias, with the same fp32 arithmetic for every
+// decision that does not involve a sum (scaled logits, candidates, their order, top_k), so
+// that host and device agree on the token except where the draw or the top_p target falls
+// within ~1e-6 (relative) of a cumulative-weight boundary. Logprobs are the log-softmax of
+// the raw logits, like runtime::compute_logprobs.
+//
+// This header is plain C++ (no model headers: they do not compile under nvcc); the glue to
+// model::StepOutput is device_sampler.h.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace moeserve::cuda {
+
+inline constexpr int kSampleMaxLogprobs = 20;  // == model::kMaxDeviceLogprobs
+inline constexpr int kSampleMaxMasked = 16;    // == model::kMaxDeviceMaskedTokens
+
+// One row to sample, as model::DeviceSampleParams (same meaning, same values).
+struct SampleRowParams {
+  int32_t row = 0;  // which row of the logits matrix
+  int32_t greedy = 1;
+  float inv_temperature = 1.0f;
+  float min_log_ratio = -87.0f;
+  int32_t top_k = 0;
+  int32_t num_logprobs = -1;
+  double top_p = 1.0;
+  double uniform = 0.0;
+  int32_t num_masked = 0;
+  int32_t masked[kSampleMaxMasked] = {};
+};
+
+struct SampleRowResult {
+  int32_t token = -1;  // -1: every logit masked, -inf or NaN
+  float logprob = 0.0f;
+  int32_t num_top = 0;
+  int32_t top_ids[kSampleMaxLogprobs] = {};
+  float top_logprobs[kSampleMaxLogprobs] = {};
+};
+
+// Samples n rows: params[i] (device) names row params[i].row of `logits` (device, fp32
+// [rows, vocab], rows contiguous) and results[i] (device) receives its token and logprobs.
+// vocab < 2^24. Asynchronous on `stream`; no allocation.
+void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
+                 cudaStream_t stream);
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,396 @@
+// The GPU sampler (src/backend/cuda/ops_sampling.h) against runtime::Sampler, the reference
+// for the device-sampling contract (model::DeviceSampleParams): many random logits rows at
+// the real vocabulary size and at odd sizes, every combination of temperature, top_k, top_p
+// and min_p, ties, -inf and NaN logits, masked tokens. Tokens must be equal except where the
+// draw or the top_p target lies within a hair of a cumulative-weight boundary (the sums are
+// taken in a different order on the two sides); those cases are recognised by re-running the
+// host sampler with the draw or top_p nudged, counted, and required to be rare.
+// Run on a GPU machine: ctest -L gpu (skipped where no GPU is visible).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/device_sampler.h"
+#include "runtime/sampler.h"
+
+using namespace moeserve;
+
+namespace {
+
+bool have_gpu() { return !cuda::list_devices().empty(); }
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A logits row of one of several shapes.
+std::vector<float> make_row(int64_t vocab, int kind, std::mt19937_64& gen) {
+  std::vector<float> row(static_cast<size_t>(vocab));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+  switch (kind % 6) {
+    case 0:  // LLM-like: a few strong tokens over a broad tail
+      for (auto& x : row) x = 2.5f * normal(gen);
+      for (int i = 0; i < 5; ++i) row[size_t(gen() % uint64_t(vocab))] += 12.0f + 2.0f * normal(gen);
+      break;
+    case 1:  // flat
+      for (auto& x : row) x = uniform(gen);
+      break;
+    case 2:  // coarse values: many exact ties
+      for (auto& x : row) x = std::round(uniform(gen) * 2.0f) / 2.0f;
+      break;
+    case 3:  // -inf and NaN sprinkled over a peaked row
+      for (auto& x : row) {
+        const auto r = gen() % 10;
+        x = r == 0 ? -kInf : r == 1 ? std::numeric_limits<float>::quiet_NaN() : 4.0f * normal(gen);
+      }
+      break;
+    case 4:  // everything equal
+      for (auto& x : row) x = 1.25f;
+      break;
+    default:  // almost everything masked: a handful of finite logits
+      for (auto& x : row) x = -kInf;
+      for (int i = 0; i < 7; ++i) row[size_t(gen() % uint64_t(vocab))] = normal(gen);
+      break;
+  }
+  return row;
+}
+
+struct Case {
+  model::DeviceSampleParams params;
+  std::vector<int32_t> masked;
+};
+
+Case make_case(int64_t vocab, const std::vector<float>& row, std::mt19937_64& gen) {
+  static const double kTemps[] = {0.0, 0.3, 0.7, 1.0, 1.6};
+  static const int kTopK[] = {-1, -1, 1, 5, 20, 50, 1000, 5000};
+  static const double kTopP[] = {1.0, 1.0, 0.95, 0.8, 0.5, 0.1};
+  static const double kMinP[] = {0.0, 0.0, 0.0, 0.05, 0.2};
+  static const int kLogprobs[] = {-1, -1, 0, 5, 20};
+  Case c;
+  const double temp = kTemps[gen() % 5];
+  c.params.greedy = temp < 1e-5;
+  c.params.inv_temperature = runtime::inverse_temperature(temp > 0 ? temp : 1.0);
+  c.params.top_k = kTopK[gen() % 8];
+  c.params.top_p = kTopP[gen() % 6];
+  c.params.min_log_ratio = runtime::min_p_log_ratio(kMinP[gen() % 5]);
+  c.params.num_logprobs = kLogprobs[gen() % 5];
+  c.params.uniform = double(gen() >> 11) * 0x1.0p-53;
+  if (gen() % 4 == 0) {  // hold back the best token and a few others (min_tokens)
+    c.masked.push_back(int32_t(std::max_element(row.begin(), row.end()) - row.begin()));
+    for (int i = 0; i < 3; ++i) c.masked.push_back(int32_t(gen() % uint64_t(vocab)));
+    std::sort(c.masked.begin(), c.masked.end());
+    c.masked.erase(std::unique(c.masked.begin(), c.masked.end()), c.masked.end());
+  }
+  return c;
+}
+
+// Samples `rows` on the GPU through DeviceRowSampler (the model's path).
+std::vector<model::DeviceSampleResult> device_sample(const std::vector<std::vector<float>>& rows,
+                                                     const std::vector<Case>& cases, cudaStream_t stream) {
+  const size_t n = rows.size();
+  const int64_t vocab = int64_t(rows[0].size());
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  cuda::DeviceBuffer<float> logits(flat.size());
+  logits.upload(flat.data(), flat.size(), stream);
+  std::vector<model::SeqStep> batch(n);
+  std::vector<cuda::LogitRowTarget> targets(n);
+  for (size_t i = 0; i < n; ++i) {
+    batch[i].device_sample = cases[i].params;
+    batch[i].device_sample->masked_tokens = cases[i].masked;
+    targets[i] = {i, -1};
+  }
+  cuda::DeviceRowSampler sampler(int(n), vocab);
+  model::StepOutput out;
+  out.samples.resize(n);
+  sampler.finish(logits.data(), targets, batch, nullptr, out, stream);
+  return out.samples;
+}
+
+// runtime::Sampler on the contract; token -1 where it finds nothing to choose.
+runtime::SampleResult host_sample(runtime::Sampler& s, const std::vector<float>& row, const model::DeviceSampleParams& p) {
+  try {
+    return s.sample_row(row, p);
+  } catch (const Error&) {
+    runtime::SampleResult r;
+    r.token = -1;
+    return r;
+  }
+}
+
+// Whether `token` is what the host picks with the draw or the top_p target moved by a hair.
+bool near_boundary(runtime::Sampler& s, const std::vector<float>& row, model::DeviceSampleParams p, int32_t token) {
+  constexpr double kEps = 1e-5;
+  for (double du : {-kEps, 0.0, kEps})
+    for (double dp : {-kEps, 0.0, kEps}) {
+      model::DeviceSampleParams q = p;
+      q.uniform = std::clamp(p.uniform + du, 0.0, std::nextafter(1.0, 0.0));
+      if (p.top_p < 1.0) q.top_p = std::min(1.0 - 1e-12, p.top_p * (1.0 + dp));
+      if (host_sample(s, row, q).token == token) return true;
+    }
+  return false;
+}
+
+struct Tally {
+  int rows = 0, exact = 0, boundary = 0;
+};
+
+void check_rows(int64_t vocab, int num_rows, uint64_t seed, Tally& tally, cudaStream_t stream) {
+  std::mt19937_64 gen(seed);
+  std::vector<std::vector<float>> rows;
+  std::vector<Case> cases;
+  for (int i = 0; i < num_rows; ++i) {
+    rows.push_back(make_row(vocab, i, gen));
+    cases.push_back(make_case(vocab, rows.back(), gen));
+  }
+  const auto got = device_sample(rows, cases, stream);
+  runtime::Sampler sampler;
+  for (int i = 0; i < num_rows; ++i) {
+    model::DeviceSampleParams p = cases[size_t(i)].params;
+    p.masked_tokens = cases[size_t(i)].masked;
+    const auto want = host_sample(sampler, rows[size_t(i)], p);
+    const auto& g = got[size_t(i)];
+    const std::string where = "vocab " + std::to_string(vocab) + " row " + std::to_string(i) + " kind " +
+                              std::to_string(i % 6) + (p.greedy ? " greedy" : "") + " top_k " +
+                              std::to_string(p.top_k) + " top_p " + std::to_string(p.top_p) + " min_log_ratio " +
+                              std::to_string(p.min_log_ratio) + " inv_t " + std::to_string(p.inv_temperature) +
+                              " u " + std::to_string(p.uniform);
+    ++tally.rows;
+    if (g.token == want.token) {
+      ++tally.exact;
+    } else {
+      ASSERT_FALSE(p.greedy) << where << ": greedy must agree exactly, device " << g.token << " host " << want.token;
+      ASSERT_TRUE(g.token >= 0 && near_boundary(sampler, rows[size_t(i)], p, g.token))
+          << where << ": device " << g.token << " host " << want.token;
+      ++tally.boundary;
+      continue;
+    }
+    if (p.num_logprobs < 0 || want.token < 0) continue;
+    ASSERT_TRUE(want.logprob.has_value());
+    const auto& lp = *want.logprob;
+    auto close = [](float a, float b) {
+      if (std::isinf(a) || std::isinf(b)) return a == b;
+      return std::fabs(a - b) <= 2e-4f + 2e-5f * std::fabs(b);
+    };
+    EXPECT_TRUE(close(g.logprob, lp.logprob)) << where << ": logprob " << g.logprob << " vs " << lp.logprob;
+    ASSERT_EQ(g.top.size(), lp.top.size()) << where;
+    for (size_t j = 0; j < lp.top.size(); ++j) {
+      EXPECT_EQ(g.top[j].first, lp.top[j].first) << where << " top " << j;
+      EXPECT_TRUE(close(g.top[j].second, lp.top[j].second))
+          << where << " top " << j << ": " << g.top[j].second << " vs " << lp.top[j].second;
+    }
+  }
+}
+
+class GpuSampling : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    MOESERVE_CUDA_CHECK(cudaStreamCreate(&stream_));
+  }
+  void TearDown() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(GpuSampling, MatchesTheHostSamplerAtTheQwenVocabulary) {
+  Tally t;
+  for (uint64_t seed = 1; seed <= 6; ++seed) check_rows(248320, 96, seed, t, stream_);
+  std::printf("vocab 248320: %d rows, %d exact, %d at a boundary\n", t.rows, t.exact, t.boundary);
+  EXPECT_LE(t.boundary * 50, t.rows) << "more than 2% of the draws needed the boundary allowance";
+}
+
+TEST_F(GpuSampling, MatchesTheHostSamplerAtOddSizes) {
+  Tally t;
+  for (int64_t vocab : {1, 2, 3, 7, 31, 33, 100, 513, 2047, 2049, 4099, 65537, 151936})
+    check_rows(vocab, 48, uint64_t(vocab) * 7 + 3, t, stream_);
+  std::printf("odd sizes: %d rows, %d exact, %d at a boundary\n", t.rows, t.exact, t.boundary);
+  EXPECT_LE(t.boundary * 50, t.rows);
+}
+
+TEST_F(GpuSampling, FailsLikeTheHostWhenNothingIsLeft) {
+  const int64_t vocab = 1000;
+  std::vector<std::vector<float>> rows;
+  std::vector<Case> cases;
+  // All NaN; all -inf; everything masked; +inf (no finite weights), greedy and sampled.
+  for (int greedy = 0; greedy < 2; ++greedy) {
+    Case c;
+    c.params.greedy = greedy == 1;
+    c.params.inv_temperature = 1.0f;
+    rows.push_back(std::vector<float>(size_t(vocab), std::numeric_limits<float>::quiet_NaN()));
+    cases.push_back(c);
+    rows.push_back(std::vector<float>(size_t(vocab), -kInf));
+    cases.push_back(c);
+    std::vector<float> two(size_t(vocab), -kInf);
+    two[3] = 1.0f;
+    two[999] = 2.0f;
+    rows.push_back(two);
+    Case masked = c;
+    masked.masked = {3, 999};
+    cases.push_back(masked);
+  }
+  Case inf;
+  inf.params.greedy = false;
+  std::vector<float> with_inf(size_t(vocab), 0.5f);
+  with_inf[10] = kInf;
+  rows.push_back(with_inf);
+  cases.push_back(inf);
+  const auto got = device_sample(rows, cases, stream_);
+  runtime::Sampler sampler;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    model::DeviceSampleParams p = cases[i].params;
+    p.masked_tokens = cases[i].masked;
+    EXPECT_EQ(host_sample(sampler, rows[i], p).token, -1) << "row " << i;
+    EXPECT_EQ(got[i].token, -1) << "row " << i;
+  }
+}
+
+TEST_F(GpuSampling, IsDeterministic) {
+  std::mt19937_64 gen(42);
+  std::vector<std::vector<float>> rows;
+  std::vector<Case> cases;
+  for (int i = 0; i < 64; ++i) {
+    rows.push_back(make_row(248320, i, gen));
+    cases.push_back(make_case(248320, rows.back(), gen));
+  }
+  const auto a = device_sample(rows, cases, stream_);
+  const auto b = device_sample(rows, cases, stream_);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(a[i].token, b[i].token);
+    EXPECT_EQ(a[i].logprob, b[i].logprob);
+    EXPECT_EQ(a[i].top, b[i].top);
+  }
+}
+
+// The seeded path end to end: Sampler::sample with the request's RNG, against
+// to_device_sample (which draws from a copy of that RNG) and the kernel. Same tokens (up to
+// boundaries), and the two RNGs end in the same state.
+TEST_F(GpuSampling, SeededRequestsGiveTheHostTokensAndKeepTheRngStream) {
+  const int64_t vocab = 248320;
+  std::mt19937_64 gen(7);
+  runtime::SamplingParams sp;
+  sp.temperature = 0.7;
+  sp.top_k = 20;
+  sp.top_p = 0.95;
+  sp.logprobs = 3;
+  runtime::Rng host_rng(1234), device_rng(1234);
+  runtime::Sampler sampler;
+  int boundary = 0;
+  for (int step = 0; step < 64; ++step) {
+    const auto row = make_row(vocab, 0, gen);
+    runtime::SampleInput in;
+    in.logits = row;
+    in.params = &sp;
+    in.rng = &host_rng;
+    const auto want = sampler.sample(in);
+    in.rng = &device_rng;
+    std::vector<int32_t> masked;
+    const auto p = runtime::to_device_sample(in, vocab, masked);
+    ASSERT_TRUE(p.has_value());
+    Case c{*p, masked};
+    const auto got = device_sample({row}, {c}, stream_);
+    if (got[0].token != want.token) {
+      ASSERT_TRUE(near_boundary(sampler, row, *p, got[0].token)) << "step " << step;
+      ++boundary;
+    }
+    EXPECT_EQ(host_rng.next_u64(), device_rng.next_u64()) << "step " << step;
+  }
+  EXPECT_LE(boundary, 2);
+}
+
+TEST_F(GpuSampling, HostRowsAreCopiedNextToDeviceRows) {
+  const int64_t vocab = 4099;
+  std::mt19937_64 gen(5);
+  std::vector<float> flat;
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 5; ++i) {
+    rows.push_back(make_row(vocab, 0, gen));
+    flat.insert(flat.end(), rows.back().begin(), rows.back().end());
+  }
+  cuda::DeviceBuffer<float> logits(flat.size());
+  logits.upload(flat.data(), flat.size(), stream_);
+  // Rows 0, 2, 3 are host rows (out rows 1, 0, 2); rows 1 and 4 are sampled (greedy).
+  std::vector<model::SeqStep> batch(5);
+  batch[1].device_sample = model::DeviceSampleParams{};
+  batch[4].device_sample = model::DeviceSampleParams{};
+  const std::vector<cuda::LogitRowTarget> targets = {{0, 1}, {1, -1}, {2, 0}, {3, 2}, {4, -1}};
+  float* staging = nullptr;
+  MOESERVE_CUDA_CHECK(cudaMallocHost(&staging, flat.size() * sizeof(float)));
+  model::StepOutput out;
+  out.logits.assign(size_t(3 * vocab), 0.0f);
+  out.samples.resize(5);
+  cuda::DeviceRowSampler sampler(5, vocab);
+  sampler.finish(logits.data(), targets, batch, staging, out, stream_);
+  cudaFreeHost(staging);
+  auto out_row = [&](int r) { return std::vector<float>(out.logits.begin() + r * vocab, out.logits.begin() + (r + 1) * vocab); };
+  EXPECT_EQ(out_row(1), rows[0]);
+  EXPECT_EQ(out_row(0), rows[2]);
+  EXPECT_EQ(out_row(2), rows[3]);
+  for (int r : {1, 4})
+    EXPECT_EQ(out.samples[size_t(r)].token, std::max_element(rows[size_t(r)].begin(), rows[size_t(r)].end()) -
+                                                rows[size_t(r)].begin());
+}
+
+// Not a check: what a step pays for sampling on the device, against copying the rows to the
+// host (the old path) — printed for docs/PERF.md.
+TEST_F(GpuSampling, Timing) {
+  const int64_t vocab = 248320;
+  std::mt19937_64 gen(9);
+  for (int n : {1, 8, 64, 256}) {
+    for (int greedy = 1; greedy >= 0; --greedy) {
+      std::vector<float> flat;
+      for (int i = 0; i < n; ++i) {
+        const auto r = make_row(vocab, 0, gen);
+        flat.insert(flat.end(), r.begin(), r.end());
+      }
+      cuda::DeviceBuffer<float> logits(flat.size());
+      logits.upload(flat.data(), flat.size(), stream_);
+      std::vector<cuda::SampleRowParams> params(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        params[size_t(i)].row = i;
+        params[size_t(i)].greedy = greedy;
+        params[size_t(i)].inv_temperature = runtime::inverse_temperature(0.7);
+        params[size_t(i)].top_k = 20;
+        params[size_t(i)].top_p = 0.95;
+        params[size_t(i)].uniform = double(i) / n;
+      }
+      cuda::DeviceBuffer<cuda::SampleRowParams> dparams(static_cast<size_t>(n));
+      dparams.upload(params.data(), params.size(), stream_);
+      cuda::DeviceBuffer<cuda::SampleRowResult> results(static_cast<size_t>(n));
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), stream_);  // warm-up
+      const int reps = 20;
+      cudaEventRecord(e0, stream_);
+      for (int r = 0; r < reps; ++r) cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), stream_);
+      cudaEventRecord(e1, stream_);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      // The old path: copy the rows to pinned memory.
+      float* pinned = nullptr;
+      MOESERVE_CUDA_CHECK(cudaMallocHost(&pinned, flat.size() * sizeof(float)));
+      cudaEventRecord(e0, stream_);
+      for (int r = 0; r < reps; ++r)
+        cudaMemcpyAsync(pinned, logits.data(), flat.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_);
+      cudaEventRecord(e1, stream_);
+      cudaEventSynchronize(e1);
+      float copy_ms = 0;
+      cudaEventElapsedTime(&copy_ms, e0, e1);
+      cudaFreeHost(pinned);
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      std::printf("rows %3d %-7s device %8.1f us/step   D2H copy of the logits %8.1f us/step\n", n,
+                  greedy ? "greedy" : "sampled", 1000.0 * ms / reps, 1000.0 * copy_ms / reps);
+    }
+  }
+}
+
+}  // namespace
