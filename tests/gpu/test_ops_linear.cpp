@@ -268,3 +268,24 @@ TEST(GpuOpsLinear, F32InputSmallLinear) {
     }
   }
 }
+
+// The test packers against src/quant's dequantisation (runs without a GPU): the synthetic
+// weights above mean what the formats mean, so a GPU/CPU disagreement is the kernel's.
+TEST(GpuTestPackers, MatchCpuDequantisation) {
+  Rng rng(18);
+  std::vector<TestWeight> ws;
+  ws.push_back(make_gptq(rng, 264, 384, 128, true, false, 0.01f));
+  ws.push_back(make_gptq(rng, 1032, 384, 32, false, false, 0.01f));
+  ws.push_back(make_gptq(rng, 520, 1024, 64, false, true, 0.01f));
+  ws.push_back(make_gptq(rng, 264, 384, 128, true, true, 0.01f));
+  ws.push_back(make_fp8_block(rng, 300, 200, 0.05f, false));
+  ws.push_back(make_fp8_block(rng, 1000, 1000, 0.05f, true));
+  ws.push_back(make_int8_rowwise(rng, 263, 72, 0.05f));
+  ws.push_back(make_dense_bf16(rng, 37, 1000, 0.05f));
+  for (const auto& t : ws) {
+    const int64_t N = t.weight.out_features, K = t.weight.in_features;
+    std::vector<float> cpu(size_t(N * K));
+    t.weight.dequantize_rows(0, N, cpu.data());
+    EXPECT_TRUE(all_close("packer vs src/quant " + t.label, cpu, t.dequant, {N, K}, {"N", "K"}, 0, 0));
+  }
+}
