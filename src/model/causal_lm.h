@@ -43,9 +43,12 @@ struct DeviceSampleParams {
   // Candidates: scaled - max(scaled) >= min_log_ratio (fp32), i.e. min_p in log space
   // (runtime::min_p_log_ratio); their weights are expf(scaled - max(scaled)).
   float min_log_ratio = -87.0f;
-  int32_t top_k = 0;    // <= 0: off; else the top_k most likely candidates and their ties
-  double top_p = 1.0;   // the shortest most-likely-first prefix holding >= top_p of the weight
-  double uniform = 0.0; // the request's draw in [0, 1): the token whose cumulative weight crosses uniform * total
+  // Candidates rank by scaled logit, highest first, lower id on ties.
+  int32_t top_k = 0;    // <= 0: off; else the top_k best-ranked candidates and their ties
+  double top_p = 1.0;   // then the shortest best-ranked prefix holding >= top_p of the weight
+  // The request's draw in [0, 1): the kept tokens are walked in id order, and the first whose
+  // running weight exceeds uniform * (their total weight) is the token.
+  double uniform = 0.0;
   int32_t num_logprobs = -1;  // -1: none; else 0..kMaxDeviceLogprobs alternatives
   // In-vocabulary ids set to -inf before choosing (min_tokens holds back eos and stop
   // tokens); logprobs still see their raw logits. At most kMaxDeviceMaskedTokens.

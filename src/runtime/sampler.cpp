@@ -185,18 +185,21 @@ int32_t Sampler::sample_random(const model::DeviceSampleParams& p, Rng* rng) {
   if (candidates_.empty()) fail("sampling: every token is masked");
   ByValueDesc order{work_.data()};
 
+  // candidates_ stays in id order, the order of the draw; the rankings work on a copy.
   if (p.top_k > 0 && size_t(p.top_k) < candidates_.size()) {
     // Like vLLM, tokens tied with the k-th most likely one stay in.
-    std::nth_element(candidates_.begin(), candidates_.begin() + (p.top_k - 1), candidates_.end(), order);
-    const float kth = work_[size_t(candidates_[size_t(p.top_k - 1)])];
+    ranked_ = candidates_;
+    std::nth_element(ranked_.begin(), ranked_.begin() + (p.top_k - 1), ranked_.end(), order);
+    const float kth = work_[size_t(ranked_[size_t(p.top_k - 1)])];
     std::erase_if(candidates_, [&](int32_t t) { return work_[size_t(t)] < kth; });
   }
   if (p.top_p < 1.0) {
     double total = 0.0;
     for (int32_t t : candidates_) total += weights_[size_t(t)];
-    candidates_.resize(top_p_cut(candidates_, work_.data(), weights_.data(), p.top_p * total));
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), order);
+    ranked_ = candidates_;
+    const size_t cut = top_p_cut(ranked_, work_.data(), weights_.data(), p.top_p * total);
+    const int32_t last = ranked_[cut - 1];  // the lowest-ranked token kept
+    std::erase_if(candidates_, [&](int32_t t) { return order(last, t); });
   }
 
   double total = 0.0;

@@ -10,9 +10,10 @@
 // Step 6 in fp32, exactly as the device kernels do it (src/backend/cuda/ops_sampling.h), so
 // that both make the same decisions from the same bits: scaled = logit * float(1 / T);
 // candidates are the tokens with scaled - max >= float(log(min_p)) (and >= -87: weights stay
-// normal floats); they are ordered by scaled logit, highest first, lower id on ties (top_k
-// ties are equal scaled logits), and weighted by expf(scaled - max). Only sums of weights
-// (top_p's cut, the draw) depend on rounding, at the 1e-7 level.
+// normal floats), weighted by expf(scaled - max); top_k and top_p rank them by scaled logit,
+// highest first, lower id on ties (top_k keeps ties of the k-th scaled logit); the draw walks
+// what they kept in id order (any fixed order gives the same distribution; this one needs no
+// sort). Only sums of weights (top_p's cut, the draw) depend on rounding, at the 1e-7 level.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -64,7 +65,8 @@ class Sampler {
 
   std::vector<float> work_;     // processed, then scaled logits
   std::vector<float> weights_;  // expf(scaled - max) of the candidates
-  std::vector<int32_t> candidates_;
+  std::vector<int32_t> candidates_;  // in id order
+  std::vector<int32_t> ranked_;      // a copy that top_k / top_p reorder
 };
 
 // float(1.0 / temperature) and min_p as a log-ratio threshold, as both sampling paths use them.
