@@ -13,12 +13,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "backend/cpu/linear.h"
 #include "backend/cuda/device_linear.h"
 #include "backend/cuda/linear_runner.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "model/qwen35_weights.h"
 #include "gpu_test_quant.h"
 
 using namespace moeserve;
@@ -287,5 +290,38 @@ TEST(GpuTestPackers, MatchCpuDequantisation) {
     std::vector<float> cpu(size_t(N * K));
     t.weight.dequantize_rows(0, N, cpu.data());
     EXPECT_TRUE(all_close("packer vs src/quant " + t.label, cpu, t.dequant, {N, K}, {"N", "K"}, 0, 0));
+  }
+}
+
+// NVFP4 weights are dequantised to bf16 at upload (no FP4 MMA on Hopper/GB10): the device
+// copy equals bf16(src/quant's exact dequantisation) bit for bit, for the NVFP4 modules of
+// both NVFP4 fixtures (compressed-tensors and ModelOpt packing).
+TEST(GpuOpsLinear, Nvfp4DequantisedAtUpload) {
+  MOESERVE_REQUIRE_GPU();
+  for (const char* name : {"nvfp4_compressed_tensors", "nvfp4_modelopt"}) {
+    const auto dir = std::filesystem::path(MOESERVE_FIXTURES_DIR) / "qwen35" / name;
+    if (!std::filesystem::exists(dir)) continue;
+    const io::Qwen35Config config = io::load_qwen35_config(dir);
+    const io::Checkpoint ckpt = io::Checkpoint::open(dir);
+    const model::Qwen35Weights w = model::load_qwen35_weights(ckpt, config, model::WeightLoadOptions{false});
+    std::vector<const quant::QuantWeight*> found;
+    for (const auto& l : w.layers) {
+      if (l.attention) found.push_back(&l.attention->q_proj);
+      if (l.gdn) found.push_back(&l.gdn->in_proj_qkv);
+      for (const auto& e : l.moe.experts) found.push_back(&e.down);
+    }
+    int checked = 0;
+    for (const quant::QuantWeight* q : found) {
+      if (q->format != quant::WeightFormat::Nvfp4 || checked >= 6) continue;
+      const int64_t N = q->out_features, K = q->in_features;
+      const cuda::DeviceLinear d = cuda::upload_linear(*q, nullptr);
+      std::vector<float> ref(size_t(N * K));
+      q->dequantize_rows(0, N, ref.data());
+      round_bf16_inplace(ref);
+      EXPECT_TRUE(all_close(std::string("nvfp4 upload ") + name + " " + q->name, to_host(d.dense), ref, {N, K},
+                            {"N", "K"}, 0, 0));
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << name << " has no NVFP4 module among those looked at";
   }
 }

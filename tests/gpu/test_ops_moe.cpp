@@ -40,10 +40,13 @@ std::vector<const quant::QuantWeight*> ptrs(const std::vector<TestWeight>& v) {
   return p;
 }
 
+cuda::DeviceExperts upload(const Experts& ex) {
+  return cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+}
+
 // Runs moe_routed_experts on residual += MoE(x) with the given router logits.
-std::vector<float> run_gpu(const Experts& ex, const std::vector<float>& x, const std::vector<float>& logits,
+std::vector<float> run_gpu(const cuda::DeviceExperts& d, const std::vector<float>& x, const std::vector<float>& logits,
                            const std::vector<float>& residual, int M, int E, int top_k, int H, int I) {
-  const cuda::DeviceExperts d = cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
   const cuda::MoeShape shape{E, top_k, H, I};
   const size_t ws_bytes = cuda::moe_workspace_bytes(shape, M);
   DeviceBuffer<uint8_t> ws(ws_bytes);
@@ -107,7 +110,7 @@ void check_routing(const std::vector<float>& logits, int M, int E, int k, const 
   const Experts ex = probe_experts(E, H);
   const std::vector<float> x(size_t(M) * H, 1.0f);
   const std::vector<float> residual(size_t(M) * H, 0.0f);
-  const auto got = run_gpu(ex, x, logits, residual, M, E, k, H, 1);
+  const auto got = run_gpu(upload(ex), x, logits, residual, M, E, k, H, 1);
   const auto ref = probe_reference(logits, residual, M, E, k, H);
   // Weights: fp32 softmax (__expf vs exp) and silu: 1e-5 relative; a different expert
   // moves a whole weight (>= 1/E of the mass) between columns.
@@ -237,6 +240,7 @@ TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
     for (int e = 0; e < c.E; ++e)
       cpu_experts.push_back({&ex.ref_gate[size_t(e)], &ex.ref_up[size_t(e)], &ex.ref_down[size_t(e)]});
     const cpu::MoeParams params{&router.weight, cpu_experts, {&zero_gate, &zero_up, &zero_down}, &zero_sg, c.k};
+    const cuda::DeviceExperts d = upload(ex);
 
     for (int M : {1, 3, 17, 64}) {
       const auto x = random_bf16(rng, size_t(M) * c.H, 1.0f);
@@ -248,7 +252,7 @@ TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
       const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
       std::vector<float> ref = residual;
       for (size_t i = 0; i < ref.size(); ++i) ref[i] += routed[i];
-      const auto got = run_gpu(ex, x, logits, residual, M, c.E, c.k, c.H, c.I);
+      const auto got = run_gpu(d, x, logits, residual, M, c.E, c.k, c.H, c.I);
       // fp32 everywhere after the bf16 inputs (exact in-register dequantisation, f32
       // activations): reduction-order noise of two chained dots (~1e-6 of the output scale)
       // and __expf in SiLU and softmax. 1e-4 of max|routed| leaves a wide margin; a wrong
