@@ -58,7 +58,7 @@ const GemmPlan& plan_for(cublasLtHandle_t handle, int M, int N, int K, bool y_f3
 
 }  // namespace
 
-LinearRunner::LinearRunner(size_t max_dense_elems) {
+LinearRunner::LinearRunner(size_t max_dense_elems, bool batch_invariant) : batch_invariant_(batch_invariant) {
   MOESERVE_CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(kWorkspaceBytes);
   if (max_dense_elems) scratch_.resize(max_dense_elems);
@@ -81,6 +81,10 @@ void LinearRunner::run(const bf16* x, int M, const DeviceLinear& w, void* y, boo
   if (M == 0) return;
   if (accumulate && !y_f32) throw Error("LinearRunner: accumulation needs an f32 output");
   const int N = int(w.N), K = int(w.K);
+  if (batch_invariant_) {  // one kernel family for every M: a row's result never depends on its batch
+    quant_gemv(x, M, w, y, y_f32, accumulate, stream);
+    return;
+  }
   if (w.format == quant::WeightFormat::Dense || w.format == quant::WeightFormat::Nvfp4) {
     gemm_bf16(x, M, w.dense.data(), N, K, y, y_f32, accumulate, stream);
     return;

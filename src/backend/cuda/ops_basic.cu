@@ -32,7 +32,7 @@ __global__ void embedding_kernel(const int32_t* ids, const bf16* table, int H, f
 }
 
 __global__ void add_rms_norm_kernel(float* residual, const float* delta, const float* w, int H, float eps,
-                                    bf16* out) {
+                                    bf16* out, float* out_f32) {
   const int m = blockIdx.x;
   float* r = residual + size_t(m) * H;
   const float* d = delta ? delta + size_t(m) * H : nullptr;
@@ -46,8 +46,11 @@ __global__ void add_rms_norm_kernel(float* residual, const float* delta, const f
     ss += v * v;
   }
   const float inv = rsqrtf(block_sum(ss) / float(H) + eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x)
-    out[size_t(m) * H + i] = __float2bfloat16(r[i] * inv * (1.0f + w[i]));
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float y = r[i] * inv * (1.0f + w[i]);
+    out[size_t(m) * H + i] = __float2bfloat16(y);
+    if (out_f32) out_f32[size_t(m) * H + i] = y;
+  }
 }
 
 __global__ void silu_mul_kernel(const bf16* gu, int I, bf16* act) {
@@ -131,9 +134,9 @@ void embedding_lookup(const int32_t* ids, int M, const bf16* table, int H, float
 }
 
 void add_rms_norm(float* residual, const float* delta, const float* w, int M, int H, float eps, bf16* out,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, float* out_f32) {
   if (M == 0) return;
-  add_rms_norm_kernel<<<M, kThreads, 0, stream>>>(residual, delta, w, H, eps, out);
+  add_rms_norm_kernel<<<M, kThreads, 0, stream>>>(residual, delta, w, H, eps, out, out_f32);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

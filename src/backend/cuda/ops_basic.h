@@ -16,8 +16,10 @@ void embedding_lookup(const int32_t* ids, int M, const bf16* table, int H, float
 
 // residual[m] += delta[m] (delta f32, may be null), then
 // out[m] = bf16( residual[m] * rsqrt(mean(residual[m]^2) + eps) * (1 + w) )   (spec 2.1.1)
+// and, when out_f32 is given, the same row unrounded (the input of the f32-activation
+// projections: router and DeltaNet gates, see ops_small_linear.h).
 void add_rms_norm(float* residual, const float* delta, const float* w, int M, int H, float eps, bf16* out,
-                  cudaStream_t stream);
+                  cudaStream_t stream, float* out_f32 = nullptr);
 
 // act[m, i] = bf16( silu(gu[m, i]) * gu[m, I + i] ) for the fused [gate | up] output gu [M, 2I].
 void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream);

@@ -49,7 +49,7 @@ __global__ void gdn_conv_kernel(const bf16* __restrict__ qkv, GdnShape s, const 
 }
 
 __global__ void gdn_recurrent_kernel(const float* __restrict__ conv_out, const bf16* __restrict__ z,
-                                     const bf16* __restrict__ b, const bf16* __restrict__ a, GdnShape s,
+                                     const float* __restrict__ b, const float* __restrict__ a, GdnShape s,
                                      GdnLayerParams p, StepMeta meta, bf16* out) {
   extern __shared__ float smem[];
   const int seq = blockIdx.x, h = blockIdx.y;
@@ -78,8 +78,8 @@ __global__ void gdn_recurrent_kernel(const float* __restrict__ conv_out, const b
     const float qn = rsqrtf(block_reduce_sum(qq, red) + 1e-6f) * q_scale;
     const float kn = rsqrtf(block_reduce_sum(kk, red) + 1e-6f);
     __syncthreads();
-    const float beta = 1.0f / (1.0f + __expf(-__bfloat162float(b[size_t(m) * nv + h])));
-    const float x = __bfloat162float(a[size_t(m) * nv + h]) + p.dt_bias[h];
+    const float beta = 1.0f / (1.0f + __expf(-b[size_t(m) * nv + h]));
+    const float x = a[size_t(m) * nv + h] + p.dt_bias[h];
     const float softplus = x > 20.0f ? x : log1pf(__expf(x));
     const float decay = __expf(A * softplus);
     float o = 0.0f;
@@ -116,7 +116,7 @@ size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens) {
   return size_t(max_tokens) * size_t(shape.conv_dim()) * sizeof(float);
 }
 
-void gated_delta_net(const bf16* qkv, const bf16* z, const bf16* b, const bf16* a, const GdnShape& s,
+void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& s,
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      bf16* out, cudaStream_t stream) {
   if (meta.num_tokens == 0) return;

@@ -38,8 +38,9 @@ struct GdnLayerParams {
 size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens);
 
 // qkv: bf16 [M, conv_dim] (in_proj_qkv output, channels q | k | v); z: bf16 [M, nv·dv];
-// b, a: bf16 [M, nv]. out: bf16 [M, nv·dv], the input of out_proj.
-void gated_delta_net(const bf16* qkv, const bf16* z, const bf16* b, const bf16* a, const GdnShape& shape,
+// b, a: f32 [M, nv] (in_proj_b / in_proj_a outputs, kept in f32: they set the gates).
+// out: bf16 [M, nv·dv], the input of out_proj.
+void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& shape,
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      bf16* out, cudaStream_t stream);
 

@@ -65,31 +65,35 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Mirrors the CPU reference route_top_k (src/backend/cpu/moe.cpp) and torch: p = softmax(logits)
+// in fp32 (accurate expf, sequential sum), the k largest p (lower expert index on equal p,
+// as torch.topk), renormalised over the k. One thread per token (E <= 512).
 __global__ void moe_route_kernel(const float* __restrict__ logits, int E, int k, int32_t* ids, float* weights) {
   const int m = blockIdx.x;
-  if (threadIdx.x != 0) return;  // E is small (<= 512): one thread per token is plenty here
+  if (threadIdx.x != 0) return;
   const float* row = logits + size_t(m) * E;
   float mx = -FLT_MAX;
   for (int e = 0; e < E; ++e) mx = fmaxf(mx, row[e]);
-  float sum = 0.0f;
-  for (int e = 0; e < E; ++e) sum += __expf(row[e] - mx);
+  float denom = 0.0f;
+  for (int e = 0; e < E; ++e) denom += expf(row[e] - mx);
   int chosen[kMaxTopK];
   float p[kMaxTopK], psum = 0.0f;
   for (int r = 0; r < k; ++r) {
     int best = -1;
-    float bv = -FLT_MAX;
+    float bp = -1.0f;
     for (int e = 0; e < E; ++e) {
       bool used = false;
       for (int q = 0; q < r; ++q) used = used || chosen[q] == e;
-      if (!used && (best < 0 || row[e] > bv)) {
+      const float pe = expf(row[e] - mx) / denom;
+      if (!used && pe > bp) {  // strict: the lower index keeps equal probabilities
         best = e;
-        bv = row[e];
+        bp = pe;
       }
     }
     chosen[r] = best;
-    p[r] = __expf(bv - mx) / sum;
-    psum += p[r];
+    p[r] = bp;
   }
+  for (int r = 0; r < k; ++r) psum += p[r];
   for (int r = 0; r < k; ++r) {
     ids[size_t(m) * k + r] = chosen[r];
     weights[size_t(m) * k + r] = p[r] / psum;

@@ -1,9 +1,13 @@
 // Kernels of ops_quant_gemv.h and dequantize_to_bf16 (linear_runner.h).
 //
+// Any M: rows of X are taken in tiles of 16 (grid x = row tile, the fastest-varying index,
+// so the tiles that need one weight slice run together and share it through L2); every
+// output is summed in the same order whatever M is (batch invariance).
+//
 // GPTQ (qweight [K/8, N] i32): a block is 8 warps x 32 lanes; lane = column n (a warp reads
 // 32 consecutive words = 128 B per packed row, coalesced), warp w takes packed rows
 // kp ≡ w (mod 8); the 8 partial sums are added in warp order through shared memory.
-// FP8 / INT8 ([N, K] bytes): one warp per output row; each lane loads 16 bytes per step
+// FP8 / INT8 / BF16 ([N, K]): one warp per output row; each lane takes 16 weights per step
 // (a warp covers 512 k), scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
 #include <cuda_fp8.h>
 
@@ -37,7 +41,10 @@ __global__ void gptq_gemv_kernel(const bf16* __restrict__ x, int M, const int32_
                                  const int32_t* __restrict__ g_idx, int N, int K, int group, bool sym, void* y,
                                  bool y_f32, bool accumulate) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n = blockIdx.x * 32 + lane;
+  const int n = blockIdx.y * 32 + lane;
+  x += size_t(blockIdx.x) * kMaxM * K;  // this block's row tile
+  M = min(kMaxM, M - int(blockIdx.x) * kMaxM);
+  const size_t y_off = size_t(blockIdx.x) * kMaxM * N;
   float acc[kMaxM];
 #pragma unroll
   for (int m = 0; m < kMaxM; ++m) acc[m] = 0.0f;
@@ -73,40 +80,73 @@ __global__ void gptq_gemv_kernel(const bf16* __restrict__ x, int M, const int32_
     for (int m = 0; m < M; ++m) {
       float v = 0.0f;
       for (int w = 0; w < 8; ++w) v += partial[w][m][lane];
-      store_out(y, y_f32, accumulate, size_t(m) * N + n, v);
+      store_out(y, y_f32, accumulate, y_off + size_t(m) * N + n, v);
     }
   }
 }
 
 // ---- FP8 block-128 and INT8 row-wise: one warp per output row ---------------------------
-template <bool kFp8>
-__global__ void byte_gemv_kernel(const bf16* __restrict__ x, int M, const uint8_t* __restrict__ w,
-                                 const float* __restrict__ scale, int N, int K, void* y, bool y_f32,
-                                 bool accumulate) {
+enum class RowKind { Fp8, Int8, Bf16 };
+
+__device__ __forceinline__ void load16(const uint8_t* row, int k0, int K, bool vec, float (&wv)[16],
+                                       RowKind kind) {
+  if (kind == RowKind::Bf16) {
+    const bf16* r = reinterpret_cast<const bf16*>(row);
+    if (vec) {
+      const uint4 p0 = *reinterpret_cast<const uint4*>(r + k0);
+      const uint4 p1 = *reinterpret_cast<const uint4*>(r + k0 + 8);
+      const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&p0);
+      const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&p1);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 fa = __bfloat1622float2(a[j]), fb = __bfloat1622float2(b[j]);
+        wv[2 * j] = fa.x;
+        wv[2 * j + 1] = fa.y;
+        wv[8 + 2 * j] = fb.x;
+        wv[8 + 2 * j + 1] = fb.y;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) wv[j] = k0 + j < K ? __bfloat162float(r[k0 + j]) : 0.0f;
+    }
+    return;
+  }
+  const bool fp8 = kind == RowKind::Fp8;
+  if (vec) {
+    const uint4 packed = *reinterpret_cast<const uint4*>(row + k0);
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&packed);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) wv[j] = fp8 ? fp8_to_float(b[j]) : float(int8_t(b[j]));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t b = k0 + j < K ? row[k0 + j] : 0;
+      wv[j] = fp8 ? fp8_to_float(b) : float(int8_t(b));
+    }
+  }
+}
+
+template <RowKind kKind>
+__global__ void row_gemv_kernel(const bf16* __restrict__ x, int M, const uint8_t* __restrict__ w,
+                                const float* __restrict__ scale, int N, int K, void* y, bool y_f32,
+                                bool accumulate) {
+  constexpr bool kFp8 = kKind == RowKind::Fp8;
+  constexpr size_t kElemBytes = kKind == RowKind::Bf16 ? 2 : 1;
   const int lane = threadIdx.x & 31;
-  const int n = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int n = blockIdx.y * (blockDim.x / 32) + (threadIdx.x >> 5);
   if (n >= N) return;
+  x += size_t(blockIdx.x) * kMaxM * K;  // this block's row tile
+  M = min(kMaxM, M - int(blockIdx.x) * kMaxM);
+  const size_t y_off = size_t(blockIdx.x) * kMaxM * N;
   const int kb = (K + 127) / 128;
   float acc[kMaxM];
 #pragma unroll
   for (int m = 0; m < kMaxM; ++m) acc[m] = 0.0f;
-  const uint8_t* row = w + size_t(n) * K;
+  const uint8_t* row = w + size_t(n) * K * kElemBytes;
   const bool vec = (K % 16) == 0;
   for (int k0 = lane * 16; k0 < K; k0 += 32 * 16) {
     float wv[16];
-    if (vec) {
-      const uint4 packed = *reinterpret_cast<const uint4*>(row + k0);
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(&packed);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) wv[j] = kFp8 ? fp8_to_float(b[j]) : float(int8_t(b[j]));
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int k = k0 + j;
-        const uint8_t b = k < K ? row[k] : 0;
-        wv[j] = kFp8 ? fp8_to_float(b) : float(int8_t(b));
-      }
-    }
+    load16(row, k0, K, vec, wv, kKind);
     const float s = kFp8 ? scale[size_t(n / 128) * kb + k0 / 128] : 1.0f;
 #pragma unroll
     for (int m = 0; m < kMaxM; ++m) {
@@ -120,11 +160,11 @@ __global__ void byte_gemv_kernel(const bf16* __restrict__ x, int M, const uint8_
       }
     }
   }
-  const float row_scale = kFp8 ? 1.0f : scale[n];
+  const float row_scale = kKind == RowKind::Int8 ? scale[n] : 1.0f;
   for (int m = 0; m < M; ++m) {
     float v = acc[m];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) store_out(y, y_f32, accumulate, size_t(m) * N + n, v * row_scale);
+    if (lane == 0) store_out(y, y_f32, accumulate, y_off + size_t(m) * N + n, v * row_scale);
   }
 }
 
@@ -158,21 +198,28 @@ __global__ void byte_dequant_kernel(const uint8_t* w, const float* scale, int N,
 
 void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                 cudaStream_t stream) {
-  if (M > kMaxM) throw Error("quant_gemv: M above the small-M limit");
+  if (M == 0) return;
   const int N = int(w.N), K = int(w.K);
+  const unsigned row_tiles = unsigned((M + kMaxM - 1) / kMaxM);
+  if ((N + 7) / 8 > 65535) throw Error("quant_gemv: N too large for the launch grid");
   switch (w.format) {
     case quant::WeightFormat::GptqInt4:
-      gptq_gemv_kernel<<<(N + 31) / 32, 256, 0, stream>>>(x, M, w.qweight.data(), w.scales.data(), w.qzeros.data(),
-                                                           w.g_idx.size() ? w.g_idx.data() : nullptr, N, K,
-                                                           int(w.group_size), w.sym, y, y_f32, accumulate);
+      gptq_gemv_kernel<<<dim3(row_tiles, unsigned((N + 31) / 32)), 256, 0, stream>>>(
+          x, M, w.qweight.data(), w.scales.data(), w.qzeros.data(), w.g_idx.size() ? w.g_idx.data() : nullptr, N, K,
+          int(w.group_size), w.sym, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Fp8Block:
-      byte_gemv_kernel<true><<<(N + 7) / 8, 256, 0, stream>>>(x, M, w.fp8.data(), w.scale.data(), N, K, y, y_f32,
-                                                              accumulate);
+      row_gemv_kernel<RowKind::Fp8><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+          x, M, w.fp8.data(), w.scale.data(), N, K, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Int8Rowwise:
-      byte_gemv_kernel<false><<<(N + 7) / 8, 256, 0, stream>>>(
+      row_gemv_kernel<RowKind::Int8><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
           x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, y_f32, accumulate);
+      break;
+    case quant::WeightFormat::Dense:
+    case quant::WeightFormat::Nvfp4:  // dequantised to bf16 at load
+      row_gemv_kernel<RowKind::Bf16><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+          x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, y_f32, accumulate);
       break;
     default:
       throw Error("quant_gemv: unsupported weight format");

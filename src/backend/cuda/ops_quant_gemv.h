@@ -1,7 +1,10 @@
-// Fused dequantising matmuls for small M (decode): Y[M, N] = X[M, K] · Wᵀ with W in GPTQ
-// INT4, FP8 block-128 or INT8 row-wise, dequantised in registers, fp32 accumulation, and a
-// fixed reduction order (results do not depend on the batch a row shares).
-// Roofline: bytes(W) / bandwidth, since M <= 16 rows of X are re-read from L1/L2.
+// Row-tiled matmuls on CUDA cores: Y[M, N] = X[M, K] · Wᵀ with W in GPTQ INT4, FP8
+// block-128, INT8 row-wise or BF16 (Dense, and NVFP4 dequantised at load), dequantised in
+// registers, fp32 accumulation, and a fixed reduction order per output: a row's result
+// never depends on M or on the other rows (batch invariance), for any M (tiles of 16 rows).
+// Roofline at decode (M <= 16): bytes(W) / bandwidth. For large M every row tile re-reads
+// W (from L2 when the tiles of one weight slice run together) and the FMAs run on CUDA
+// cores: this is the batch-invariant baseline, not the prefill kernel (docs/PERF.md).
 #pragma once
 #include <cuda_runtime.h>
 

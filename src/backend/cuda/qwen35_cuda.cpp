@@ -8,6 +8,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_basic.h"
+#include "backend/cuda/ops_small_linear.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
 
@@ -89,7 +90,8 @@ std::unique_ptr<Qwen35CudaModel> Qwen35CudaModel::load(const std::filesystem::pa
 Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, const CudaModelOptions& options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  linear_ = std::make_unique<LinearRunner>(weights_.max_quantized_linear_elems());
+  linear_ = std::make_unique<LinearRunner>(options_.batch_invariant ? 0 : weights_.max_quantized_linear_elems(),
+                                           options_.batch_invariant);
   inv_freq_host_ = rope_inv_freq(config_);
   inv_freq_.upload(inv_freq_host_, stream_);
   int kv = 0, lin = 0;
@@ -136,6 +138,7 @@ void Qwen35CudaModel::allocate_workspaces() {
   f32(shared_down_, T * H);
   f32(shared_gate_logit_, T);
   b16(x_, T * H);
+  f32(x32_, T * H);
   const size_t q_dim = size_t(c.num_attention_heads * c.head_dim), kv_dim = size_t(c.num_key_value_heads * c.head_dim);
   if (c.num_full_attention_layers() > 0) {
     b16(qg_, T * 2 * q_dim);
@@ -148,8 +151,8 @@ void Qwen35CudaModel::allocate_workspaces() {
   if (c.num_linear_attention_layers() > 0) {
     b16(qkv_, T * size_t(c.linear_conv_dim()));
     b16(z_, T * size_t(c.linear_value_dim()));
-    b16(b_, T * size_t(c.linear_num_value_heads));
-    b16(a_, T * size_t(c.linear_num_value_heads));
+    f32(b_, T * size_t(c.linear_num_value_heads));
+    f32(a_, T * size_t(c.linear_num_value_heads));
     b16(gdn_out_, T * size_t(c.linear_value_dim()));
   }
   b16(shared_g_, T * size_t(c.shared_expert_intermediate_size));
@@ -452,6 +455,15 @@ void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows) {
   linear_->run(head_in_.data(), rows, weights_.lm_head, logits_.data(), /*y_f32=*/true, stream_);
 }
 
+// Router, DeltaNet gate and shared-expert gate projections read the unrounded f32 norm output
+// (ops_small_linear.h) when their weight is dense bf16; other formats take the bf16 input.
+void Qwen35CudaModel::project_f32(const DeviceLinear& w, int M, float* y) {
+  if (small_linear_supported(w))
+    linear_f32_input(x32_.data(), M, w, y, stream_);
+  else
+    linear_->run(x_.data(), M, w, y, true, stream_);
+}
+
 void Qwen35CudaModel::enqueue_layers(int M) {
   const auto& c = config_;
   const int H = int(c.hidden_size);
@@ -466,7 +478,8 @@ void Qwen35CudaModel::enqueue_layers(int M) {
   const int Is = int(c.shared_expert_intermediate_size);
   for (size_t li = 0; li < weights_.layers.size(); ++li) {
     const auto& L = weights_.layers[li];
-    add_rms_norm(residual_.data(), nullptr, L.input_norm.data(), M, H, eps, x_.data(), s);
+    add_rms_norm(residual_.data(), nullptr, L.input_norm.data(), M, H, eps, x_.data(), s,
+                 L.gdn ? x32_.data() : nullptr);
     if (L.attention) {
       const auto& a = *L.attention;
       const int idx = cache_index_[li];
@@ -487,22 +500,22 @@ void Qwen35CudaModel::enqueue_layers(int M) {
                        conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
       linear_->run(x_.data(), M, g.in_proj_qkv, qkv_.data(), false, s);
       linear_->run(x_.data(), M, g.in_proj_z, z_.data(), false, s);
-      linear_->run(x_.data(), M, g.in_proj_b, b_.data(), false, s);
-      linear_->run(x_.data(), M, g.in_proj_a, a_.data(), false, s);
+      project_f32(g.in_proj_b, M, b_.data());
+      project_f32(g.in_proj_a, M, a_.data());
       gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                       gdn_out_.data(), s);
       linear_->run(gdn_out_.data(), M, g.out_proj, residual_.data(), true, s, /*accumulate=*/true);
     }
-    add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, x_.data(), s);
+    add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, x_.data(), s, x32_.data());
     const auto& moe = L.moe;
-    linear_->run(x_.data(), M, moe.router, router_logits_.data(), true, s);
+    project_f32(moe.router, M, router_logits_.data());
     moe_routed_experts(x_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
                        residual_.data(), s);
     linear_->run(x_.data(), M, moe.shared_gate, shared_g_.data(), false, s);
     linear_->run(x_.data(), M, moe.shared_up, shared_u_.data(), false, s);
     silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), s);
     linear_->run(shared_act_.data(), M, moe.shared_down, shared_down_.data(), true, s);
-    linear_->run(x_.data(), M, moe.shared_expert_gate, shared_gate_logit_.data(), true, s);
+    project_f32(moe.shared_expert_gate, M, shared_gate_logit_.data());
     add_scaled_rows(residual_.data(), shared_down_.data(), shared_gate_logit_.data(), M, H, s);
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, x_.data(), s);

@@ -32,6 +32,9 @@ struct CudaModelOptions {
   bool cuda_graphs = true;             // capture decode steps
   int max_graph_batch = 256;           // largest decode batch captured
   int lm_head_chunk_rows = 256;        // LM head rows per pass (bounds the logits buffer)
+  // Every matmul through kernels whose per-row result does not depend on the batch
+  // (linear_runner.h); off: cuBLASLt for large M (faster prefill, batch-dependent bits).
+  bool batch_invariant = true;
 };
 
 class Qwen35CudaModel final : public model::CausalLM {
@@ -61,6 +64,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   void run_substep(std::span<const model::SeqStep> batch, const std::vector<int64_t>& token_base,
                    const SubStep& sub, model::StepOutput& out);
   void enqueue_layers(int M);
+  void project_f32(const DeviceLinear& w, int M, float* y);
   void enqueue_lm_head_rows(int row_begin, int rows);
   void allocate_workspaces();
 
@@ -88,9 +92,11 @@ class Qwen35CudaModel final : public model::CausalLM {
   const int32_t* logit_rows_ptr_ = nullptr;  // [R] inside meta_buf_
 
   // Activations and scratch, sized for max_tokens_per_step.
-  DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_;
-  DeviceBuffer<bf16> x_, qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, b_, a_, gdn_out_, shared_g_, shared_u_,
-      shared_act_, head_in_;
+  // x_ is the bf16 norm output every large GEMM reads; x32_ the same rows unrounded (for
+  // project_f32). b_, a_: DeltaNet gate projections in f32.
+  DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_, x32_, b_, a_;
+  DeviceBuffer<bf16> x_, qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, gdn_out_, shared_g_, shared_u_, shared_act_,
+      head_in_;
   DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_;
   size_t workspace_bytes_ = 0;
   float* logits_host_ = nullptr;  // pinned [lm_head_chunk_rows, V]

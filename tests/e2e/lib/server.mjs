@@ -11,7 +11,7 @@ export function parseArgs(argv = process.argv.slice(2)) {
     assert.ok(argv[i].startsWith('--'), `unexpected argument ${argv[i]}`);
     args[argv[i].slice(2)] = argv[i + 1];
   }
-  assert.ok(args.moeserve && args.model, 'usage: node TEST.mjs --moeserve BIN --model DIR');
+  assert.ok(args.moeserve && args.model, 'usage: node TEST.mjs --moeserve BIN --model DIR [--device cpu|cuda]');
   return args;
 }
 
@@ -20,11 +20,13 @@ export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 // Spawns the server on a free port (--port 0) and resolves once it logs its address.
 // `extra` are additional flags. The returned object has baseUrl, the child process, the
 // collected log, waitReady() and stop().
-export async function startServer({ moeserve, model }, extra = [], { name = 'demo' } = {}) {
+// `device` (from --device on the test's command line) selects the backend: the same tests
+// run against `--device cuda` on a GPU machine (ctest -L gpu).
+export async function startServer({ moeserve, model, device }, extra = [], { name = 'demo' } = {}) {
   // A small cache (the default 4 GiB takes seconds to allocate); tests that size it pass
   // --num-kv-blocks-override.
   const args = ['serve', model, '--port', '0', '--served-model-name', name, '--threads', '2',
-    '--cpu-kv-cache-space', '0.0625', ...extra];
+    '--cpu-kv-cache-space', '0.0625', ...(device ? ['--device', device] : []), ...extra];
   const child = spawn(moeserve, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));

@@ -1,0 +1,25 @@
+// Projections with few outputs whose results steer discrete or exponential choices: the MoE
+// router (top-k of E logits), the DeltaNet gate projections in_proj_b / in_proj_a (beta and
+// the decay exp(g)) and the shared expert's sigmoid gate. They read the UNROUNDED f32
+// normalised activations (add_rms_norm's out_f32) instead of the bf16 copy the large GEMMs
+// use, so bf16 rounding of x does not flip expert choices; the weight stays in its stored
+// bf16. These are a small share of a step's bytes (E·H + 2·nv·H + H weights per layer).
+//
+// Layout: x f32 [M, K] row-major; W bf16 [N, K] row-major (Dense DeviceLinear); y f32 [M, N].
+// Each y[m, n] is summed in one fixed order (lane-strided over K in 8-element chunks, then a
+// fixed warp tree), whatever M is: the result for a row never depends on its batch.
+// Roofline: N·K·2 bytes of weight per 4 rows of x (weights stay in L2 across row tiles).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "backend/cuda/device_linear.h"
+
+namespace moeserve::cuda {
+
+// True when `w` can take the f32-activation path (a dense bf16 weight with K % 8 == 0).
+bool small_linear_supported(const DeviceLinear& w);
+
+// y[m, n] = sum_k x[m, k] · W[n, k]  (f32 accumulate).
+void linear_f32_input(const float* x, int M, const DeviceLinear& w, float* y, cudaStream_t stream);
+
+}  // namespace moeserve::cuda
