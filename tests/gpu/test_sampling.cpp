@@ -14,9 +14,11 @@
 #include <limits>
 #include <random>
 
+#include "../unit/model/fixture_util.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/device_sampler.h"
+#include "backend/cuda/qwen35_cuda.h"
 #include "runtime/sampler.h"
 
 using namespace moeserve;
@@ -335,6 +337,101 @@ TEST_F(GpuSampling, HostRowsAreCopiedNextToDeviceRows) {
   for (int r : {1, 4})
     EXPECT_EQ(out.samples[size_t(r)].token, std::max_element(rows[size_t(r)].begin(), rows[size_t(r)].end()) -
                                                 rows[size_t(r)].begin());
+}
+
+// The model's hook: each step runs twice from the same caches (the GDN slots restored in
+// between), once with device sampling for three of four sequences and once returning every
+// row's logits. The device's tokens must be the host sampler's on those logits, the host
+// row must be unchanged, on the prefill step and on decode steps (CUDA graphs).
+TEST_F(GpuSampling, TheModelSamplesOnTheDeviceWhatTheHostSamplesFromItsLogits) {
+  const auto names = model::testing::fixture_names();
+  ASSERT_FALSE(names.empty());
+  const std::string name = std::find(names.begin(), names.end(), "quant_base_bf16") != names.end() ? "quant_base_bf16" : names.front();
+  cuda::CudaModelOptions o;
+  o.max_tokens_per_step = 64;
+  o.max_seqs = 8;
+  o.max_graph_batch = 8;
+  o.max_model_len = 256;
+  o.lm_head_chunk_rows = 4;
+  auto m = cuda::Qwen35CudaModel::load(model::testing::fixture_dir(name), o);
+  const int64_t vocab = m->config().vocab_size;
+  const int bs = m->cache_geometry().kv_block_size;
+  const int S = 4, per_seq = 256 / bs;
+  m->allocate_caches(S * per_seq, 2 * S);
+  std::vector<std::vector<int32_t>> tables(S), seqs(S);
+  std::vector<int64_t> pos(S, 0);
+  for (int i = 0; i < S; ++i) {
+    for (int b = 0; b < per_seq; ++b) tables[size_t(i)].push_back(i * per_seq + b);
+    m->reset_state(i);
+    for (int t = 0; t < 9 + 3 * i; ++t) seqs[size_t(i)].push_back(int32_t((t * 37 + i * 101 + 5) % vocab));
+  }
+  std::vector<model::DeviceSampleParams> params(3);
+  params[1].greedy = false;
+  params[1].inv_temperature = runtime::inverse_temperature(0.8);
+  params[1].top_k = 20;
+  params[1].top_p = 0.9;
+  params[1].num_logprobs = 3;
+  params[2].greedy = false;
+  params[2].inv_temperature = runtime::inverse_temperature(1.1);
+  params[2].min_log_ratio = runtime::min_p_log_ratio(0.05);
+  const std::vector<int32_t> masked = {0, 1};
+  params[2].masked_tokens = masked;
+  runtime::Rng rng(77);
+  runtime::Sampler sampler;
+  int boundary = 0;
+  for (int step = 0; step < 10; ++step) {
+    params[1].uniform = rng.uniform();
+    params[2].uniform = rng.uniform();
+    std::vector<std::vector<int32_t>> fed(S);
+    std::vector<model::SeqStep> batch(S);
+    for (int i = 0; i < S; ++i) {
+      fed[size_t(i)] = step == 0 ? seqs[size_t(i)] : std::vector<int32_t>{seqs[size_t(i)].back()};
+      batch[size_t(i)].tokens = fed[size_t(i)];
+      batch[size_t(i)].start_pos = pos[size_t(i)];
+      batch[size_t(i)].kv_blocks = tables[size_t(i)];
+      batch[size_t(i)].state_slot = i;
+    }
+    for (int i = 0; i < S; ++i) m->copy_state(i, S + i);
+    for (int i = 0; i < 3; ++i) batch[size_t(i)].device_sample = params[size_t(i)];
+    model::StepOutput dev;
+    m->forward(batch, dev);
+    for (int i = 0; i < S; ++i) m->copy_state(S + i, i);
+    for (auto& b : batch) b.device_sample.reset();
+    model::StepOutput host;
+    m->forward(batch, host);
+
+    ASSERT_EQ(dev.samples.size(), size_t(S));
+    ASSERT_EQ(dev.logits.size(), size_t(vocab));  // only the host row came back
+    EXPECT_EQ(dev.num_rows, (std::vector<int64_t>{0, 0, 0, 1}));
+    auto host_row = [&](int i) {
+      return std::vector<float>(host.logits.begin() + host.first_row[size_t(i)] * vocab,
+                                host.logits.begin() + (host.first_row[size_t(i)] + 1) * vocab);
+    };
+    EXPECT_EQ(dev.logits, host_row(3)) << "step " << step;
+    for (int i = 0; i < 3; ++i) {
+      const auto row = host_row(i);
+      const auto want = host_sample(sampler, row, params[size_t(i)]);
+      const auto& got = dev.samples[size_t(i)];
+      if (got.token != want.token) {
+        ASSERT_TRUE(!params[size_t(i)].greedy && near_boundary(sampler, row, params[size_t(i)], got.token))
+            << "step " << step << " sequence " << i << ": device " << got.token << " host " << want.token;
+        ++boundary;
+        continue;
+      }
+      if (want.logprob) {
+        EXPECT_NEAR(got.logprob, want.logprob->logprob, 2e-4);
+        ASSERT_EQ(got.top.size(), want.logprob->top.size());
+        for (size_t j = 0; j < got.top.size(); ++j) EXPECT_EQ(got.top[j].first, want.logprob->top[j].first);
+      }
+    }
+    for (int i = 0; i < S; ++i) {
+      pos[size_t(i)] += int64_t(fed[size_t(i)].size());
+      const auto row = host_row(i);
+      seqs[size_t(i)].push_back(i < 3 ? dev.samples[size_t(i)].token
+                                      : int32_t(std::max_element(row.begin(), row.end()) - row.begin()));
+    }
+  }
+  EXPECT_LE(boundary, 1);
 }
 
 // Not a check: what a step pays for sampling on the device, against copying the rows to the
