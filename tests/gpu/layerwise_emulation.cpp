@@ -42,6 +42,15 @@ std::vector<float> linear(ThreadPool& pool, const std::vector<float>& x, int64_t
   return y;
 }
 
+// The activations a side projection (router, in_proj_b/a, shared_expert_gate) reads: the
+// unrounded norm output when the CUDA model can take it (small_linear_supported: a dense
+// weight with K % 8 == 0, NVFP4 being dense on the GPU), else the bf16 copy.
+const std::vector<float>& side_input(const quant::QuantWeight& w, const Bf16Points& points,
+                                     const std::vector<float>& xn, const std::vector<float>& xb) {
+  const bool dense = w.format == quant::WeightFormat::Dense || w.format == quant::WeightFormat::Nvfp4;
+  return (points.side_inputs || !dense || w.in_features % 8 != 0) ? xb : xn;
+}
+
 std::vector<float> rms_rows(ThreadPool& pool, const float* h, int64_t rows, int64_t H, const std::vector<float>& w,
                             float eps) {
   std::vector<float> out(size_t(rows * H));
@@ -197,9 +206,9 @@ void EmulatedForward::gdn(size_t layer, const std::vector<float>& xn, const std:
   const auto& c = config_;
   const cpu::GdnGeometry geo{c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                              c.linear_value_head_dim, c.linear_conv_kernel_dim};
-  const std::vector<float>& xs = points_.side_inputs ? xb : xn;
   std::vector<float> qkv = linear(pool_, xb, R, w.in_proj_qkv), z = linear(pool_, xb, R, w.in_proj_z),
-                     b = linear(pool_, xs, R, w.in_proj_b), a = linear(pool_, xs, R, w.in_proj_a);
+                     b = linear(pool_, side_input(w.in_proj_b, points_, xn, xb), R, w.in_proj_b),
+                     a = linear(pool_, side_input(w.in_proj_a, points_, xn, xb), R, w.in_proj_a);
   round(qkv, points_.gdn_qkv_z);
   round(z, points_.gdn_qkv_z);
   round(b, points_.gdn_gates);
@@ -221,8 +230,7 @@ void EmulatedForward::moe(size_t layer, const std::vector<float>& xn, const std:
                           float* h) {
   const auto& w = weights_.layers[layer].moe;
   const int64_t H = config_.hidden_size, E = config_.num_experts, k = config_.num_experts_per_tok;
-  const std::vector<float>& xs = points_.side_inputs ? xb : xn;
-  const std::vector<float> logits = linear(pool_, xs, R, w.router);
+  const std::vector<float> logits = linear(pool_, side_input(w.router, points_, xn, xb), R, w.router);
   std::vector<int32_t> ids(static_cast<size_t>(k));
   std::vector<float> weights(static_cast<size_t>(k));
   for (int64_t r = 0; r < R; ++r) {
@@ -247,7 +255,7 @@ void EmulatedForward::moe(size_t layer, const std::vector<float>& xn, const std:
   for (size_t i = 0; i < sg.size(); ++i) sg[i] = cpu::silu(sg[i]) * su[i];
   round(sg, points_.shared_expert);
   const std::vector<float> sd = linear(pool_, sg, R, w.shared.down);
-  const std::vector<float> gl = linear(pool_, xs, R, w.shared_gate);
+  const std::vector<float> gl = linear(pool_, side_input(w.shared_gate, points_, xn, xb), R, w.shared_gate);
   for (int64_t r = 0; r < R; ++r) {
     const float s = cpu::sigmoid(gl[size_t(r)]);
     for (int64_t i = 0; i < H; ++i) h[r * H + i] += s * sd[size_t(r * H + i)];
