@@ -307,10 +307,11 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
       if (!row.candidate(d)) continue;
       const uint32_t key = float_key(x);
       if (!f.match(row.bucket(d), key)) continue;
-      const int digit = int((key >> kShift[level]) & uint32_t(nb - 1));
-      atomicAdd(&t.hist1_n[digit], 1u);
+      // Index 0 holds the largest digit: the histogram runs in candidate order, like hist0.
+      const int idx = nb - 1 - int((key >> kShift[level]) & uint32_t(nb - 1));
+      atomicAdd(&t.hist1_n[idx], 1u);
       const uint64_t w = row.weight(d);
-      if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&t.hist1_w[digit]), static_cast<unsigned long long>(w));
+      if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&t.hist1_w[idx]), static_cast<unsigned long long>(w));
     }
     __syncthreads();
     const uint64_t rel = c - (by_weight ? before_w : before_n);
@@ -318,7 +319,8 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
     sub = max(st.bucket, 0);
     before_n += st.before_n;
     before_w += st.before_w;
-    f.key_prefix = f.key_shift >= 32 ? uint32_t(sub) : (f.key_prefix << kBits[level]) | uint32_t(sub);
+    const uint32_t digit = uint32_t(nb - 1 - sub);
+    f.key_prefix = f.key_shift >= 32 ? digit : (f.key_prefix << kBits[level]) | digit;
     f.key_shift = kShift[level];
     if (t.hist1_n[sub] <= kCacheCap) {
       compact(row, f, before_n, before_w, t, st);
@@ -417,6 +419,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     have_cut = true;
     cut_x = st.found.x;
     kept_w = st.found.through_w;
+    __syncthreads();  // st.found is rewritten by the next search
   }
   if (p.top_p < 1.0) {
     // The shortest prefix whose weight is >= top_p * total: the element passing ceil(.) - 1.
@@ -427,6 +430,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     cut_x = st.found.x;
     cut_id = st.found.id;
     kept_w = st.found.cum_w;
+    __syncthreads();
   }
 
   // The draw over the kept tokens in id order.
