@@ -93,7 +93,8 @@ ojson merged_hybrid_quantization_config(const ojson& experts_config, const std::
         renamed = output_prefix + key.substr(experts_prefix.size());
       extra[renamed] = value;
     }
-  for (const auto& [key, value] : bits16_entries(plan).items()) extra[key] = value;
+  const ojson bits16 = bits16_entries(plan);
+  for (const auto& [key, value] : bits16.items()) extra[key] = value;
   out["extra_config"] = extra;
   return out;
 }

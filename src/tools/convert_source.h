@@ -70,4 +70,9 @@ SourceCheckpoint assemble_hybrid_donors(const SourceCheckpoint& experts, const S
 // the donor has MTP tensors and the same architecture where the MTP block depends on it.
 SourceCheckpoint assemble_mtp_donor(SourceCheckpoint base, const SourceCheckpoint& donor);
 
+// The tensors of an official BF16 release of `config`, planned from the config alone (views
+// without data, names under "model."): spec 3.1 with fused experts, A_log and linear_attn.norm
+// in F32, and the MTP block (3.3) when mtp_num_hidden_layers > 0. For `inspect --config-only`.
+std::vector<SourceTensor> reference_bf16_tensors(const io::Qwen35Config& config);
+
 }  // namespace moeserve::tools

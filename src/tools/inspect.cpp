@@ -32,10 +32,16 @@ std::string module_of(const std::string& tensor) {
 }
 
 // The tensor whose shape describes the weight.
-std::string main_tensor(const io::Checkpoint& ckpt, const std::string& module) {
+std::string main_tensor(const TensorCatalog& tensors, const std::string& module) {
   for (std::string_view suffix : {".weight_packed", ".qweight", ".weight"})
-    if (ckpt.has(module + std::string(suffix))) return module + std::string(suffix);
-  return ckpt.has(module) ? module : std::string();
+    if (tensors.count(module + std::string(suffix))) return module + std::string(suffix);
+  return tensors.count(module) ? module : std::string();
+}
+
+// The CUDA backend's `--int8-lm-head` copy of a [V, H] head: INT8 codes + one F32 scale per row.
+uint64_t int8_rowwise_bytes(const Shape& shape) {
+  if (shape.size() != 2) return 0;
+  return uint64_t(shape[0]) * uint64_t(shape[1]) + uint64_t(shape[0]) * sizeof(float);
 }
 
 std::string lower(std::string_view s) {
@@ -76,10 +82,10 @@ WeightKind classify_weight(const std::string& module) {
   return WeightKind::Other;
 }
 
-std::string detect_weight_format(const io::Checkpoint& ckpt, const std::string& module,
+std::string detect_weight_format(const TensorCatalog& catalog, const std::string& module,
                                  const std::vector<std::string>& tensors) {
-  auto has = [&](const char* suffix) { return ckpt.has(module + suffix); };
-  auto dtype_of = [&](const char* suffix) { return ckpt.info(module + suffix).dtype; };
+  auto has = [&](const char* suffix) { return catalog.count(module + suffix) != 0; };
+  auto dtype_of = [&](const char* suffix) { return catalog.at(module + suffix).dtype; };
   if (has(".qweight")) return has(".g_idx") ? "gptq-int4+g_idx" : "gptq-int4";
   if (has(".weight_packed")) return "nvfp4";
   if (has(".weight") && dtype_of(".weight") == DType::U8 && has(".weight_scale_2")) return "nvfp4-modelopt";
@@ -87,40 +93,30 @@ std::string detect_weight_format(const io::Checkpoint& ckpt, const std::string& 
     if (has(".weight_scale_inv")) return "fp8-block";
     return "fp8";
   }
-  const std::string main = main_tensor(ckpt, module);
-  if (!main.empty()) return lower(dtype_name(ckpt.info(main).dtype));
-  return tensors.empty() ? "unknown" : lower(dtype_name(ckpt.info(tensors.front()).dtype));
+  const std::string main = main_tensor(catalog, module);
+  if (!main.empty()) return lower(dtype_name(catalog.at(main).dtype));
+  return tensors.empty() ? "unknown" : lower(dtype_name(catalog.at(tensors.front()).dtype));
 }
 
-InspectReport inspect_checkpoint(const std::filesystem::path& model_dir) {
+InspectReport inspect_catalog(const TensorCatalog& catalog, std::optional<io::Qwen35Config> config,
+                              std::string config_error, bool int8_lm_head) {
   InspectReport report;
-  report.model_dir = model_dir;
-  const io::Checkpoint ckpt = io::Checkpoint::open(model_dir);
-  try {
-    report.config = io::load_qwen35_config(model_dir);
-  } catch (const Error& e) {
-    report.config_error = e.what();
-  }
-  for (const auto& file : ckpt.files()) {
-    report.files.push_back(file->path().filename().string());
-    report.file_bytes += file->file_size();
-  }
+  report.config = std::move(config);
+  report.config_error = std::move(config_error);
+  report.int8_lm_head = int8_lm_head;
 
   // Group tensors into weights (names are sorted, so a module's tensors are adjacent or
   // close; a map keeps it simple).
   std::map<std::string, std::vector<std::string>> modules;
-  for (const std::string& name : ckpt.names()) modules[module_of(name)].push_back(name);
+  for (const auto& [name, entry] : catalog) modules[module_of(name)].push_back(name);
   for (auto& [module, tensors] : modules) {
     WeightInfo w;
     w.name = module;
     w.kind = classify_weight(module);
-    w.format = detect_weight_format(ckpt, module, tensors);
-    const std::string main = main_tensor(ckpt, module);
-    w.shape = ckpt.info(main.empty() ? tensors.front() : main).shape;
-    for (const std::string& t : tensors) {
-      const io::TensorInfo& info = ckpt.info(t);
-      w.bytes += info.data_end - info.data_begin;
-    }
+    w.format = detect_weight_format(catalog, module, tensors);
+    const std::string main = main_tensor(catalog, module);
+    w.shape = catalog.at(main.empty() ? tensors.front() : main).shape;
+    for (const std::string& t : tensors) w.bytes += catalog.at(t).bytes();
     w.tensors = std::move(tensors);
     report.tensor_bytes += w.bytes;
     report.weights.push_back(std::move(w));
@@ -159,14 +155,23 @@ InspectReport inspect_checkpoint(const std::filesystem::path& model_dir) {
           embedding_bytes = w.bytes;
           embedding_row = (!w.shape.empty() && w.shape[0] > 0) ? w.bytes / uint64_t(w.shape[0]) : w.bytes;
           break;
-        case WeightKind::LmHead: lm_head_bytes += w.bytes; d.other += w.bytes; break;
+        case WeightKind::LmHead: {
+          // A dense head held as INT8 rows by the CUDA backend (--int8-lm-head); a quantised one
+          // is read as stored.
+          const bool dense = w.format == "bf16" || w.format == "f16" || w.format == "f32";
+          const uint64_t read = int8_lm_head && dense ? int8_rowwise_bytes(w.shape) : w.bytes;
+          lm_head_bytes += read;
+          d.other += read;
+          break;
+        }
         default: d.other += w.bytes; break;
       }
     }
     if (lm_head_bytes == 0 && c.tie_word_embeddings) {  // the tied head reads the whole table
-      lm_head_bytes = embedding_bytes;
-      d.other += embedding_bytes;
+      lm_head_bytes = int8_lm_head ? int8_rowwise_bytes({c.vocab_size, c.hidden_size}) : embedding_bytes;
+      d.other += lm_head_bytes;
     }
+    d.lm_head = lm_head_bytes;
     d.routed_experts = uint64_t(std::llround(routed));
     d.embedding = embedding_row;
     d.total = d.routed_experts + d.embedding + d.other;

@@ -71,8 +71,10 @@ void append_architecture(std::string& out, const io::Qwen35Config& c) {
 
 std::string format_inspect_text(const InspectReport& r, bool list_tensors) {
   std::string out = fmt::format("model         {}\n", r.model_dir.string());
-  out += fmt::format("files         {} ({}): {}\n", r.files.size(), human_bytes(r.file_bytes),
-                     fmt::join(r.files, ", "));
+  if (!r.files.empty())
+    out += fmt::format("files         {} ({}): {}\n", r.files.size(), human_bytes(r.file_bytes),
+                       fmt::join(r.files, ", "));
+  if (!r.planned.empty()) out += fmt::format("weights       planned: {}\n", r.planned);
   if (r.config)
     append_architecture(out, *r.config);
   else
@@ -94,7 +96,10 @@ std::string format_inspect_text(const InspectReport& r, bool list_tensors) {
                        human_bytes(d.routed_experts), r.config->num_experts_per_tok, r.config->num_experts);
     out += fmt::format("  embedding row   {:>16} {:>12}\n", d.embedding, human_bytes(d.embedding));
     out += fmt::format("  everything else {:>16} {:>12}\n", d.other, human_bytes(d.other));
-    out += fmt::format("  total           {:>16} {:>12}\n", d.total, human_bytes(d.total));
+    out += fmt::format("    of it lm_head {:>16} {:>12}{}\n", d.lm_head, human_bytes(d.lm_head),
+                       r.int8_lm_head ? "  (INT8 row-wise, as serve --int8-lm-head holds it)" : "");
+    out += fmt::format("  total           {:>16} {:>12}  ({:.3f} GB)\n", d.total, human_bytes(d.total),
+                       double(d.total) / 1e9);
     if (d.mtp_per_draft)
       out += fmt::format("  mtp draft step  {:>16} {:>12}  (MTP layer + lm_head + embedding row)\n",
                          d.mtp_per_draft, human_bytes(d.mtp_per_draft));
@@ -112,6 +117,8 @@ std::string format_inspect_text(const InspectReport& r, bool list_tensors) {
 nlohmann::json inspect_to_json(const InspectReport& r, bool list_tensors) {
   nlohmann::json j;
   j["model_dir"] = r.model_dir.string();
+  if (!r.planned.empty()) j["planned"] = r.planned;
+  j["int8_lm_head"] = r.int8_lm_head;
   j["files"] = r.files;
   j["file_bytes"] = r.file_bytes;
   j["tensor_bytes"] = r.tensor_bytes;
@@ -151,6 +158,7 @@ nlohmann::json inspect_to_json(const InspectReport& r, bool list_tensors) {
   if (r.decode)
     j["bytes_per_token"] = {{"routed_experts", r.decode->routed_experts},
                             {"embedding", r.decode->embedding},
+                            {"lm_head", r.decode->lm_head},
                             {"other", r.decode->other},
                             {"total", r.decode->total},
                             {"mtp_per_draft", r.decode->mtp_per_draft}};
@@ -168,7 +176,9 @@ nlohmann::json inspect_to_json(const InspectReport& r, bool list_tensors) {
 }
 
 int run_inspect(const InspectOptions& options) {
-  const InspectReport report = inspect_checkpoint(options.model_dir);
+  const InspectPlan plan{options.weights, options.group_size, options.int8_lm_head};
+  const InspectReport report =
+      options.config_only ? inspect_config(options.model_dir, plan) : inspect_checkpoint(options.model_dir, plan);
   if (options.json)
     fmt::print("{}\n", inspect_to_json(report, options.list_tensors).dump(2));
   else
