@@ -14,6 +14,9 @@ import tempfile
 from array import array
 
 PLAIN = ["text_f32_perexpert", "composite_bf16_fused_sharded", "lmprefix_gqa4_bf16"]
+# One per quantised format of docs/FORMATS.md (the hybrid mixes INT4 experts with FP8 layers).
+QUANTIZED = ["int4_autoround_sym", "int4_gptq_asym_gidx", "fp8_block", "hybrid_int4_fp8",
+             "nvfp4_compressed_tensors", "nvfp4_modelopt"]
 DTYPES = {"F32": "f", "I64": "q"}
 
 
@@ -108,6 +111,16 @@ def case_score_single_chunk(a):
 
 def case_generate_greedy(a):
     for name in PLAIN:
+        ref = read_safetensors(os.path.join(a.fixtures, name, "reference.safetensors"))
+        n = len(ref["greedy_output_ids"])
+        ids, _ = generate(a, name, ["--max-tokens", str(n), "--temperature", "0", "--ignore-eos"])
+        check(ids == [int(x) for x in ref["greedy_output_ids"]], f"{name}: greedy continuation of {n} tokens")
+
+
+def case_quantized(a):
+    """Every quantised checkpoint through `moeserve score` and greedy `moeserve generate`."""
+    for name in QUANTIZED:
+        score(a, name, 16)
         ref = read_safetensors(os.path.join(a.fixtures, name, "reference.safetensors"))
         n = len(ref["greedy_output_ids"])
         ids, _ = generate(a, name, ["--max-tokens", str(n), "--temperature", "0", "--ignore-eos"])
