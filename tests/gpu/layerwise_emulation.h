@@ -35,12 +35,13 @@ struct Bf16Points {
   bool final_norm_out = false;   // x_ after the final norm (LM head input, StepOutput::hidden)
 
   static Bf16Points none() { return {}; }
-  // The CUDA model as of this test's writing: everything but the f32 side inputs, the f32
-  // DeltaNet gates and the f32 routed-expert activations.
+  // The CUDA model now: activations in f32 between ops; bf16 remains in the weights (dense
+  // F32/F16 and NVFP4 are rounded at upload) and in the K/V cache. The emulation cannot round
+  // the cache without the query, so it rounds both (q is f32 on the GPU): a slight
+  // over-estimate of the GPU's rounding.
   static Bf16Points cuda_model() {
     Bf16Points p;
-    p.weights = p.norm_out = p.attn_projections = p.attn_q_and_cache = p.attn_out = true;
-    p.gdn_qkv_z = p.gdn_out = p.shared_expert = p.final_norm_out = true;
+    p.weights = p.attn_q_and_cache = true;
     return p;
   }
 };

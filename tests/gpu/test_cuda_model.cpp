@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <string>
 
 #include "../unit/model/fixture_util.h"
 #include "backend/cuda/device_info.h"
@@ -20,6 +21,12 @@ using model::testing::rel_diff;
 namespace {
 
 bool have_gpu() { return !cuda::list_devices().empty(); }
+
+// Fixtures whose stored weights the GPU holds bit-exactly (BF16, GPTQ INT4, FP8 block);
+// f32 checkpoints and NVFP4 (dequantised to bf16 at load) are rounded.
+bool weights_exact_on_gpu(const std::string& name) {
+  return name != "text_f32_perexpert" && name.rfind("nvfp4", 0) != 0;
+}
 
 cuda::CudaModelOptions small_options(int max_tokens_per_step = 64, bool graphs = true) {
   cuda::CudaModelOptions o;
@@ -118,8 +125,16 @@ TEST(CudaModel, FixtureLogitsMatchTransformers) {
     const double err = rel_diff(got, expect);
     const double agree = top1_agreement(got, expect, size_t(m->config().vocab_size));
     std::printf("[gpu-fixture] %-28s logits rel err %.3e  top-1 agreement %.4f\n", name.c_str(), err, agree);
-    EXPECT_LT(err, 3e-2) << "bf16 weights and activations against an fp32 reference";
-    EXPECT_GE(agree, 0.95);
+    if (weights_exact_on_gpu(name)) {
+      // The GPU holds these weights exactly and keeps activations in f32; what remains is the
+      // bf16 K/V cache and summation order.
+      EXPECT_LT(err, 1e-2);
+      EXPECT_GE(agree, 0.99);
+    } else {
+      // F32 and NVFP4 weights are rounded to bf16 at upload: a slightly different model.
+      // transformers itself in bf16 agrees 82.5% with the f32 fixture (bf16_agreement.py).
+      EXPECT_GE(agree, 0.80);
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "quant/int8_rowwise.h"
 
 namespace moeserve::cuda {
 
@@ -90,36 +91,9 @@ DeviceLinear upload_linear(const quant::QuantWeight& w, cudaStream_t stream) {
 }
 
 DeviceLinear upload_linear_int8_rowwise(const quant::QuantWeight& w, cudaStream_t stream) {
-  DeviceLinear d;
-  d.format = quant::WeightFormat::Int8Rowwise;
-  d.N = w.out_features;
-  d.K = w.in_features;
-  d.int8.resize(size_t(d.N) * size_t(d.K));
-  d.scale.resize(size_t(d.N));
-  std::vector<float> scales(size_t(d.N));
-  const int64_t rows_per_chunk = std::max<int64_t>(1, (int64_t(4) << 20) / std::max<int64_t>(1, d.K));
-  std::vector<float> rows;
-  std::vector<int8_t> q;
-  for (int64_t r0 = 0; r0 < d.N; r0 += rows_per_chunk) {
-    const int64_t r1 = std::min(d.N, r0 + rows_per_chunk);
-    rows.resize(size_t(r1 - r0) * size_t(d.K));
-    q.resize(rows.size());
-    w.dequantize_rows(r0, r1, rows.data());
-    for (int64_t n = r0; n < r1; ++n) {
-      const float* row = rows.data() + size_t(n - r0) * size_t(d.K);
-      int8_t* qrow = q.data() + size_t(n - r0) * size_t(d.K);
-      float amax = 0.0f;
-      for (int64_t k = 0; k < d.K; ++k) amax = std::max(amax, std::fabs(row[k]));
-      const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
-      for (int64_t k = 0; k < d.K; ++k) qrow[k] = int8_t(std::lrint(std::clamp(row[k] / s, -127.0f, 127.0f)));
-      scales[size_t(n)] = s;
-    }
-    d.int8.upload(q.data(), q.size(), stream, size_t(r0) * size_t(d.K));
-    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));  // q is reused by the next chunk
-  }
-  d.scale.upload(scales.data(), scales.size(), stream);
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return d;
+  // The same quantisation as the CPU model's --int8-lm-head (quant/int8_rowwise.h), so both
+  // backends hold identical INT8 heads.
+  return upload_linear(quant::quantize_int8_rowwise(w), stream);
 }
 
 }  // namespace moeserve::cuda

@@ -37,8 +37,8 @@ struct DeviceLinear {
 // Copies a host QuantWeight to the GPU in its own format (NVFP4 is dequantised to bf16;
 // F32/F16 dense weights are rounded to bf16).
 DeviceLinear upload_linear(const quant::QuantWeight& w, cudaStream_t stream);
-// Quantises a dense weight to INT8 row-wise at load: scale[n] = max|W[n,:]| / 127,
-// q = round(W / scale) (the seed's INT8 LM head).
+// Quantises a dense weight to INT8 row-wise at load with quant::quantize_int8_rowwise
+// (scale[n] = max|W[n,:]| / 127, halves away from zero; the seed's INT8 LM head).
 DeviceLinear upload_linear_int8_rowwise(const quant::QuantWeight& w, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -100,4 +100,11 @@ void LinearRunner::run(const bf16* x, int M, const DeviceLinear& w, void* y, boo
   gemm_bf16(x, M, scratch_.data(), N, K, y, y_f32, accumulate, stream);
 }
 
+void LinearRunner::run(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, cudaStream_t stream,
+                       bool accumulate) {
+  if (M == 0) return;
+  if (accumulate && !y_f32) throw Error("LinearRunner: accumulation needs an f32 output");
+  quant_gemv(x, M, w, y, y_f32, accumulate, stream);
+}
+
 }  // namespace moeserve::cuda

@@ -29,6 +29,9 @@ class LinearRunner {
   // y: bf16 [M, N] or f32 [M, N] (y_f32). With accumulate, y (f32 only) += X·Wᵀ.
   void run(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, cudaStream_t stream,
            bool accumulate = false);
+  // f32 activations (the model's path): always the row-tiled kernels, in either mode.
+  void run(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, cudaStream_t stream,
+           bool accumulate = false);
 
   // Largest M for which quantised weights use the fused small-M kernels.
   static constexpr int kSmallM = 16;

@@ -53,18 +53,25 @@ DeviceLinear stack(const std::vector<const quant::QuantWeight*>& ws, quant::Weig
       upload_staged(a, d.dense, stream);
       break;
     }
-    case quant::WeightFormat::GptqInt4:
+    case quant::WeightFormat::GptqInt4: {
+      // Act-order (g_idx) is all or nothing within a layer: the kernels take one [E][K] table.
+      const bool act_order = w0.parts.count("g_idx") > 0;
+      std::vector<uint8_t> gi;
       for (const auto* w : ws) {
-        MOESERVE_CHECK(!w->parts.count("g_idx"), "expert '{}': act-order (g_idx) GPTQ experts are not supported on CUDA",
-                       w->name);
+        MOESERVE_CHECK((w->parts.count("g_idx") > 0) == act_order,
+                       "experts of one layer must all have act-order g_idx or none: '{}' differs from '{}'", w->name,
+                       w0.name);
         append_bytes(a, w->part("qweight"));
         append_bytes(b, w->part("scales"));
         if (w->parts.count("qzeros")) append_bytes(c, w->part("qzeros"));
+        if (act_order) append_bytes(gi, w->part("g_idx"));
       }
       upload_staged(a, d.qweight, stream);
       upload_staged(b, d.scales, stream);
       if (!c.empty()) upload_staged(c, d.qzeros, stream);
+      if (act_order) upload_staged(gi, d.g_idx, stream);
       break;
+    }
     case quant::WeightFormat::Fp8Block: {
       std::vector<float> scales;
       for (const auto* w : ws) {

@@ -10,6 +10,7 @@
 //   head-grouped decode kernel and the tensor-core prefill kernel replace it (issue 7).
 #include <cfloat>
 
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_attention.h"
 
@@ -64,10 +65,11 @@ __device__ void norm_rope(float* vals, int hd, const float* w, float eps, const 
   __syncwarp();
 }
 
-__global__ void attention_prepare_kernel(const bf16* __restrict__ qg, const bf16* __restrict__ k,
-                                         const bf16* __restrict__ v, const float* q_norm_w, const float* k_norm_w,
+template <typename T>
+__global__ void attention_prepare_kernel(const T* __restrict__ qg, const T* __restrict__ k,
+                                         const T* __restrict__ v, const float* q_norm_w, const float* k_norm_w,
                                          const float* inv_freq, AttentionShape s, StepMeta meta, KvCacheView cache,
-                                         bf16* q_out, bf16* gate_out) {
+                                         T* q_out, T* gate_out) {
   const int m = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nwarps = blockDim.x >> 5;
@@ -79,40 +81,41 @@ __global__ void attention_prepare_kernel(const bf16* __restrict__ qg, const bf16
   for (int h = warp; h < s.num_q_heads + s.num_kv_heads; h += nwarps) {
     float vals[kMaxDimsPerLane];
     if (h < s.num_q_heads) {
-      const bf16* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
+      const T* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
         const int d = lane + 32 * i;
-        vals[i] = d < hd ? __bfloat162float(src[d]) : 0.0f;
+        vals[i] = d < hd ? to_f32(src[d]) : 0.0f;
         if (d < hd) gate_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = src[hd + d];
       }
       norm_rope(vals, hd, q_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos);
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
         const int d = lane + 32 * i;
-        if (d < hd) q_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = __float2bfloat16(vals[i]);
+        if (d < hd) q_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = from_f32<T>(vals[i]);
       }
     } else {
       const int kh = h - s.num_q_heads;
-      const bf16* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
+      const T* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
         const int d = lane + 32 * i;
-        vals[i] = d < hd ? __bfloat162float(src[d]) : 0.0f;
+        vals[i] = d < hd ? to_f32(src[d]) : 0.0f;
       }
       norm_rope(vals, hd, k_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos);
       const size_t off = cache_offset(cache, block, kh, slot);
-      const bf16* vsrc = v + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
+      const T* vsrc = v + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
       for (int i = 0; i < kMaxDimsPerLane; ++i) {
         const int d = lane + 32 * i;
         if (d < hd) {
           cache.k[off + d] = __float2bfloat16(vals[i]);
-          cache.v[off + d] = vsrc[d];
+          cache.v[off + d] = __float2bfloat16(to_f32(vsrc[d]));
         }
       }
     }
   }
 }
 
-__global__ void paged_attention_kernel(const bf16* __restrict__ q, const bf16* __restrict__ gate, AttentionShape s,
-                                       StepMeta meta, KvCacheView cache, float scale, bf16* out) {
+template <typename T>
+__global__ void paged_attention_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
+                                       StepMeta meta, KvCacheView cache, float scale, T* out) {
   const int warps_per_block = blockDim.x >> 5;
   const int gw = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -124,10 +127,10 @@ __global__ void paged_attention_kernel(const bf16* __restrict__ q, const bf16* _
   const int seq = meta.token_seq[m];
   const int32_t* table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
   float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-  const bf16* qrow = q + size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
+  const T* qrow = q + size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int d = lane + 32 * i;
-    qv[i] = d < hd ? __bfloat162float(qrow[d]) * scale : 0.0f;
+    qv[i] = d < hd ? to_f32(qrow[d]) * scale : 0.0f;
     acc[i] = 0.0f;
   }
   float mx = -FLT_MAX, sum = 0.0f;
@@ -153,10 +156,34 @@ __global__ void paged_attention_kernel(const bf16* __restrict__ q, const bf16* _
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < hd) {
-      const float g = __bfloat162float(gate[o + d]);
-      out[o + d] = __float2bfloat16(acc[i] / sum / (1.0f + __expf(-g)));
+      const float g = to_f32(gate[o + d]);
+      out[o + d] = from_f32<T>(acc[i] / sum / (1.0f + __expf(-g)));
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+template <typename T>
+void launch_prepare(const T* qg, const T* k, const T* v, const float* q_norm_w, const float* k_norm_w,
+                    const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
+                    T* q_out, T* gate_out, cudaStream_t stream) {
+  if (meta.num_tokens == 0) return;
+  if (shape.head_dim > 32 * kMaxDimsPerLane) throw Error("attention: head_dim above 256 is not supported");
+  attention_prepare_kernel<T><<<meta.num_tokens, 256, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape,
+                                                                    meta, cache, q_out, gate_out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_attention(const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
+                      KvCacheView cache, float scale, T* out, cudaStream_t stream) {
+  if (meta.num_tokens == 0) return;
+  const int warps = meta.num_tokens * shape.num_q_heads;
+  paged_attention_kernel<T><<<(warps + 7) / 8, 256, 0, stream>>>(q, gate, shape, meta, cache, scale, out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -164,21 +191,25 @@ __global__ void paged_attention_kernel(const bf16* __restrict__ q, const bf16* _
 void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
                        bf16* q_out, bf16* gate_out, cudaStream_t stream) {
-  if (meta.num_tokens == 0) return;
-  if (shape.head_dim > 32 * kMaxDimsPerLane) throw Error("attention: head_dim above 256 is not supported");
-  attention_prepare_kernel<<<meta.num_tokens, 256, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta,
-                                                                 cache, q_out, gate_out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  launch_prepare(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta, cache, q_out, gate_out, stream);
+}
+
+void attention_prepare(const float* qg, const float* k, const float* v, const float* q_norm_w, const float* k_norm_w,
+                       const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
+                       float* q_out, float* gate_out, cudaStream_t stream) {
+  launch_prepare(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta, cache, q_out, gate_out, stream);
 }
 
 size_t paged_attention_workspace_bytes(const AttentionShape&, int, int) { return 0; }
 
 void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
                      KvCacheView cache, float scale, void*, size_t, bf16* out, cudaStream_t stream) {
-  if (meta.num_tokens == 0) return;
-  const int warps = meta.num_tokens * shape.num_q_heads;
-  paged_attention_kernel<<<(warps + 7) / 8, 256, 0, stream>>>(q, gate, shape, meta, cache, scale, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  launch_attention(q, gate, shape, meta, cache, scale, out, stream);
+}
+
+void paged_attention(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
+                     KvCacheView cache, float scale, void*, size_t, float* out, cudaStream_t stream) {
+  launch_attention(q, gate, shape, meta, cache, scale, out, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -38,6 +38,10 @@ struct AttentionShape {
 void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
                        bf16* q_out, bf16* gate_out, cudaStream_t stream);
+// The same with f32 activations (the model's path; the cache stays bf16).
+void attention_prepare(const float* qg, const float* k, const float* v, const float* q_norm_w, const float* k_norm_w,
+                       const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
+                       float* q_out, float* gate_out, cudaStream_t stream);
 
 // Scratch for split-KV partial results, sized once for the largest step.
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
@@ -45,6 +49,9 @@ size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_toke
 // out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate).
 void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, bf16* out,
+                     cudaStream_t stream);
+void paged_attention(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
+                     KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -1,4 +1,5 @@
 // Kernels declared in ops_basic.h. One block per row; vectorised where the row allows.
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_basic.h"
 
@@ -48,7 +49,7 @@ __global__ void add_rms_norm_kernel(float* residual, const float* delta, const f
   const float inv = rsqrtf(block_sum(ss) / float(H) + eps);
   for (int i = threadIdx.x; i < H; i += blockDim.x) {
     const float y = r[i] * inv * (1.0f + w[i]);
-    out[size_t(m) * H + i] = __float2bfloat16(y);
+    if (out) out[size_t(m) * H + i] = __float2bfloat16(y);
     if (out_f32) out_f32[size_t(m) * H + i] = y;
   }
 }
@@ -63,17 +64,19 @@ __global__ void silu_mul_kernel(const bf16* gu, int I, bf16* act) {
   }
 }
 
-__global__ void silu_mul_split_kernel(const bf16* g, const bf16* u, int I, bf16* act) {
+template <typename T>
+__global__ void silu_mul_split_kernel(const T* g, const T* u, int I, T* act) {
   const size_t base = size_t(blockIdx.x) * I;
   for (int i = threadIdx.x; i < I; i += blockDim.x) {
-    const float gv = __bfloat162float(g[base + i]);
-    act[base + i] = __float2bfloat16(gv / (1.0f + __expf(-gv)) * __bfloat162float(u[base + i]));
+    const float gv = to_f32(g[base + i]);
+    act[base + i] = from_f32<T>(gv / (1.0f + __expf(-gv)) * to_f32(u[base + i]));
   }
 }
 
-__global__ void gather_rows_kernel(const bf16* src, const int32_t* rows, int H, bf16* dst) {
-  const bf16* s = src + size_t(rows[blockIdx.x]) * H;
-  bf16* d = dst + size_t(blockIdx.x) * H;
+template <typename T>
+__global__ void gather_rows_kernel(const T* src, const int32_t* rows, int H, T* dst) {
+  const T* s = src + size_t(rows[blockIdx.x]) * H;
+  T* d = dst + size_t(blockIdx.x) * H;
   for (int i = threadIdx.x; i < H; i += blockDim.x) d[i] = s[i];
 }
 
@@ -148,13 +151,25 @@ void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream)
 
 void silu_mul_split(const bf16* g, const bf16* u, int M, int I, bf16* act, cudaStream_t stream) {
   if (M == 0) return;
-  silu_mul_split_kernel<<<M, kThreads, 0, stream>>>(g, u, I, act);
+  silu_mul_split_kernel<bf16><<<M, kThreads, 0, stream>>>(g, u, I, act);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_split(const float* g, const float* u, int M, int I, float* act, cudaStream_t stream) {
+  if (M == 0) return;
+  silu_mul_split_kernel<float><<<M, kThreads, 0, stream>>>(g, u, I, act);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 void gather_rows(const bf16* src, const int32_t* rows, int R, int H, bf16* dst, cudaStream_t stream) {
   if (R == 0) return;
-  gather_rows_kernel<<<R, kThreads, 0, stream>>>(src, rows, H, dst);
+  gather_rows_kernel<bf16><<<R, kThreads, 0, stream>>>(src, rows, H, dst);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const float* src, const int32_t* rows, int R, int H, float* dst, cudaStream_t stream) {
+  if (R == 0) return;
+  gather_rows_kernel<float><<<R, kThreads, 0, stream>>>(src, rows, H, dst);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -16,7 +16,7 @@ void embedding_lookup(const int32_t* ids, int M, const bf16* table, int H, float
 
 // residual[m] += delta[m] (delta f32, may be null), then
 // out[m] = bf16( residual[m] * rsqrt(mean(residual[m]^2) + eps) * (1 + w) )   (spec 2.1.1)
-// and, when out_f32 is given, the same row unrounded (the input of the f32-activation
+// (out may be null) and, when out_f32 is given, the same row unrounded (the input of the f32-activation
 // projections: router and DeltaNet gates, see ops_small_linear.h).
 void add_rms_norm(float* residual, const float* delta, const float* w, int M, int H, float eps, bf16* out,
                   cudaStream_t stream, float* out_f32 = nullptr);
@@ -26,9 +26,11 @@ void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream)
 
 // act[m, i] = bf16( silu(g[m, i]) * u[m, i] ), g and u bf16 [M, I] (separate projections).
 void silu_mul_split(const bf16* g, const bf16* u, int M, int I, bf16* act, cudaStream_t stream);
+void silu_mul_split(const float* g, const float* u, int M, int I, float* act, cudaStream_t stream);
 
 // dst[r, :] = src[rows[r], :] for r < R; src, dst bf16 rows of H.
 void gather_rows(const bf16* src, const int32_t* rows, int R, int H, bf16* dst, cudaStream_t stream);
+void gather_rows(const float* src, const int32_t* rows, int R, int H, float* dst, cudaStream_t stream);
 
 // residual[m, :] += scale(m) * x[m, :] where scale(m) = sigmoid(gate_logit[m]) (shared expert),
 // x f32 [M, H], gate_logit f32 [M] (null: scale 1).

@@ -9,6 +9,7 @@
 //     S <- e^g S;  kv = Sᵀk;  Δ = β(v - kv);  S <- S + k⊗Δ;  o = Sᵀq
 //   and the gated RMSNorm of o over dv with silu(z). Roofline for decode: the state is read
 //   and written once per token: 2·nv·dk·dv·4 B per sequence and layer.
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_gdn.h"
 
@@ -27,7 +28,8 @@ __device__ float block_reduce_sum(float v, float* scratch) {
   return total;
 }
 
-__global__ void gdn_conv_kernel(const bf16* __restrict__ qkv, GdnShape s, const float* __restrict__ conv_w,
+template <typename T>
+__global__ void gdn_conv_kernel(const T* __restrict__ qkv, GdnShape s, const float* __restrict__ conv_w,
                                 float* conv_state, StepMeta meta, float* conv_out) {
   const int seq = blockIdx.y;
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -39,7 +41,7 @@ __global__ void gdn_conv_kernel(const bf16* __restrict__ qkv, GdnShape s, const 
   for (int j = 0; j < K - 1; ++j) window[j] = st[j];
   const float* w = conv_w + size_t(c) * K;
   for (int m = t0; m < t1; ++m) {
-    window[K - 1] = __bfloat162float(qkv[size_t(m) * C + c]);
+    window[K - 1] = to_f32(qkv[size_t(m) * C + c]);
     float acc = 0.0f;
     for (int j = 0; j < K; ++j) acc += w[j] * window[j];
     conv_out[size_t(m) * C + c] = acc / (1.0f + __expf(-acc));
@@ -48,9 +50,10 @@ __global__ void gdn_conv_kernel(const bf16* __restrict__ qkv, GdnShape s, const 
   for (int j = 0; j < K - 1; ++j) st[j] = window[j];
 }
 
-__global__ void gdn_recurrent_kernel(const float* __restrict__ conv_out, const bf16* __restrict__ z,
+template <typename T>
+__global__ void gdn_recurrent_kernel(const float* __restrict__ conv_out, const T* __restrict__ z,
                                      const float* __restrict__ b, const float* __restrict__ a, GdnShape s,
-                                     GdnLayerParams p, StepMeta meta, bf16* out) {
+                                     GdnLayerParams p, StepMeta meta, T* out) {
   extern __shared__ float smem[];
   const int seq = blockIdx.x, h = blockIdx.y;
   if (seq >= meta.num_seqs) return;
@@ -102,9 +105,9 @@ __global__ void gdn_recurrent_kernel(const float* __restrict__ conv_out, const b
     const float ss = block_reduce_sum(j < dv ? o * o : 0.0f, red);
     if (j < dv) {
       const float inv = rsqrtf(ss / float(dv) + s.norm_eps);
-      const float zj = __bfloat162float(z[size_t(m) * s.value_dim() + h * dv + j]);
+      const float zj = to_f32(z[size_t(m) * s.value_dim() + h * dv + j]);
       out[size_t(m) * s.value_dim() + h * dv + j] =
-          __float2bfloat16(p.norm_weight[j] * (o * inv) * (zj / (1.0f + __expf(-zj))));
+          from_f32<T>(p.norm_weight[j] * (o * inv) * (zj / (1.0f + __expf(-zj))));
     }
     __syncthreads();  // qs/ks reused by the next token
   }
@@ -116,21 +119,38 @@ size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens) {
   return size_t(max_tokens) * size_t(shape.conv_dim()) * sizeof(float);
 }
 
-void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& s,
+namespace {
+
+template <typename T>
+void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const GdnShape& s,
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
-                     bf16* out, cudaStream_t stream) {
+                     T* out, cudaStream_t stream) {
   if (meta.num_tokens == 0) return;
   if (s.conv_kernel > 8) throw Error("gated_delta_net: conv kernel above 8 is not supported");
   if (workspace_bytes < gdn_workspace_bytes(s, meta.num_tokens)) throw Error("gated_delta_net: workspace too small");
   float* conv_out = static_cast<float*>(workspace);
   dim3 cgrid((s.conv_dim() + 255) / 256, meta.num_seqs);
-  gdn_conv_kernel<<<cgrid, 256, 0, stream>>>(qkv, s, layer.conv_weight, layer.conv_state, meta, conv_out);
+  gdn_conv_kernel<T><<<cgrid, 256, 0, stream>>>(qkv, s, layer.conv_weight, layer.conv_state, meta, conv_out);
   MOESERVE_CUDA_CHECK_LAUNCH();
   const int threads = std::min(1024, std::max(32, (s.v_head_dim + 31) / 32 * 32));
   const size_t smem = size_t(2 * s.k_head_dim + 32) * sizeof(float);
   dim3 rgrid(meta.num_seqs, s.num_v_heads);
-  gdn_recurrent_kernel<<<rgrid, threads, smem, stream>>>(conv_out, z, b, a, s, layer, meta, out);
+  gdn_recurrent_kernel<T><<<rgrid, threads, smem, stream>>>(conv_out, z, b, a, s, layer, meta, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& s,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     bf16* out, cudaStream_t stream) {
+  launch_gdn(qkv, z, b, a, s, layer, meta, workspace, workspace_bytes, out, stream);
+}
+
+void gated_delta_net(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& s,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     float* out, cudaStream_t stream) {
+  launch_gdn(qkv, z, b, a, s, layer, meta, workspace, workspace_bytes, out, stream);
 }
 
 }  // namespace moeserve::cuda

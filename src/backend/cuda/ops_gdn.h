@@ -43,5 +43,9 @@ size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens);
 void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& shape,
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      bf16* out, cudaStream_t stream);
+// The same with f32 activations (the model's path).
+void gated_delta_net(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& shape,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     float* out, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -12,6 +12,7 @@
 #include <cfloat>
 #include <cuda_fp8.h>
 
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_moe.h"
 
@@ -28,13 +29,14 @@ struct ExpertView {  // one stacked projection, device pointers only (kernel arg
   const int32_t* qweight;
   const __half* scales;
   const int32_t* qzeros;
+  const int32_t* g_idx;  // GPTQ act-order: [E][K] group of each k (null: k / group)
   const uint8_t* fp8;
   const float* scale;
 };
 
 ExpertView view_of(const DeviceLinear& d) {
   return {int(d.format), int(d.N), int(d.K), int(d.group_size), d.sym, d.dense.data(), d.qweight.data(),
-          d.scales.data(), d.qzeros.data(), d.fp8.data(), d.scale.data()};
+          d.scales.data(), d.qzeros.data(), d.g_idx.size() ? d.g_idx.data() : nullptr, d.fp8.data(), d.scale.data()};
 }
 
 // W_e[n, k] as fp32.
@@ -43,7 +45,7 @@ __device__ __forceinline__ float expert_weight_at(const ExpertView& w, int e, in
     case int(quant::WeightFormat::GptqInt4): {
       const int groups = w.K / w.group;
       const uint32_t word = uint32_t(w.qweight[(size_t(e) * (w.K / 8) + k / 8) * w.N + n]);
-      const int g = k / w.group;
+      const int g = w.g_idx ? w.g_idx[size_t(e) * w.K + k] : k / w.group;
       const float s = __half2float(w.scales[(size_t(e) * groups + g) * w.N + n]);
       const int zero =
           w.sym ? 8 : int((uint32_t(w.qzeros[(size_t(e) * groups + g) * (w.N / 8) + n / 8]) >> (4 * (n % 8))) & 0xF) + 1;
@@ -100,17 +102,18 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int E, int k,
   }
 }
 
-__global__ void expert_gate_up_kernel(const bf16* __restrict__ x, int H, int I, const int32_t* __restrict__ ids,
+template <typename T>
+__global__ void expert_gate_up_kernel(const T* __restrict__ x, int H, int I, const int32_t* __restrict__ ids,
                                       int k, ExpertView gate, ExpertView up, float* act) {
   const int slot = blockIdx.x;  // token m = slot / k
   const int i = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (i >= I) return;
   const int e = ids[slot];
-  const bf16* xr = x + size_t(slot / k) * H;
+  const T* xr = x + size_t(slot / k) * H;
   float g = 0.0f, u = 0.0f;
   for (int h = lane; h < H; h += 32) {
-    const float xv = __bfloat162float(xr[h]);
+    const float xv = to_f32(xr[h]);
     g += expert_weight_at(gate, e, i, h) * xv;
     u += expert_weight_at(up, e, i, h) * xv;
   }
@@ -172,8 +175,11 @@ size_t moe_workspace_bytes(const MoeShape& s, int max_tokens) {
   return r(slots * 4) + r(slots * 4) + r(slots * size_t(s.intermediate) * 4) + r(slots * size_t(s.hidden) * 4);
 }
 
-void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts,
-                        int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {
+namespace {
+
+template <typename T>
+void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts, int M,
+                void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {
   if (M == 0) return;
   if (s.top_k > kMaxTopK) throw Error("moe: top_k above 32 is not supported");
   if (workspace_bytes < moe_workspace_bytes(s, M)) throw Error("moe: workspace too small");
@@ -182,7 +188,7 @@ void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShap
   MOESERVE_CUDA_CHECK_LAUNCH();
   const int slots = M * s.top_k;
   dim3 g1(slots, (s.intermediate + 7) / 8);
-  expert_gate_up_kernel<<<g1, 256, 0, stream>>>(x, s.hidden, s.intermediate, w.ids, s.top_k, view_of(experts.gate),
+  expert_gate_up_kernel<T><<<g1, 256, 0, stream>>>(x, s.hidden, s.intermediate, w.ids, s.top_k, view_of(experts.gate),
                                                 view_of(experts.up), w.act);
   MOESERVE_CUDA_CHECK_LAUNCH();
   dim3 g2(slots, (s.hidden + 7) / 8);
@@ -190,6 +196,18 @@ void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShap
   MOESERVE_CUDA_CHECK_LAUNCH();
   combine_kernel<<<M, 256, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual);
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts,
+                        int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {
+  launch_moe(x, router_logits, s, experts, M, workspace, workspace_bytes, residual, stream);
+}
+
+void moe_routed_experts(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts,
+                        int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {
+  launch_moe(x, router_logits, s, experts, M, workspace, workspace_bytes, residual, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -19,7 +19,7 @@ namespace moeserve::cuda {
 // hold the E experts back to back, each in the single-Linear layout of device_linear.h:
 //   gate, up: N = I, K = H per expert;  down: N = H, K = I per expert.
 //   Dense bf16 [E][N][K]; GPTQ qweight [E][K/8][N], scales f16 [E][K/g][N], qzeros [E][K/g][N/8]
-//   (act-order g_idx is rejected for experts at load with a clear message); FP8 block e4m3
+//   (act-order: g_idx [E][K] int32, all experts of a layer or none); FP8 block e4m3
 //   [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)]. NVFP4 experts are dequantised to
 //   Dense bf16 at load. The DeviceLinear's N and K are the PER-EXPERT sizes.
 struct DeviceExperts {
@@ -46,6 +46,10 @@ size_t moe_workspace_bytes(const MoeShape& shape, int max_tokens);
 // x: bf16 [M, H] (post-attention-norm activations); router_logits: f32 [M, E] (computed by the
 // caller with the linear ops). residual: f32 [M, H] += routed expert output.
 void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShape& shape,
+                        const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
+                        float* residual, cudaStream_t stream);
+// The same with f32 activations x [M, H] (the model's path).
+void moe_routed_experts(const float* x, const float* router_logits, const MoeShape& shape,
                         const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
                         float* residual, cudaStream_t stream);
 

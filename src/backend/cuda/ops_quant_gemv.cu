@@ -11,6 +11,7 @@
 // (a warp covers 512 k), scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
 #include <cuda_fp8.h>
 
+#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/linear_runner.h"
 #include "backend/cuda/ops_quant_gemv.h"
@@ -36,7 +37,8 @@ __device__ __forceinline__ void store_out(void* y, bool y_f32, bool accumulate, 
 }
 
 // ---- GPTQ INT4 ------------------------------------------------------------------------
-__global__ void gptq_gemv_kernel(const bf16* __restrict__ x, int M, const int32_t* __restrict__ qweight,
+template <typename TX>
+__global__ void gptq_gemv_kernel(const TX* __restrict__ x, int M, const int32_t* __restrict__ qweight,
                                  const __half* __restrict__ scales, const int32_t* __restrict__ qzeros,
                                  const int32_t* __restrict__ g_idx, int N, int K, int group, bool sym, void* y,
                                  bool y_f32, bool accumulate) {
@@ -63,10 +65,10 @@ __global__ void gptq_gemv_kernel(const bf16* __restrict__ x, int M, const int32_
 #pragma unroll
       for (int m = 0; m < kMaxM; ++m) {
         if (m < M) {
-          const bf16* xr = x + size_t(m) * K + kp * 8;
+          const TX* xr = x + size_t(m) * K + kp * 8;
           float sum = 0.0f;
 #pragma unroll
-          for (int j = 0; j < 8; ++j) sum += wv[j] * __bfloat162float(xr[j]);
+          for (int j = 0; j < 8; ++j) sum += wv[j] * to_f32(xr[j]);
           acc[m] += sum;
         }
       }
@@ -126,8 +128,8 @@ __device__ __forceinline__ void load16(const uint8_t* row, int k0, int K, bool v
   }
 }
 
-template <RowKind kKind>
-__global__ void row_gemv_kernel(const bf16* __restrict__ x, int M, const uint8_t* __restrict__ w,
+template <RowKind kKind, typename TX>
+__global__ void row_gemv_kernel(const TX* __restrict__ x, int M, const uint8_t* __restrict__ w,
                                 const float* __restrict__ scale, int N, int K, void* y, bool y_f32,
                                 bool accumulate) {
   constexpr bool kFp8 = kKind == RowKind::Fp8;
@@ -151,11 +153,11 @@ __global__ void row_gemv_kernel(const bf16* __restrict__ x, int M, const uint8_t
 #pragma unroll
     for (int m = 0; m < kMaxM; ++m) {
       if (m < M) {
-        const bf16* xr = x + size_t(m) * K;
+        const TX* xr = x + size_t(m) * K;
         float sum = 0.0f;
 #pragma unroll
         for (int j = 0; j < 16; ++j)
-          if (k0 + j < K) sum += wv[j] * __bfloat162float(xr[k0 + j]);
+          if (k0 + j < K) sum += wv[j] * to_f32(xr[k0 + j]);
         acc[m] += sum * s;
       }
     }
@@ -196,35 +198,50 @@ __global__ void byte_dequant_kernel(const uint8_t* w, const float* scale, int N,
 
 }  // namespace
 
-void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
-                cudaStream_t stream) {
+namespace {
+
+template <typename TX>
+void launch_gemv(const TX* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
+                 cudaStream_t stream) {
   if (M == 0) return;
   const int N = int(w.N), K = int(w.K);
   const unsigned row_tiles = unsigned((M + kMaxM - 1) / kMaxM);
   if ((N + 7) / 8 > 65535) throw Error("quant_gemv: N too large for the launch grid");
   switch (w.format) {
     case quant::WeightFormat::GptqInt4:
-      gptq_gemv_kernel<<<dim3(row_tiles, unsigned((N + 31) / 32)), 256, 0, stream>>>(
+      gptq_gemv_kernel<TX><<<dim3(row_tiles, unsigned((N + 31) / 32)), 256, 0, stream>>>(
           x, M, w.qweight.data(), w.scales.data(), w.qzeros.data(), w.g_idx.size() ? w.g_idx.data() : nullptr, N, K,
           int(w.group_size), w.sym, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Fp8Block:
-      row_gemv_kernel<RowKind::Fp8><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+      row_gemv_kernel<RowKind::Fp8, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
           x, M, w.fp8.data(), w.scale.data(), N, K, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Int8Rowwise:
-      row_gemv_kernel<RowKind::Int8><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+      row_gemv_kernel<RowKind::Int8, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
           x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Dense:
     case quant::WeightFormat::Nvfp4:  // dequantised to bf16 at load
-      row_gemv_kernel<RowKind::Bf16><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+      row_gemv_kernel<RowKind::Bf16, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
           x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, y_f32, accumulate);
       break;
     default:
       throw Error("quant_gemv: unsupported weight format");
   }
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
+                cudaStream_t stream) {
+  launch_gemv(x, M, w, y, y_f32, accumulate, stream);
+}
+
+void quant_gemv(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
+                cudaStream_t stream) {
+  launch_gemv(x, M, w, y, y_f32, accumulate, stream);
 }
 
 void dequantize_to_bf16(const DeviceLinear& w, bf16* out, cudaStream_t stream) {

@@ -14,5 +14,8 @@ namespace moeserve::cuda {
 
 void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                 cudaStream_t stream);
+// The same with f32 activations (the model's path: x is not rounded to bf16).
+void quant_gemv(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
+                cudaStream_t stream);
 
 }  // namespace moeserve::cuda

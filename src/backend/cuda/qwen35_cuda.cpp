@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "core/log.h"
+#include "core/progress_bar.h"
 #include "io/checkpoint.h"
 
 namespace moeserve::cuda {
@@ -25,12 +27,9 @@ int graph_bucket(int n) {
 }
 
 std::vector<float> rope_inv_freq(const io::Qwen35Config& c) {
-  // inv_freq[j] = theta^(-2j / rotary_dim), in fp32 like torch (spec 2.4).
-  const int64_t rot = c.rotary_dim();
-  std::vector<float> f(size_t(rot / 2));
-  for (int64_t j = 0; j < rot / 2; ++j)
-    f[size_t(j)] = float(1.0 / std::pow(c.rope_theta, double(2 * j) / double(rot)));
-  return f;
+  // inv_freq[j] = theta^(-2j / rotary_dim) exactly as the CPU reference computes it (fp32 like
+  // torch, spec 2.4); a double-precision formula differs in the last ulp for half the entries.
+  return cpu::RotaryEmbedding(c.rotary_dim(), c.rope_theta).inv_freq();
 }
 
 }  // namespace
@@ -69,16 +68,24 @@ std::unique_ptr<Qwen35CudaModel> Qwen35CudaModel::load(const std::filesystem::pa
     model::WeightLoadOptions wopt;
     wopt.load_mtp = false;  // MTP on CUDA arrives with speculative decoding
     model::Qwen35Weights host = model::load_qwen35_weights(ckpt, config, wopt);
+    // Tensors stream from the mmap'd shards to the GPU one at a time (host memory stays
+    // bounded); the bar counts megabytes of checkpoint read.
     const auto t0 = std::chrono::steady_clock::now();
-    size_t last_report = 0;
+    std::unique_ptr<ProgressBar> bar;
+    int64_t shown_mb = 0;
+    size_t total_bytes = 0;
     weights = upload_weights(host, options.int8_lm_head, stream, [&](size_t done, size_t total) {
-      if (done - last_report > (size_t(1) << 30) || done == total) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        log::info("loading weights: {:.1f} / {:.1f} GB ({:.2f} GB/s)", done / 1e9, total / 1e9,
-                  s > 0 ? done / 1e9 / s : 0.0);
-        last_report = done;
-      }
+      total_bytes = total;
+      if (!bar) bar = std::make_unique<ProgressBar>("loading weights", int64_t(total >> 20), stderr,
+                                                    ProgressBar::Mode::Auto, "MB");
+      const int64_t mb = int64_t(done >> 20);
+      bar->advance(mb - shown_mb);
+      shown_mb = mb;
     });
+    if (bar) bar->finish();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log::info("loaded {:.2f} GB of weights in {:.1f} s ({:.2f} GB/s)", total_bytes / 1e9, secs,
+              secs > 0 ? total_bytes / 1e9 / secs : 0.0);
   }
   MOESERVE_CUDA_CHECK(cudaStreamDestroy(stream));
   auto m = std::make_unique<Qwen35CudaModel>(std::move(config), std::move(weights), options);
@@ -132,34 +139,32 @@ void Qwen35CudaModel::allocate_workspaces() {
   const size_t H = size_t(c.hidden_size);
   size_t total = 0;
   auto f32 = [&](DeviceBuffer<float>& b, size_t n) { b.resize(n); total += b.bytes(); };
-  auto b16 = [&](DeviceBuffer<bf16>& b, size_t n) { b.resize(n); total += b.bytes(); };
   f32(residual_, T * H);
   f32(router_logits_, T * size_t(c.num_experts));
   f32(shared_down_, T * H);
   f32(shared_gate_logit_, T);
-  b16(x_, T * H);
   f32(x32_, T * H);
   const size_t q_dim = size_t(c.num_attention_heads * c.head_dim), kv_dim = size_t(c.num_key_value_heads * c.head_dim);
   if (c.num_full_attention_layers() > 0) {
-    b16(qg_, T * 2 * q_dim);
-    b16(k_, T * kv_dim);
-    b16(v_, T * kv_dim);
-    b16(q_, T * q_dim);
-    b16(gate_, T * q_dim);
-    b16(attn_out_, T * q_dim);
+    f32(qg_, T * 2 * q_dim);
+    f32(k_, T * kv_dim);
+    f32(v_, T * kv_dim);
+    f32(q_, T * q_dim);
+    f32(gate_, T * q_dim);
+    f32(attn_out_, T * q_dim);
   }
   if (c.num_linear_attention_layers() > 0) {
-    b16(qkv_, T * size_t(c.linear_conv_dim()));
-    b16(z_, T * size_t(c.linear_value_dim()));
+    f32(qkv_, T * size_t(c.linear_conv_dim()));
+    f32(z_, T * size_t(c.linear_value_dim()));
     f32(b_, T * size_t(c.linear_num_value_heads));
     f32(a_, T * size_t(c.linear_num_value_heads));
-    b16(gdn_out_, T * size_t(c.linear_value_dim()));
+    f32(gdn_out_, T * size_t(c.linear_value_dim()));
   }
-  b16(shared_g_, T * size_t(c.shared_expert_intermediate_size));
-  b16(shared_u_, T * size_t(c.shared_expert_intermediate_size));
-  b16(shared_act_, T * size_t(c.shared_expert_intermediate_size));
+  f32(shared_g_, T * size_t(c.shared_expert_intermediate_size));
+  f32(shared_u_, T * size_t(c.shared_expert_intermediate_size));
+  f32(shared_act_, T * size_t(c.shared_expert_intermediate_size));
   const int chunk = std::max(1, options_.lm_head_chunk_rows);
-  b16(head_in_, size_t(chunk) * H);
+  f32(head_in_, size_t(chunk) * H);
   f32(logits_, size_t(chunk) * size_t(c.vocab_size));
 
   AttentionShape as{int(c.num_attention_heads), int(c.num_key_value_heads), int(c.head_dim), int(c.rotary_dim()),
@@ -439,19 +444,19 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
     }
   }
 
-  if (out.want_hidden) {  // x_ holds the post-final-norm hidden rows (bf16)
-    std::vector<uint16_t> hb(size_t(sub.num_tokens) * size_t(H));
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(hb.data(), x_.data(), hb.size() * 2, cudaMemcpyDeviceToHost, stream_));
+  if (out.want_hidden) {  // x32_ holds the post-final-norm hidden rows (f32)
+    std::vector<float> hb(size_t(sub.num_tokens) * size_t(H));
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(hb.data(), x32_.data(), hb.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                        stream_));
     MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     for (int i = 0; i < sub.num_tokens; ++i)
-      for (int k = 0; k < H; ++k)
-        out.hidden[size_t(hidden_row[size_t(i)]) * size_t(H) + size_t(k)] = bf16_to_f32(hb[size_t(i) * size_t(H) + size_t(k)]);
+      std::copy_n(hb.data() + size_t(i) * size_t(H), size_t(H), out.hidden.data() + size_t(hidden_row[size_t(i)]) * size_t(H));
   }
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows) {
-  gather_rows(x_.data(), logit_rows_ptr_ + row0, rows, int(config_.hidden_size), head_in_.data(), stream_);
+  gather_rows(x32_.data(), logit_rows_ptr_ + row0, rows, int(config_.hidden_size), head_in_.data(), stream_);
   linear_->run(head_in_.data(), rows, weights_.lm_head, logits_.data(), /*y_f32=*/true, stream_);
 }
 
@@ -461,7 +466,7 @@ void Qwen35CudaModel::project_f32(const DeviceLinear& w, int M, float* y) {
   if (small_linear_supported(w))
     linear_f32_input(x32_.data(), M, w, y, stream_);
   else
-    linear_->run(x_.data(), M, w, y, true, stream_);
+    linear_->run(x32_.data(), M, w, y, true, stream_);
 }
 
 void Qwen35CudaModel::enqueue_layers(int M) {
@@ -478,16 +483,15 @@ void Qwen35CudaModel::enqueue_layers(int M) {
   const int Is = int(c.shared_expert_intermediate_size);
   for (size_t li = 0; li < weights_.layers.size(); ++li) {
     const auto& L = weights_.layers[li];
-    add_rms_norm(residual_.data(), nullptr, L.input_norm.data(), M, H, eps, x_.data(), s,
-                 L.gdn ? x32_.data() : nullptr);
+    add_rms_norm(residual_.data(), nullptr, L.input_norm.data(), M, H, eps, nullptr, s, x32_.data());
     if (L.attention) {
       const auto& a = *L.attention;
       const int idx = cache_index_[li];
       KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
                      int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
-      linear_->run(x_.data(), M, a.q_proj, qg_.data(), false, s);
-      linear_->run(x_.data(), M, a.k_proj, k_.data(), false, s);
-      linear_->run(x_.data(), M, a.v_proj, v_.data(), false, s);
+      linear_->run(x32_.data(), M, a.q_proj, qg_.data(), true, s);
+      linear_->run(x32_.data(), M, a.k_proj, k_.data(), true, s);
+      linear_->run(x32_.data(), M, a.v_proj, v_.data(), true, s);
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
       paged_attention(q_.data(), gate_.data(), as, meta_, kv, 1.0f / std::sqrt(float(c.head_dim)), attn_ws_.data(),
@@ -498,27 +502,27 @@ void Qwen35CudaModel::enqueue_layers(int M) {
       const int idx = cache_index_[li];
       GdnLayerParams p{g.conv1d.data(), g.dt_bias.data(), g.a_log.data(), g.norm.data(),
                        conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
-      linear_->run(x_.data(), M, g.in_proj_qkv, qkv_.data(), false, s);
-      linear_->run(x_.data(), M, g.in_proj_z, z_.data(), false, s);
+      linear_->run(x32_.data(), M, g.in_proj_qkv, qkv_.data(), true, s);
+      linear_->run(x32_.data(), M, g.in_proj_z, z_.data(), true, s);
       project_f32(g.in_proj_b, M, b_.data());
       project_f32(g.in_proj_a, M, a_.data());
       gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                       gdn_out_.data(), s);
       linear_->run(gdn_out_.data(), M, g.out_proj, residual_.data(), true, s, /*accumulate=*/true);
     }
-    add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, x_.data(), s, x32_.data());
+    add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
     project_f32(moe.router, M, router_logits_.data());
-    moe_routed_experts(x_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
+    moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
                        residual_.data(), s);
-    linear_->run(x_.data(), M, moe.shared_gate, shared_g_.data(), false, s);
-    linear_->run(x_.data(), M, moe.shared_up, shared_u_.data(), false, s);
+    linear_->run(x32_.data(), M, moe.shared_gate, shared_g_.data(), true, s);
+    linear_->run(x32_.data(), M, moe.shared_up, shared_u_.data(), true, s);
     silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), s);
     linear_->run(shared_act_.data(), M, moe.shared_down, shared_down_.data(), true, s);
     project_f32(moe.shared_expert_gate, M, shared_gate_logit_.data());
     add_scaled_rows(residual_.data(), shared_down_.data(), shared_gate_logit_.data(), M, H, s);
   }
-  add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, x_.data(), s);
+  add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
 }
 
 }  // namespace moeserve::cuda

@@ -92,10 +92,11 @@ class Qwen35CudaModel final : public model::CausalLM {
   const int32_t* logit_rows_ptr_ = nullptr;  // [R] inside meta_buf_
 
   // Activations and scratch, sized for max_tokens_per_step.
-  // x_ is the bf16 norm output every large GEMM reads; x32_ the same rows unrounded (for
-  // project_f32). b_, a_: DeltaNet gate projections in f32.
+  // Activations stay f32 between ops: a decode step is bound by weight bytes, so f32 costs
+  // almost nothing, and bf16 rounding of the intermediates is what separated the bf16 path
+  // from the fp32 reference (docs/CUDA_BACKEND.md, "Precision"). x32_: the norm output.
   DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_, x32_, b_, a_;
-  DeviceBuffer<bf16> x_, qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, gdn_out_, shared_g_, shared_u_, shared_act_,
+  DeviceBuffer<float> qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, gdn_out_, shared_g_, shared_u_, shared_act_,
       head_in_;
   DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_;
   size_t workspace_bytes_ = 0;

@@ -1,4 +1,4 @@
-#include "tools/progress_bar.h"
+#include "core/progress_bar.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-namespace moeserve::tools {
+namespace moeserve {
 
 namespace {
 constexpr auto kRedrawInterval = std::chrono::milliseconds(100);
@@ -92,4 +92,4 @@ void ProgressBar::draw_locked(bool final_draw) {
   std::fflush(out_);
 }
 
-}  // namespace moeserve::tools
+}  // namespace moeserve
