@@ -280,6 +280,7 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
   find_crossing(t.hist0_n, t.hist0_w, kBuckets, by_weight, c, st);
   const int b = max(st.bucket, 0);  // c is below the total by construction; never out of bounds
   uint64_t before_n = st.before_n, before_w = st.before_w;
+  __syncthreads();  // st is rewritten below
   if (before_n + t.hist0_n[b] <= kCacheCap) {
     compact(row, Filter{0, b, 32, 0}, 0, 0, t, st);
     resolve_in_cache(by_weight, c, t, st);
@@ -322,7 +323,9 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
     const uint32_t digit = uint32_t(nb - 1 - sub);
     f.key_prefix = f.key_shift >= 32 ? digit : (f.key_prefix << kBits[level]) | digit;
     f.key_shift = kShift[level];
-    if (t.hist1_n[sub] <= kCacheCap) {
+    const uint32_t sub_count = t.hist1_n[sub];
+    __syncthreads();  // every thread has read st and hist1 before the next level rewrites them
+    if (sub_count <= kCacheCap) {
       compact(row, f, before_n, before_w, t, st);
       resolve_in_cache(by_weight, c, t, st);
       return;
