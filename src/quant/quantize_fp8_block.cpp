@@ -2,11 +2,31 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
 
 namespace moeserve::quant {
+
+uint8_t round_to_fp8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a >= kFp8E4M3Max) return sign | 0x7e;  // the largest finite value
+  if (a < 0.015625f) {
+    // Below 2^-6 the codes are the subnormals m · 2^-9 (m = 0..7), and 8 · 2^-9 is code 0x08,
+    // the smallest normal: round a · 2^9 (exact in fp32) to the nearest integer, ties to even.
+    return sign | uint8_t(std::nearbyint(a * 512.0f));
+  }
+  // Normal: keep 3 of fp32's 23 mantissa bits, rounding the 20 dropped bits to nearest even (a
+  // carry into the exponent is the correct next binade). a < 448 never rounds past 448 = 0x7e.
+  uint32_t u;
+  std::memcpy(&u, &a, 4);
+  u += 0x7ffffu + ((u >> 20) & 1u);
+  const uint32_t exponent = (u >> 23) - 127 + 7, mantissa = (u >> 20) & 7u;
+  return sign | uint8_t((exponent << 3) | mantissa);
+}
 
 void quantize_fp8_block_rows(const float* w, int64_t rows, int64_t K, uint8_t* codes, float* scales,
                              const std::string& module, int64_t r0, ThreadPool* pool) {
@@ -29,7 +49,7 @@ void quantize_fp8_block_rows(const float* w, int64_t rows, int64_t K, uint8_t* c
       const float s = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
       scales[b] = s;
       for (int64_t r = 0; r < rows; ++r)
-        for (int64_t k = k_begin; k < k_end; ++k) codes[r * K + k] = f32_to_fp8_e4m3(w[r * K + k] / s);
+        for (int64_t k = k_begin; k < k_end; ++k) codes[r * K + k] = round_to_fp8_e4m3(w[r * K + k] / s);
     }
   };
   if (pool)

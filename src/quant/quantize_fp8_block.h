@@ -5,7 +5,7 @@
 //   s[i, j]  = amax(|W| over block (i, j)) / 448          (F32 `weight_scale_inv`; 1 for an
 //                                                         all-zero block)
 //   q[n, k]  = e4m3(W[n, k] / s[n/128, k/128])             round to nearest even, saturating at
-//                                                         ±448 (core's f32_to_fp8_e4m3)
+//                                                         ±448 (as core's f32_to_fp8_e4m3)
 //   dequantised: W'[n, k] = float(q[n, k]) · s[n/128, k/128]
 //
 // 448 is the largest finite E4M3FN value, so each block's largest magnitude lands on the top
@@ -23,6 +23,11 @@ namespace moeserve::quant {
 
 inline constexpr int64_t kFp8BlockEdge = 128;
 inline constexpr float kFp8E4M3Max = 448.0f;
+
+// float -> E4M3FN code, round to nearest even, saturating at ±448 (NaN -> 0x7f): the same
+// result as core's f32_to_fp8_e4m3 (the definition, which searches all codes), computed from
+// the float's bits so that quantising a 100 GB checkpoint takes minutes, not days.
+uint8_t round_to_fp8_e4m3(float f);
 
 // Scale grid rows/cols of an [N, K] weight: ceil(N/128), ceil(K/128).
 inline int64_t fp8_block_count(int64_t features) { return (features + kFp8BlockEdge - 1) / kFp8BlockEdge; }

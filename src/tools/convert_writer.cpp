@@ -54,6 +54,7 @@ void copy_item(const PlanItem& item, io::SafetensorsWriter& writer) {
   for (uint64_t done = 0; done < item.source_bytes;) {
     const uint64_t n = std::min(kCopyChunk, item.source_bytes - done);
     writer.write_tensor(name, p + done, size_t(n));
+    release_source_pages(p + done, n);  // a large tensor never becomes resident as a whole
     done += n;
   }
   if (item.source_bytes == 0) writer.write_tensor(name, nullptr, 0);

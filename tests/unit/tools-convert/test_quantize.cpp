@@ -145,6 +145,35 @@ TEST(QuantizeFp8Block, UnpacksWithinE4M3PrecisionWithPartialBlocks) {
     }
 }
 
+// The fast rounding equals core's definition (a search over all codes) on every float whose
+// low 14 bits are zero, both signs, and at and around every midpoint between two codes.
+TEST(QuantizeFp8Block, FastRoundingEqualsCoresDefinition) {
+  int checked = 0;
+  auto check = [&](float f) {
+    ASSERT_EQ(quant::round_to_fp8_e4m3(f), f32_to_fp8_e4m3(f)) << f;
+    ++checked;
+  };
+  for (uint32_t i = 0; i < (1u << 18); ++i) {
+    float f;
+    const uint32_t bits = i << 14;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    check(f);
+    check(-f);
+  }
+  for (int c = 0; c < 0x7e; ++c) {
+    const float lo = fp8_e4m3_to_f32(uint8_t(c)), hi = fp8_e4m3_to_f32(uint8_t(c + 1));
+    const float mid = (lo + hi) / 2;  // exact: both have few significant bits
+    for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f), lo, hi}) {
+      check(f);
+      check(-f);
+    }
+  }
+  for (float f : {448.0f, 463.9f, 464.0f, 1e30f, std::numeric_limits<float>::infinity()}) check(f), check(-f);
+  EXPECT_EQ(quant::round_to_fp8_e4m3(std::nanf("")), 0x7f);
+  EXPECT_GT(checked, 500000);
+}
+
 TEST(QuantizeFp8Block, RefusesNonFiniteWeights) {
   std::vector<float> W = random_matrix(130, 64, 5);
   W[size_t(129 * 64 + 3)] = std::nanf("");
