@@ -94,6 +94,23 @@ TEST(ConvertQuantise, Int4OfTheBaseIsTheFixturesInt4Checkpoint) {
   EXPECT_EQ(c, base);
 }
 
+// Tensors outside the text model (the vision tower of a composite checkpoint) are copied as
+// they are, never quantised, and keep their names.
+TEST(ConvertQuantise, VisionTowerIsCopiedUnchanged) {
+  TempDir tmp("vision");
+  auto tensors = read_all_tensors(fixture("quant_base_bf16"));
+  StoredTensor vision{DType::BF16, {64, 128}, std::vector<uint8_t>(64 * 128 * 2)};
+  for (size_t i = 0; i < vision.bytes.size(); i += 2) vision.bytes[i + 1] = 0x3f;  // 0.5-ish values
+  tensors["model.visual.blocks.0.attn.qkv.weight"] = vision;
+  testing::write_checkpoint(tmp / "src", tensors, read_json(fixture("quant_base_bf16") / "config.json"));
+  ConvertOptions o = testing::convert_options(tmp / "src", tmp / "out", "fp8-block");
+  run_convert(o);
+  const auto out = read_all_tensors(tmp / "out");
+  EXPECT_TRUE(out.at("model.visual.blocks.0.attn.qkv.weight") == vision);
+  EXPECT_FALSE(out.count("model.visual.blocks.0.attn.qkv.weight_scale_inv"));
+  EXPECT_EQ(out.at("model.layers.3.self_attn.q_proj.weight").dtype, DType::F8_E4M3);
+}
+
 TEST(ConvertQuantise, Fp8AndHybridWriteTheFixturesTensorsWhereTheRecipesAgree) {
   TempDir tmp("fp8");
   const auto base = read_all_tensors(fixture("quant_base_bf16"));
