@@ -222,9 +222,11 @@ void diagnose(const std::string& name) {  // GTEST_SKIP inside: returns void
       std::printf("  %-11s %-6s | %.3e %.3e | %.3e %.3e | %.3e %.3e | %d of %zu tokens\n", cut.label().c_str(),
                   config.layer_types[size_t(l)] == io::LayerType::FullAttention ? "attn" : "gdn", gc.rel, gc.rms_rel,
                   ge.rel, ge.rms_rel, ec.rel, ec.rms_rel, flips, ids.size());
-      // Unexplained: the GPU is not closer to the bf16 emulation than half its distance to
-      // the fp32 CPU (and the distance is above fp32 noise).
-      if (first_unexplained.empty() && ge.rms_rel > std::max(0.5 * gc.rms_rel, 1e-5))
+      // Unexplained: the GPU strays from the fp32 CPU model more than twice as far as the
+      // bf16 storage points of Bf16Points::cuda_model() explain (and above fp32 noise). Now
+      // that activations are f32 the emulation slightly over-rounds (it rounds q with the
+      // cache), so "GPU closer to the emulation than to the CPU" is no longer the test.
+      if (first_unexplained.empty() && gc.rms_rel > std::max(2.0 * ec.rms_rel, 1e-5))
         first_unexplained = cut.label();
     }
   }
@@ -248,7 +250,7 @@ void diagnose(const std::string& name) {  // GTEST_SKIP inside: returns void
   EXPECT_LT(sanity.rel, 1e-4) << "the unrounded emulation differs from the CPU model's logits";
   EXPECT_TRUE(first_unexplained.empty())
       << name << ": from cut " << first_unexplained
-      << " on, the GPU is not explained by bf16 storage (gpu~emu rms > half of gpu~cpu rms): look at that sub-block's "
+      << " on, the GPU is not explained by bf16 storage (gpu~cpu rms > 2x emu~cpu rms): look at that sub-block's "
          "kernels, or update Bf16Points::cuda_model() if the model's storage changed";
 }
 

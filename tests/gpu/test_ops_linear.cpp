@@ -99,7 +99,11 @@ void check_linear(const TestWeight& t, Rng& rng) {
 
       DeviceBuffer<bf16> d_yb(size_t(M) * size_t(N));
       runner.run(d_x.data(), M, dlin, d_yb.data(), /*y_f32=*/false, nullptr);
-      EXPECT_TRUE(all_close(tag + " bf16-out", to_host(d_yb), y_ref, {M, N}, {"M", "N"}, 0, kEpsBf16 * 1.001, &bound));
+      // cuBLASLt with a bf16 output may round partial sums (split-K) to bf16: up to two bf16
+      // steps on the dequant+cuBLASLt path (not used by the model, which runs f32 activations
+      // through the row-tiled kernels); one step everywhere else.
+      const double out_eps = dequant_path ? 2.0 * kEpsBf16 * 1.001 : kEpsBf16 * 1.001;
+      EXPECT_TRUE(all_close(tag + " bf16-out", to_host(d_yb), y_ref, {M, N}, {"M", "N"}, 0, out_eps, &bound));
 
       DeviceBuffer<float> d_yf(size_t(M) * size_t(N));
       runner.run(d_x.data(), M, dlin, d_yf.data(), /*y_f32=*/true, nullptr);
