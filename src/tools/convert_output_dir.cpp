@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,17 @@ bool is_within(const fs::path& inner, const fs::path& outer) {
   return true;
 }
 
+// Whether process `pid` still runs: kill(pid, 0) succeeds for live processes and for zombies
+// (exited, not yet reaped); /proc tells them apart on Linux.
+bool process_running(long pid) {
+  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  const size_t close = line.rfind(')');        // "pid (comm) state ..."; comm may hold spaces
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+}
+
 // Removes ".NAME.convert-{tmp,old}-PID" siblings whose process no longer exists.
 void remove_stale_staging(const fs::path& target) {
   const std::string name = target.filename().string();
@@ -41,7 +53,7 @@ void remove_stale_staging(const fs::path& target) {
       const std::string pid_text = n.substr(stem.size());
       if (pid_text.empty() || !std::all_of(pid_text.begin(), pid_text.end(), ::isdigit)) continue;
       const long pid = std::stol(pid_text);
-      if (pid == long(::getpid()) || ::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+      if (pid == long(::getpid()) || process_running(pid)) continue;
       log::info("removing {} left behind by an interrupted convert (process {} is gone)", entry.path().string(), pid);
       std::error_code rm;
       fs::remove_all(entry.path(), rm);
