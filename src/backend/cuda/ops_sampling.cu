@@ -14,15 +14,18 @@
 //       A bucket that is still larger is refined on the exact 32-bit key of the scaled
 //       logit (11 + 11 + 10 bits); what is left after that are ties, resolved by id.
 //   draw: the kept tokens in id order (like runtime::Sampler), the first whose running
-//       weight passes uniform * total: a coalesced pass per warp-sized slice, then a
-//       per-thread pass inside the slice that holds the crossing.
+//       weight passes uniform * total. When they all sit in the cache (top_k or top_p cut
+//       inside a prefix compaction: the usual case) they are re-sorted by id there; else a
+//       coalesced pass per warp-sized slice, then a per-thread pass inside the slice that
+//       holds the crossing.
 // logprobs_kernel (rows that ask): online log-sum-exp of the raw logits and the 20 best
 //   (value desc, id asc) per thread in registers, merged in shared memory.
 //
 // Roofline: greedy reads the row once (4V bytes: 1 MB at V = 248320, ~0.2 us of H200 HBM
 // bandwidth if spread over the GPU; one block per row reaches a few hundred GB/s per SM).
-// Sampling reads it in P1, P2, usually one compaction and the draw: ~4 passes, all but the
-// first from L2. Logprobs add one pass. Compute is a few operations per element.
+// Sampling reads it in P1, P2 and usually one compaction, the draw staying in shared memory:
+// ~3 passes, all but the first from L2 (4 without a top_k/top_p cut, more for rows with
+// thousands of tied logits). Logprobs add one pass. Compute is a few operations per element.
 #include <climits>
 #include <cmath>
 #include <string>
@@ -57,6 +60,8 @@ struct Found {  // a crossing element
   int32_t id;
   uint64_t cum_w;         // weight of the candidates up to and including it
   uint64_t through_w;     // weight of the candidates with scaled >= x (its ties included)
+  // Where it sits in the cache (-1: not there): its index, and the last index of its ties.
+  int32_t cache_index, cache_last;
 };
 
 struct State {
@@ -214,6 +219,8 @@ __device__ void resolve_in_cache(bool by_weight, uint64_t c, const Tables& t, St
     st.found.id = int32_t(uint32_t(t.cache_keys[i]));
     st.found.cum_w = st.cache_base_w + t.cache_cum[i];
     st.found.through_w = st.cache_base_w + t.cache_cum[last];
+    st.found.cache_index = i;
+    st.found.cache_last = last;
   }
   __syncthreads();
 }
@@ -262,6 +269,45 @@ __device__ int32_t find_in_id_order(int32_t vocab, Q q, uint64_t c, State& st) {
       run += q(v);
       if (run > rel) {
         st.sel_id = v;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return st.sel_id;
+}
+
+// The draw when the kept tokens are the cache's first m entries (a prefix cache): they are
+// re-sorted by id in the spare histogram and walked there, with the cache's exact weights,
+// so the result is the one the pass over the row would give.
+__device__ int32_t draw_in_cache(int m, uint64_t c, Tables& t, State& st) {
+  uint64_t* by_id = t.hist1_w;  // kCacheCap entries: (id << 32) | cache index
+  int npad = 1;
+  while (npad < m) npad <<= 1;
+  for (int i = threadIdx.x; i < npad; i += kThreads)
+    by_id[i] = i < m ? (uint64_t(uint32_t(t.cache_keys[i])) << 32) | uint32_t(i) : ~uint64_t(0);
+  if (threadIdx.x == 0) st.sel_id = -1;
+  __syncthreads();
+  Block::bitonic_sort(by_id, npad);
+  constexpr int per = kCacheCap / kThreads;
+  uint64_t w[per];
+  uint64_t local = 0;
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    w[j] = 0;
+    if (i < m) {
+      const uint32_t k = uint32_t(by_id[i]);
+      w[j] = t.cache_cum[k] - (k > 0 ? t.cache_cum[k - 1] : 0);
+    }
+    local += w[j];
+  }
+  uint64_t total;
+  uint64_t run = Block::exclusive_scan(local, st.scratch, &total);
+  if (run <= c && c < run + local) {
+    for (int j = 0; j < per; ++j) {
+      run += w[j];
+      if (run > c) {
+        st.sel_id = int32_t(by_id[threadIdx.x * per + j] >> 32);
         break;
       }
     }
@@ -348,6 +394,7 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
     st.found.id = id;
     st.found.cum_w = before_w + (j + 1) * each_w;
     st.found.through_w = before_w + group_w;
+    st.found.cache_index = st.found.cache_last = -1;
     st.cache_valid = 0;
   }
   __syncthreads();
@@ -417,11 +464,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   bool have_cut = false;
   float cut_x = 0.0f;
   int32_t cut_id = INT_MAX;
+  int kept_in_cache = 0;  // > 0: the kept tokens are the first kept_in_cache entries of a prefix cache
   if (p.top_k > 0 && uint64_t(p.top_k) < num_candidates) {
     search(row, false, uint64_t(p.top_k - 1), t, st);
     have_cut = true;
     cut_x = st.found.x;
     kept_w = st.found.through_w;
+    kept_in_cache = st.found.cache_last + 1;
     __syncthreads();  // st.found is rewritten by the next search
   }
   if (p.top_p < 1.0) {
@@ -433,21 +482,25 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     cut_x = st.found.x;
     cut_id = st.found.id;
     kept_w = st.found.cum_w;
+    kept_in_cache = st.found.cache_index + 1;
     __syncthreads();
   }
+  if (!(st.cache_valid && st.cache_base_n == 0)) kept_in_cache = 0;
 
   // The draw over the kept tokens in id order.
   uint64_t c = uint64_t(p.uniform * double(kept_w));
   if (c >= kept_w) c = kept_w - 1;
-  const int32_t token = find_in_id_order(
-      row.vocab,
-      [&](int32_t v) -> uint64_t {
-        const float x = row.scaled(v), d = row.offset(x);
-        if (!row.candidate(d)) return 0;
-        if (have_cut && !(x > cut_x || (x == cut_x && v <= cut_id))) return 0;
-        return row.weight(d);
-      },
-      c, st);
+  const int32_t token =
+      kept_in_cache > 0 ? draw_in_cache(kept_in_cache, c, t, st)
+                        : find_in_id_order(
+                              row.vocab,
+                              [&](int32_t v) -> uint64_t {
+                                const float x = row.scaled(v), d = row.offset(x);
+                                if (!row.candidate(d)) return 0;
+                                if (have_cut && !(x > cut_x || (x == cut_x && v <= cut_id))) return 0;
+                                return row.weight(d);
+                              },
+                              c, st);
   if (threadIdx.x == 0) out.token = token;
 }
 
