@@ -46,6 +46,11 @@ InspectReport inspect_checkpoint(const std::filesystem::path& model_dir, const I
   }
   TensorCatalog catalog;
   if (plans_conversion(plan)) {
+    // As convert: a conversion starts from an unquantised checkpoint.
+    if (config && config->quantization)
+      fail("{} is already quantised (quantization_config.quant_method '{}'); --weights {} plans the conversion of "
+           "a BF16/F16/F32 checkpoint",
+           model_dir.string(), config->quantization->quant_method, plan.weights);
     catalog = planned_catalog(open_source_checkpoint(model_dir).tensors, plan);
   } else {
     for (const std::string& name : ckpt.names()) {

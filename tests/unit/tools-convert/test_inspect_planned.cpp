@@ -71,8 +71,17 @@ TEST(InspectPlanned, FormatsOrderAsExpected) {
   EXPECT_EQ(r.decode->lm_head, V * H * 2);
 }
 
-TEST(InspectPlanned, UnknownFormatIsAnError) {
+TEST(InspectPlanned, Errors) {
   EXPECT_THROW(inspect_config(k122b, InspectPlan{"int3", 128, false}), Error);
+  // Like convert, planning starts from an unquantised checkpoint.
+  try {
+    inspect_checkpoint(testing::fixture("fp8_block"), InspectPlan{"gptq-int4", 32, false});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is already quantised (quantization_config.quant_method 'fp8')"),
+              std::string::npos)
+        << e.what();
+  }
   // A group size that does not divide K names the module.
   try {
     inspect_config(k122b, InspectPlan{"gptq-int4", 100, false});
