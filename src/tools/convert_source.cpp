@@ -2,7 +2,6 @@
 
 #include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
