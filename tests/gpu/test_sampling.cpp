@@ -440,7 +440,8 @@ TEST_F(GpuSampling, Timing) {
   const int64_t vocab = 248320;
   std::mt19937_64 gen(9);
   for (int n : {1, 8, 64, 256}) {
-    for (int greedy = 1; greedy >= 0; --greedy) {
+    for (int mode = 0; mode < 3; ++mode) {  // greedy, sampled, sampled with 20 logprobs
+      const bool greedy = mode == 0, logprobs = mode == 2;
       std::vector<float> flat;
       for (int i = 0; i < n; ++i) {
         const auto r = make_row(vocab, 0, gen);
@@ -452,6 +453,7 @@ TEST_F(GpuSampling, Timing) {
       for (int i = 0; i < n; ++i) {
         params[size_t(i)].row = i;
         params[size_t(i)].greedy = greedy;
+        params[size_t(i)].num_logprobs = logprobs ? 20 : -1;
         params[size_t(i)].inv_temperature = runtime::inverse_temperature(0.7);
         params[size_t(i)].top_k = 20;
         params[size_t(i)].top_p = 0.95;
@@ -463,10 +465,11 @@ TEST_F(GpuSampling, Timing) {
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
-      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), stream_);  // warm-up
+      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), logprobs, stream_);  // warm-up
       const int reps = 20;
       cudaEventRecord(e0, stream_);
-      for (int r = 0; r < reps; ++r) cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), stream_);
+      for (int r = 0; r < reps; ++r)
+        cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), logprobs, stream_);
       cudaEventRecord(e1, stream_);
       cudaEventSynchronize(e1);
       float ms = 0;
@@ -484,8 +487,9 @@ TEST_F(GpuSampling, Timing) {
       cudaFreeHost(pinned);
       cudaEventDestroy(e0);
       cudaEventDestroy(e1);
-      std::printf("rows %3d %-7s device %8.1f us/step   D2H copy of the logits %8.1f us/step\n", n,
-                  greedy ? "greedy" : "sampled", 1000.0 * ms / reps, 1000.0 * copy_ms / reps);
+      std::printf("rows %3d %-18s device %8.1f us/step   D2H copy of the logits %8.1f us/step\n", n,
+                  greedy ? "greedy" : logprobs ? "sampled+logprobs" : "sampled", 1000.0 * ms / reps,
+                  1000.0 * copy_ms / reps);
     }
   }
 }

@@ -86,15 +86,15 @@ struct RowView {
   int32_t num_masked;
   float inv_t, max_x, thr, inv_width, wscale;
 
-  __device__ float processed(int32_t v) const {
-    float s = logits[v];
+  __device__ float processed(int32_t v, float s) const {
     if (isnan(s)) s = kNegInf;
     for (int i = 0; i < num_masked; ++i)
       if (masked[i] == v) s = kNegInf;
     return s;
   }
   // The rounding steps are explicit (no fused multiply-add): the host makes them too.
-  __device__ float scaled(int32_t v) const { return canonical(__fmul_rn(processed(v), inv_t)); }
+  __device__ float scaled(int32_t v) const { return scaled(v, logits[v]); }
+  __device__ float scaled(int32_t v, float raw) const { return canonical(__fmul_rn(processed(v, raw), inv_t)); }
   __device__ float offset(float x) const { return __fsub_rn(x, max_x); }
   __device__ bool candidate(float d) const { return d >= thr; }  // NaN: no
   __device__ int bucket(float d) const {
@@ -103,6 +103,30 @@ struct RowView {
   }
   __device__ uint64_t weight(float d) const { return __float2ull_rn(__fmul_rn(expf(d), wscale)); }
 };
+
+// f(v, logits[v]) for this thread's share of the row: 16-byte loads, two in flight per
+// thread, when the row is aligned (vocab % 4 == 0), else one float at a time.
+template <int kBlock, class F>
+__device__ __forceinline__ void for_each_logit(const float* row, int32_t vocab, F&& f) {
+  int32_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row);
+    const int32_t n4 = vocab / 4;
+    int32_t i = threadIdx.x;
+    for (; i + kBlock < n4; i += 2 * kBlock) {
+      const float4 a = __ldg(r4 + i), b = __ldg(r4 + i + kBlock);
+      const int32_t va = 4 * i, vb = 4 * (i + kBlock);
+      f(va, a.x), f(va + 1, a.y), f(va + 2, a.z), f(va + 3, a.w);
+      f(vb, b.x), f(vb + 1, b.y), f(vb + 2, b.z), f(vb + 3, b.w);
+    }
+    if (i < n4) {
+      const float4 a = __ldg(r4 + i);
+      f(4 * i, a.x), f(4 * i + 1, a.y), f(4 * i + 2, a.z), f(4 * i + 3, a.w);
+    }
+    done = 4 * n4;
+  }
+  for (int32_t v = done + int32_t(threadIdx.x); v < vocab; v += kBlock) f(v, __ldg(row + v));
+}
 
 // Which candidates a refinement or compaction pass looks at.
 struct Filter {
@@ -148,14 +172,14 @@ __device__ void compact(const RowView& row, const Filter& f, uint64_t base_n, ui
                         State& st) {
   if (threadIdx.x == 0) st.compact_n = 0;
   __syncthreads();
-  for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
-    const float x = row.scaled(v), d = row.offset(x);
-    if (!row.candidate(d)) continue;
+  for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+    const float x = row.scaled(v, raw), d = row.offset(x);
+    if (!row.candidate(d)) return;
     const uint32_t key = float_key(x);
-    if (!f.match(row.bucket(d), key)) continue;
+    if (!f.match(row.bucket(d), key)) return;
     const int slot = atomicAdd(&st.compact_n, 1);
     if (slot < kCacheCap) t.cache_keys[slot] = (uint64_t(~key) << 32) | uint32_t(v);
-  }
+  });
   __syncthreads();
   const int n = min(st.compact_n, kCacheCap);  // the counts guarantee n <= kCacheCap
   int npad = 1;
@@ -349,17 +373,17 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
       t.hist1_w[i] = 0;
     }
     __syncthreads();
-    for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
-      const float x = row.scaled(v), d = row.offset(x);
-      if (!row.candidate(d)) continue;
+    for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+      const float x = row.scaled(v, raw), d = row.offset(x);
+      if (!row.candidate(d)) return;
       const uint32_t key = float_key(x);
-      if (!f.match(row.bucket(d), key)) continue;
+      if (!f.match(row.bucket(d), key)) return;
       // Index 0 holds the largest digit: the histogram runs in candidate order, like hist0.
       const int idx = nb - 1 - int((key >> kShift[level]) & uint32_t(nb - 1));
       atomicAdd(&t.hist1_n[idx], 1u);
       const uint64_t w = row.weight(d);
       if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&t.hist1_w[idx]), static_cast<unsigned long long>(w));
-    }
+    });
     __syncthreads();
     const uint64_t rel = c - (by_weight ? before_w : before_n);
     find_crossing(t.hist1_n, t.hist1_w, nb, by_weight, rel, st);
@@ -418,13 +442,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   // P1: the greedy token and the maximum.
   float best = kNegInf;
   int32_t best_id = INT_MAX;
-  for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
-    const float s = row.processed(v);
+  for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+    const float s = row.processed(v, raw);
     if (ranks_before(s, v, best, best_id)) {
       best = s;
       best_id = v;
     }
-  }
+  });
   Block::best(best, best_id, st.scratch);
   if (best == kNegInf || p.greedy) {
     if (threadIdx.x == 0) out.token = best == kNegInf ? -1 : best_id;
@@ -439,14 +463,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     t.hist0_w[i] = 0;
   }
   __syncthreads();
-  for (int32_t v = threadIdx.x; v < row.vocab; v += kThreads) {
-    const float d = row.offset(row.scaled(v));
-    if (!row.candidate(d)) continue;
+  for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+    const float d = row.offset(row.scaled(v, raw));
+    if (!row.candidate(d)) return;
     const int b = row.bucket(d);
     atomicAdd(&t.hist0_n[b], 1u);
     const uint64_t w = row.weight(d);
     if (w) atomicAdd(reinterpret_cast<unsigned long long*>(&t.hist0_w[b]), static_cast<unsigned long long>(w));
-  }
+  });
   __syncthreads();
   uint64_t ln = 0, lw = 0;
   for (int i = threadIdx.x; i < kBuckets; i += kThreads) {
@@ -527,8 +551,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
     tv[j] = kNegInf;
     ti[j] = INT_MAX;
   }
-  for (int32_t v = threadIdx.x; v < int32_t(vocab); v += kLpThreads) {
-    float x = row[v];
+  for_each_logit<kLpThreads>(row, int32_t(vocab), [&](int32_t v, float x) {
     if (isnan(x)) x = kNegInf;
     if (x != kNegInf) {
       if (x > m) {
@@ -553,7 +576,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
         }
       }
     }
-  }
+  });
   // log-sum-exp across the block.
   auto merge_ms = [](float& m1, float& s1, float m2, float s2) {
     const float mm = fmaxf(m1, m2);
@@ -619,7 +642,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
 }  // namespace sampling
 
 void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
-                 cudaStream_t stream) {
+                 bool any_logprobs, cudaStream_t stream) {
   if (n <= 0) return;
   if (vocab <= 0 || vocab >= (int64_t(1) << 24))
     throw Error("sample_rows: vocabulary of " + std::to_string(vocab) + " is outside [1, 2^24)");
@@ -636,6 +659,7 @@ void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* para
   sampling::sample_kernel<<<n, sampling::kThreads, sizeof(sampling::Tables), stream>>>(logits, vocab, params,
                                                                                        results, wscale);
   MOESERVE_CUDA_CHECK_LAUNCH();
+  if (!any_logprobs) return;
   sampling::logprobs_kernel<<<n, sampling::kLpThreads, 0, stream>>>(logits, vocab, params, results);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }

@@ -44,8 +44,9 @@ struct SampleRowResult {
 
 // Samples n rows: params[i] (device) names row params[i].row of `logits` (device, fp32
 // [rows, vocab], rows contiguous) and results[i] (device) receives its token and logprobs.
-// vocab < 2^24. Asynchronous on `stream`; no allocation.
+// vocab < 2^24. any_logprobs false: no row asks for logprobs (skips their kernel).
+// Asynchronous on `stream`; no allocation.
 void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
-                 cudaStream_t stream);
+                 bool any_logprobs, cudaStream_t stream);
 
 }  // namespace moeserve::cuda
