@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine_test_util.h"
 #include "runtime/sampler.h"
+#include "runtime/step_executor.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -360,6 +361,94 @@ TEST(DeviceSampling, NothingToChooseOnTheDeviceFailsOnlyThatRequest) {
   EXPECT_NE(bad->last().error.find("sampling failed: sampling: every token is masked"), std::string::npos)
       << bad->last().error;
   EXPECT_EQ(good->tokens(), testing::reference_run(make_prompt(4, 1), p, kVocab, o.eos, 128).tokens);
+}
+
+// ---- the step executor alone ---------------------------------------------------------------
+
+// One sequence that prefilled `prompt` and samples its next token in one step.
+struct OneStep {
+  explicit OneStep(HashModel& model, std::vector<int32_t> prompt, SamplingParams params) {
+    model.allocate_caches(16, 2);
+    seq.tokens = std::move(prompt);
+    seq.num_prompt_tokens = int(seq.tokens.size());
+    seq.params = std::move(params);
+    seq.rng.reseed(seq.params.seed.value_or(0));
+    seq.history.set_prompt(seq.tokens);
+    seq.state_slot = 1;
+    for (int b = 0; b < 16; ++b) seq.block_table.push_back(b);
+    plan.chunks.push_back({&seq, 0, int(seq.tokens.size()), true, false});
+    plan.slots_to_reset.push_back(1);
+  }
+  Sequence seq;
+  SchedulerOutput plan;
+};
+
+TEST(DeviceSampling, TheExecutorCanKeepEveryRowOnTheHost) {
+  HashModel::Options o;
+  o.vocab = kVocab;
+  SamplingParams p;
+  p.temperature = 0.9;
+  p.top_k = 7;
+  p.seed = 21;
+  const std::vector<int32_t> prompt = make_prompt(6, 2);
+  const int32_t want = testing::reference_run(prompt, p, kVocab, o.eos, 128).tokens[0];
+  for (bool on : {true, false}) {
+    DeviceSamplingHashModel model(o);
+    StepExecutor executor(model, o.eos, 1, on);
+    OneStep one(model, prompt, p);
+    executor.forward(one.plan);
+    EXPECT_EQ(executor.last_device_sampled(), on ? 1 : 0);
+    EXPECT_EQ(model.device_rows(), on ? 1 : 0);
+    const auto results = executor.sample(one.plan);
+    ASSERT_TRUE(results[0].sample) << results[0].error;
+    EXPECT_EQ(results[0].sample->token, want);
+  }
+}
+
+// A model that answers device rows with what it is told to, for the executor's checks.
+class ScriptedDeviceModel : public DeviceSamplingHashModel {
+ public:
+  using DeviceSamplingHashModel::DeviceSamplingHashModel;
+  void forward(std::span<const model::SeqStep> batch, model::StepOutput& out) override {
+    DeviceSamplingHashModel::forward(batch, out);
+    if (drop_samples) out.samples.clear();
+    else if (!out.samples.empty()) out.samples[0] = answer;
+  }
+  model::DeviceSampleResult answer;
+  bool drop_samples = false;
+};
+
+TEST(DeviceSampling, TheExecutorChecksWhatTheModelSampled) {
+  HashModel::Options o;
+  o.vocab = kVocab;
+  SamplingParams p;
+  p.temperature = 0.5;
+  p.logprobs = 2;
+  auto run = [&](ScriptedDeviceModel& model) {
+    StepExecutor executor(model, o.eos, 1);
+    OneStep one(model, make_prompt(5, 1), p);
+    executor.forward(one.plan);
+    return executor.sample(one.plan)[0];
+  };
+  ScriptedDeviceModel model(o);
+  model.answer.token = kVocab;  // outside the vocabulary
+  EXPECT_NE(run(model).error.find("outside the vocabulary"), std::string::npos);
+  model.answer.token = 3;  // two logprobs asked, none returned
+  EXPECT_NE(run(model).error.find("top logprobs"), std::string::npos);
+  model.answer.top = {{3, -0.5f}, {4, -1.5f}};
+  model.answer.logprob = -0.5f;
+  const ChunkResult ok = run(model);
+  ASSERT_TRUE(ok.sample) << ok.error;
+  EXPECT_EQ(ok.sample->token, 3);
+  EXPECT_EQ(ok.sample->logprob->top, model.answer.top);
+  model.drop_samples = true;
+  EXPECT_THROW(
+      {
+        StepExecutor executor(model, o.eos, 1);
+        OneStep one(model, make_prompt(5, 1), p);
+        executor.forward(one.plan);
+      },
+      Error);
 }
 
 }  // namespace
