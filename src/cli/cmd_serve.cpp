@@ -36,7 +36,13 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
   app.add_option("--num-state-slots-override", o->num_state_slots_override,
                  "Exact number of GDN state slots (with --num-kv-blocks-override)");
   app.add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
-  app.add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  app.add_option("--device", o->device, "cpu, cuda, or auto (cuda when a GPU is visible)")->capture_default_str();
+  app.add_option("--load-format", o->load_format, "auto | safetensors | dummy (random weights of config.json, CUDA)")
+      ->capture_default_str();
+  app.add_option("--dummy-weights", o->dummy_weights,
+                 "with --load-format dummy: bf16 | gptq-int4 | fp8-block | hybrid-int4-fp8")
+      ->capture_default_str();
+  app.add_flag("--int8-lm-head", o->int8_lm_head, "Quantise the LM head to INT8 row-wise at load");
   app.add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
   app.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: MODEL_DIR)");
   app.add_option("--generation-config", o->generation_config,

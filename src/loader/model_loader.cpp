@@ -11,6 +11,7 @@
 #ifdef MOESERVE_WITH_CUDA
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/qwen35_cuda.h"
+#include <cuda_runtime.h>
 #endif
 
 namespace moeserve::model {
@@ -56,6 +57,27 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir,
   return cuda::Qwen35CudaModel::load(model_dir, gpu);
 #else
   fail("--device cuda: this build has no CUDA backend");
+#endif
+}
+
+size_t gpu_cache_budget_bytes(double utilization) {
+  MOESERVE_CHECK(utilization > 0.0 && utilization <= 1.0, "--gpu-memory-utilization must be in (0, 1], got {}",
+                 utilization);
+#ifdef MOESERVE_WITH_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  MOESERVE_CHECK(err == cudaSuccess, "cudaMemGetInfo failed: {}", cudaGetErrorString(err));
+  const double used = double(total_bytes - free_bytes);
+  const double budget = utilization * double(total_bytes) - used;
+  MOESERVE_CHECK(budget > 0.0,
+                 "--gpu-memory-utilization {} leaves no room for the KV cache: {:.2f} GB of the GPU's {:.2f} GB are "
+                 "in use after loading the model (raise it, or use a smaller --max-num-batched-tokens)",
+                 utilization, used / 1e9, double(total_bytes) / 1e9);
+  log::info("KV cache budget: {:.2f} GB ({} x {:.2f} GB total, {:.2f} GB in use)", budget / 1e9, utilization,
+            double(total_bytes) / 1e9, used / 1e9);
+  return size_t(budget);
+#else
+  fail("--gpu-memory-utilization: this build has no CUDA backend");
 #endif
 }
 

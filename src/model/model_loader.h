@@ -34,4 +34,9 @@ std::string resolve_device(const std::string& requested);
 // Throws moeserve::Error for an unknown or unavailable device and for any bad file.
 std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir, const ModelLoadOptions& options);
 
+// Bytes of GPU memory left for the KV cache and the state slots once the model is loaded:
+// utilization · total − (memory in use on the device now), as vLLM's --gpu-memory-utilization.
+// Throws when nothing is left (naming what the weights and workspaces use) or without CUDA.
+size_t gpu_cache_budget_bytes(double utilization);
+
 }  // namespace moeserve::model

@@ -194,18 +194,27 @@ int run_serve(const ServeOptions& o) {
   }
 
   model::ModelLoadOptions load;
-  load.device = o.device;
+  load.device = model::resolve_device(o.device);
   load.threads = o.threads;
   load.kv_block_size = o.block_size;
+  load.load_format = o.load_format;
+  load.dummy_weights = o.dummy_weights;
+  load.int8_lm_head = o.int8_lm_head;
+  // The GPU model sizes its step workspaces and block tables from these once, at load.
+  load.max_num_batched_tokens = o.max_num_batched_tokens;
+  load.max_num_seqs = o.max_num_seqs;
+  load.max_model_len = int(max_model_len);
   auto model = model::load_causal_lm(model_dir, load);
-  if (o.device != "cpu" && o.gpu_memory_utilization != 0.9)
-    log::info("--gpu-memory-utilization {} (device {})", o.gpu_memory_utilization, o.device);
 
   runtime::EngineConfig engine_config;
   engine_config.max_num_seqs = o.max_num_seqs;
   engine_config.max_num_batched_tokens = o.max_num_batched_tokens;
   engine_config.max_model_len = max_model_len;
-  engine_config.kv_cache_bytes = size_t(o.cpu_kv_cache_space_gib * double(1ull << 30));
+  // The cache budget: --gpu-memory-utilization of the GPU on CUDA (what the loaded model
+  // leaves), --cpu-kv-cache-space on the CPU.
+  engine_config.kv_cache_bytes = load.device == "cuda"
+                                     ? model::gpu_cache_budget_bytes(o.gpu_memory_utilization)
+                                     : size_t(o.cpu_kv_cache_space_gib * double(1ull << 30));
   engine_config.kv_block_size = o.block_size;
   engine_config.num_kv_blocks_override = o.num_kv_blocks_override;
   engine_config.num_state_slots_override = o.num_state_slots_override;

@@ -31,7 +31,10 @@ struct ServeOptions {
   int num_kv_blocks_override = 0;               // with num_state_slots_override: exact pool sizes
   int num_state_slots_override = 0;
   int block_size = 16;                          // tokens per KV block
-  std::string device = "cpu";
+  std::string device = "auto";                 // cpu, cuda, or auto (cuda when a GPU is visible)
+  std::string load_format = "auto";             // auto | safetensors | dummy (random weights, CUDA)
+  std::string dummy_weights = "bf16";           // with dummy: bf16 | gptq-int4 | fp8-block | hybrid-int4-fp8
+  bool int8_lm_head = false;                    // LM head quantised to INT8 row-wise at load
   int threads = 0;                              // CPU threads for the model (0: all)
   std::string tokenizer;                        // default: model_dir
   std::string generation_config = "auto";       // auto (MODEL_DIR's), vllm (none) or a directory
