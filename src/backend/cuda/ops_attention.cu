@@ -4,10 +4,11 @@
 //   holds head_dim/32 values (head_dim <= 256, multiple of 32 for the warp path... any hd
 //   handled by a strided loop). Roofline: reads qg + k + v once, writes q, gate and the cache
 //   slots: ~ (2·nq + 4·nkv)·hd·2 B per token.
-// paged_attention: one warp per (token, q head); online softmax over the token's visible
-//   positions [0, pos]; each lane owns head_dim/32 dims of the accumulator. Reads each visible
-//   K/V row once per q head (GQA sharing through L1/L2). A correct baseline; the split-KV,
-//   head-grouped decode kernel and the tensor-core prefill kernel replace it (issue 7).
+// paged_attention: one CTA of 8 warps per (token, q head); the visible positions [0, pos] are
+//   split into 8 contiguous ranges, one online softmax per warp, merged in warp order (split-KV
+//   inside the CTA; the split depends only on pos, so results are batch invariant); each lane
+//   owns head_dim/32 dims. Reads each visible K/V row once per q head (GQA sharing through
+//   L1/L2). The head-grouped decode kernel and the tensor-core prefill kernel come in issue 7.
 #include <cfloat>
 
 #include "backend/cuda/act_types.cuh"
@@ -113,14 +114,18 @@ __global__ void attention_prepare_kernel(const T* __restrict__ qg, const T* __re
   }
 }
 
+// One CTA (kWarps warps) per (token, q head). The token's visible positions [0, pos] are split
+// into kWarps contiguous ranges, one per warp (split-KV inside the CTA, so long contexts use
+// kWarps times the warps); each warp runs an online softmax over its range, then the ranges
+// are merged in warp order through shared memory. The split depends only on pos, never on
+// the batch: a token's output is the same whatever else is in the step.
+constexpr int kWarps = 8;
+
 template <typename T>
 __global__ void paged_attention_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
                                        StepMeta meta, KvCacheView cache, float scale, T* out) {
-  const int warps_per_block = blockDim.x >> 5;
-  const int gw = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (gw >= meta.num_tokens * s.num_q_heads) return;
-  const int m = gw / s.num_q_heads, h = gw % s.num_q_heads;
+  const int m = blockIdx.x, h = blockIdx.y;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int hd = s.head_dim;
   const int kvh = h / (s.num_q_heads / s.num_kv_heads);
   const int pos = meta.token_pos[m];
@@ -133,8 +138,11 @@ __global__ void paged_attention_kernel(const T* __restrict__ q, const T* __restr
     qv[i] = d < hd ? to_f32(qrow[d]) * scale : 0.0f;
     acc[i] = 0.0f;
   }
+  const int len = pos + 1;
+  const int per = (len + kWarps - 1) / kWarps;
+  const int p0 = min(len, warp * per), p1 = min(len, p0 + per);
   float mx = -FLT_MAX, sum = 0.0f;
-  for (int p = 0; p <= pos; ++p) {
+  for (int p = p0; p < p1; ++p) {
     const size_t off = cache_offset(cache, table[p / cache.block_size], kvh, p % cache.block_size);
     float dot = 0.0f;
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
@@ -152,12 +160,34 @@ __global__ void paged_attention_kernel(const T* __restrict__ q, const T* __restr
     }
     mx = nmx;
   }
+  // Merge the warps' (max, sum, acc) in warp order.
+  __shared__ float s_max[kWarps], s_sum[kWarps];
+  __shared__ float s_acc[kWarps][32 * kMaxDimsPerLane];
+  if (lane == 0) {
+    s_max[warp] = mx;
+    s_sum[warp] = sum;
+  }
+  for (int i = 0; i < kMaxDimsPerLane; ++i) s_acc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+  float gmx = -FLT_MAX;
+  for (int w = 0; w < kWarps; ++w)
+    if (s_sum[w] > 0.0f) gmx = fmaxf(gmx, s_max[w]);
+  float total = 0.0f;
+  float res[kMaxDimsPerLane];
+  for (int i = 0; i < kMaxDimsPerLane; ++i) res[i] = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    if (s_sum[w] <= 0.0f) continue;  // an empty range (short contexts)
+    const float c = __expf(s_max[w] - gmx);
+    total += s_sum[w] * c;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) res[i] += s_acc[w][lane + 32 * i] * c;
+  }
   const size_t o = size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < hd) {
       const float g = to_f32(gate[o + d]);
-      out[o + d] = from_f32<T>(acc[i] / sum / (1.0f + __expf(-g)));
+      out[o + d] = from_f32<T>(res[i] / total / (1.0f + __expf(-g)));
     }
   }
 }
@@ -181,8 +211,9 @@ template <typename T>
 void launch_attention(const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
                       KvCacheView cache, float scale, T* out, cudaStream_t stream) {
   if (meta.num_tokens == 0) return;
-  const int warps = meta.num_tokens * shape.num_q_heads;
-  paged_attention_kernel<T><<<(warps + 7) / 8, 256, 0, stream>>>(q, gate, shape, meta, cache, scale, out);
+  if (shape.head_dim > 32 * kMaxDimsPerLane) throw Error("attention: head_dim above 256 is not supported");
+  const dim3 grid(unsigned(meta.num_tokens), unsigned(shape.num_q_heads));
+  paged_attention_kernel<T><<<grid, kWarps * 32, 0, stream>>>(q, gate, shape, meta, cache, scale, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
