@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,16 @@
 #include "quant/quant_weight.h"
 
 namespace moeserve::quant::testing {
+
+// The message of the moeserve::Error that f throws, or "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // A directory removed at the end of its scope; unique per process and instance.
 class TempDir {

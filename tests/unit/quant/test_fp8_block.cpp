@@ -17,14 +17,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(Fp8Block, KnownCodesTimesTheScaleOfTheirBlockIncludingPartialEdgeBlocks) {
   const int64_t N = 130, K = 200;  // scale grid [2, 2]; the second block row has 2 rows, column 72

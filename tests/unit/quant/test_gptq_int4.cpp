@@ -20,14 +20,7 @@ using testing::i32_tensor;
 
 PartLabels labels() { return PartLabels::in_memory("m"); }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // K = 16, N = 8, group 8: two groups along K, one qzeros word per group.
 struct Small {
