@@ -18,6 +18,7 @@
 #include "backend/cpu/linear.h"
 #include "backend/cuda/device_linear.h"
 #include "backend/cuda/linear_runner.h"
+#include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -333,5 +334,41 @@ TEST(GpuOpsLinear, Nvfp4DequantisedAtUpload) {
       ++checked;
     }
     EXPECT_GT(checked, 0) << name << " has no NVFP4 module among those looked at";
+  }
+}
+
+// quant_gemv_multi (q/k/v, gate/up in one launch): every output bit-identical to the same
+// weight's own quant_gemv, for fused formats, and for a mixed list (separate launches).
+TEST(GpuOpsLinear, MultiProjectionEqualsSeparate) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(19);
+  const int64_t K = 1024;
+  std::vector<TestWeight> fp8{make_fp8_block(rng, 2048, K, 0.03f, false), make_fp8_block(rng, 256, K, 0.03f, false),
+                              make_fp8_block(rng, 200, K, 0.03f, false)};
+  std::vector<TestWeight> bf{make_dense_bf16(rng, 640, K, 0.03f), make_dense_bf16(rng, 64, K, 0.03f)};
+  std::vector<TestWeight> mixed{make_fp8_block(rng, 384, K, 0.03f, false), make_dense_bf16(rng, 96, K, 0.03f)};
+  for (const auto* set : {&fp8, &bf, &mixed}) {
+    std::vector<cuda::DeviceLinear> d;
+    for (const auto& t : *set) d.push_back(cuda::upload_linear(t.weight, nullptr));
+    for (int M : {1, 5, 17}) {
+      const auto d_x = to_device_f32(random_f32(rng, size_t(M) * size_t(K), 1.0f));
+      std::vector<DeviceBuffer<float>> fused, alone;
+      std::vector<cuda::LinearOut> outs;
+      for (const auto& w : d) {
+        fused.emplace_back(size_t(M) * size_t(w.N));
+        alone.emplace_back(size_t(M) * size_t(w.N));
+        outs.push_back({&w, fused.back().data()});
+      }
+      for (size_t i = 0; i < d.size(); ++i) outs[i].y = fused[i].data();
+      cuda::quant_gemv_multi(d_x.data(), M, outs, nullptr);
+      for (size_t i = 0; i < d.size(); ++i)
+        cuda::quant_gemv(d_x.data(), M, d[i], alone[i].data(), true, false, nullptr);
+      for (size_t i = 0; i < d.size(); ++i) {
+        const auto a = to_host(fused[i]), b = to_host(alone[i]);
+        int diffs = 0;
+        for (size_t j = 0; j < a.size(); ++j) diffs += a[j] != b[j];
+        EXPECT_EQ(diffs, 0) << "set of " << d.size() << ", output " << i << ", M=" << M;
+      }
+    }
   }
 }

@@ -1,149 +1,193 @@
-// Routed-expert kernels (ops_moe.h), a correct baseline.
+// The routed-expert block (ops_moe.h): routing, grouping by expert, the expert launches
+// (ops_moe_gptq.cu for GPTQ INT4, ops_moe_rows.cu for FP8 / bf16 and the element-wise
+// fallback) and the routing-weighted combine.
 //
-// moe_route_kernel: one CTA per token: fp32 softmax over E router logits, top-k by repeated
-//   argmax (ties: lower expert id first, as torch.topk), renormalised weights.
-// expert_gate_up_kernel: one warp per (token-slot, intermediate row i): lanes stride over H,
-//   computing gate_i·x and up_i·x together (one pass over x), act = silu(g)·u.
-// expert_down_kernel: one warp per (token-slot, hidden row h): down_h·act.
-// combine_kernel: residual[m] += Σ_r w[m,r]·y[m,r] in rank order (deterministic).
-// Every format is dequantised element by element in registers (expert_weight_at).
-// Reads each selected expert's weights once per (token, slot); the grouped kernels that read
-// an expert once per step for all its tokens replace these (issue 7).
+// moe_route_kernel: one warp per token. Lane L holds logits L, L+32, ...; fp32 softmax (max,
+//   accurate expf, the denominator summed per lane then by a fixed shuffle tree), then k rounds
+//   of a warp arg-max on the probabilities (equal p: lower expert id, as torch.topk), weights
+//   renormalised over the k in rank order. Mirrors the CPU route_top_k up to the order of
+//   the softmax denominator (1e-7 relative). Reads E floats per token.
+// group_by_expert_kernel: one CTA builds the step's expert tiles (moe_detail::TileList) with
+//   shared-memory counters and a block scan: count per expert, offsets, slots in order, and
+//   tiles of up to 8 slots of one expert. Which slots share a tile never changes a slot's sums.
+//   For steps of <= 64 tokens the same CTA routes first (one launch instead of two).
+// combine_kernel: residual[m] += Σ_r w[m,r]·y[m,r] in rank order (deterministic), float4, then
+//   (optionally) + sigmoid(gate[m])·shared[m], the shared expert, in the same pass.
 #include <cfloat>
-#include <cuda_fp8.h>
 
-#include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_moe_internal.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kMaxTopK = 32;
+using namespace moe_detail;
 
-struct ExpertView {  // one stacked projection, device pointers only (kernel argument)
-  int format;        // quant::WeightFormat
-  int N, K, group;
-  bool sym;
-  const bf16* dense;
-  const int32_t* qweight;
-  const __half* scales;
-  const int32_t* qzeros;
-  const int32_t* g_idx;  // GPTQ act-order: [E][K] group of each k (null: k / group)
-  const uint8_t* fp8;
-  const float* scale;
-};
+constexpr int kRouteWarps = 4;
+constexpr int kMaxPerLane = kMaxExperts / 32;
 
-ExpertView view_of(const DeviceLinear& d) {
-  return {int(d.format), int(d.N), int(d.K), int(d.group_size), d.sym, d.dense.data(), d.qweight.data(),
-          d.scales.data(), d.qzeros.data(), d.g_idx.size() ? d.g_idx.data() : nullptr, d.fp8.data(), d.scale.data()};
-}
-
-// W_e[n, k] as fp32.
-__device__ __forceinline__ float expert_weight_at(const ExpertView& w, int e, int n, int k) {
-  switch (w.format) {
-    case int(quant::WeightFormat::GptqInt4): {
-      const int groups = w.K / w.group;
-      const uint32_t word = uint32_t(w.qweight[(size_t(e) * (w.K / 8) + k / 8) * w.N + n]);
-      const int g = w.g_idx ? w.g_idx[size_t(e) * w.K + k] : k / w.group;
-      const float s = __half2float(w.scales[(size_t(e) * groups + g) * w.N + n]);
-      const int zero =
-          w.sym ? 8 : int((uint32_t(w.qzeros[(size_t(e) * groups + g) * (w.N / 8) + n / 8]) >> (4 * (n % 8))) & 0xF) + 1;
-      return float(int((word >> (4 * (k % 8))) & 0xF) - zero) * s;
-    }
-    case int(quant::WeightFormat::Fp8Block): {
-      __nv_fp8_e4m3 f;
-      f.__x = w.fp8[(size_t(e) * w.N + n) * w.K + k];
-      const int nb = (w.N + 127) / 128, kb = (w.K + 127) / 128;
-      return float(f) * w.scale[(size_t(e) * nb + n / 128) * kb + k / 128];
-    }
-    default:
-      return __bfloat162float(w.dense[(size_t(e) * w.N + n) * w.K + k]);
-  }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Mirrors the CPU reference route_top_k (src/backend/cpu/moe.cpp) and torch: p = softmax(logits)
-// in fp32 (accurate expf, sequential sum), the k largest p (lower expert index on equal p,
-// as torch.topk), renormalised over the k. One thread per token (E <= 512).
-__global__ void moe_route_kernel(const float* __restrict__ logits, int E, int k, int32_t* ids, float* weights) {
-  const int m = blockIdx.x;
-  if (threadIdx.x != 0) return;
-  const float* row = logits + size_t(m) * E;
+// Routes token row `row` (one warp): writes its k expert ids and renormalised weights.
+__device__ void route_token(const float* __restrict__ row, int E, int k, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  float p[kMaxPerLane];
   float mx = -FLT_MAX;
-  for (int e = 0; e < E; ++e) mx = fmaxf(mx, row[e]);
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? row[e] : -FLT_MAX;
+    mx = fmaxf(mx, p[i]);
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float denom = 0.0f;
-  for (int e = 0; e < E; ++e) denom += expf(row[e] - mx);
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? expf(p[i] - mx) : 0.0f;
+    denom += p[i];
+  }
+  denom = warp_sum(denom);
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) p[i] = lane + 32 * i < E ? p[i] / denom : -1.0f;
+  float psum = 0.0f, chosen_p[kMaxTopK];
   int chosen[kMaxTopK];
-  float p[kMaxTopK], psum = 0.0f;
   for (int r = 0; r < k; ++r) {
-    int best = -1;
     float bp = -1.0f;
-    for (int e = 0; e < E; ++e) {
-      bool used = false;
-      for (int q = 0; q < r; ++q) used = used || chosen[q] == e;
-      const float pe = expf(row[e] - mx) / denom;
-      if (!used && pe > bp) {  // strict: the lower index keeps equal probabilities
-        best = e;
-        bp = pe;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i)
+      if (p[i] > bp) {  // ascending ids within the lane: strict keeps the lower id
+        bp = p[i];
+        bi = lane + 32 * i;
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (op > bp || (op == bp && oi < bi)) {
+        bp = op;
+        bi = oi;
       }
     }
-    chosen[r] = best;
-    p[r] = bp;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i)
+      if (lane + 32 * i == bi) p[i] = -1.0f;  // taken
+    chosen[r] = bi;
+    chosen_p[r] = bp;
   }
-  for (int r = 0; r < k; ++r) psum += p[r];
-  for (int r = 0; r < k; ++r) {
-    ids[size_t(m) * k + r] = chosen[r];
-    weights[size_t(m) * k + r] = p[r] / psum;
-  }
+  for (int r = 0; r < k; ++r) psum += chosen_p[r];
+  if (lane == 0)
+    for (int r = 0; r < k; ++r) {
+      ids[r] = chosen[r];
+      weights[r] = chosen_p[r] / psum;
+    }
 }
 
-template <typename T>
-__global__ void expert_gate_up_kernel(const T* __restrict__ x, int H, int I, const int32_t* __restrict__ ids,
-                                      int k, ExpertView gate, ExpertView up, float* act) {
-  const int slot = blockIdx.x;  // token m = slot / k
-  const int i = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (i >= I) return;
-  const int e = ids[slot];
-  const T* xr = x + size_t(slot / k) * H;
-  float g = 0.0f, u = 0.0f;
-  for (int h = lane; h < H; h += 32) {
-    const float xv = to_f32(xr[h]);
-    g += expert_weight_at(gate, e, i, h) * xv;
-    u += expert_weight_at(up, e, i, h) * xv;
-  }
-  g = warp_sum(g);
-  u = warp_sum(u);
-  if (lane == 0) act[size_t(slot) * I + i] = g / (1.0f + __expf(-g)) * u;
+__global__ void moe_route_kernel(const float* __restrict__ logits, int M, int E, int k, int32_t* ids,
+                                 float* weights) {
+  const int m = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
+  if (m >= M) return;
+  route_token(logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
 }
 
-__global__ void expert_down_kernel(const float* __restrict__ act, int H, int I, const int32_t* __restrict__ ids,
-                                   ExpertView down, float* y) {
-  const int slot = blockIdx.x;
-  const int h = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (h >= H) return;
-  const int e = ids[slot];
-  const float* a = act + size_t(slot) * I;
-  float acc = 0.0f;
-  for (int i = lane; i < I; i += 32) acc += expert_weight_at(down, e, h, i) * a[i];
-  acc = warp_sum(acc);
-  if (lane == 0) y[size_t(slot) * H + h] = acc;
+constexpr int kGroupThreads = 1024;
+constexpr int kFusedRouteTokens = 64;  // up to this many tokens, routing runs inside the grouping CTA
+
+// Inclusive scan of one int per thread over the block (kGroupThreads), Hillis-Steele.
+__device__ int block_inclusive_scan(int v, int* buf) {
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int off = 1; off < kGroupThreads; off <<= 1) {
+    const int add = threadIdx.x >= off ? buf[threadIdx.x - off] : 0;
+    __syncthreads();
+    buf[threadIdx.x] += add;
+    __syncthreads();
+  }
+  const int r = buf[threadIdx.x];
+  __syncthreads();
+  return r;
+}
+
+// route_logits != null (decode-sized steps): the CTA's 32 warps first route the M tokens
+// (route_token, the same code as moe_route_kernel), saving a launch.
+__global__ void __launch_bounds__(kGroupThreads)
+    group_by_expert_kernel(const float* __restrict__ route_logits, int M, int k, int32_t* ids, float* weights,
+                           int slots, int E, int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start,
+                           int32_t* tile_count, int32_t* order) {
+  if (route_logits) {
+    for (int m = threadIdx.x >> 5; m < M; m += kGroupThreads / 32)
+      route_token(route_logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
+    __threadfence_block();
+    __syncthreads();
+  }
+  __shared__ int count[kMaxExperts];
+  __shared__ int cursor[kMaxExperts];
+  __shared__ int scan[kGroupThreads];
+  const int e = threadIdx.x;
+  if (e < E) count[e] = 0;
+  __syncthreads();
+  for (int sl = threadIdx.x; sl < slots; sl += kGroupThreads) atomicAdd(&count[ids[sl]], 1);
+  __syncthreads();
+  const int c = e < E ? count[e] : 0;
+  const int nt = (c + kTokenTile - 1) / kTokenTile;
+  const int slot_end = block_inclusive_scan(c, scan);
+  const int tile_end = block_inclusive_scan(nt, scan);
+  const int slot_begin = slot_end - c, tile_begin = tile_end - nt;
+  if (e < E) cursor[e] = slot_begin;
+  for (int i = 0; i < nt; ++i) {
+    tile_expert[tile_begin + i] = e;
+    tile_start[tile_begin + i] = slot_begin + i * kTokenTile;
+    tile_count[tile_begin + i] = min(kTokenTile, c - i * kTokenTile);
+  }
+  if (threadIdx.x == kGroupThreads - 1) *num_tiles = tile_end;
+  __syncthreads();
+  for (int sl = threadIdx.x; sl < slots; sl += kGroupThreads) order[atomicAdd(&cursor[ids[sl]], 1)] = sl;
+}
+
+__device__ __forceinline__ float shared_scale(const float* gate_logit, int m) {
+  return 1.0f / (1.0f + __expf(-gate_logit[m]));
 }
 
 __global__ void combine_kernel(const float* __restrict__ y, const float* __restrict__ w, int k, int H,
-                               float* residual) {
-  const int m = blockIdx.x;
-  for (int h = threadIdx.x; h < H; h += blockDim.x) {
-    float acc = 0.0f;
-    for (int r = 0; r < k; ++r) acc += w[size_t(m) * k + r] * y[(size_t(m) * k + r) * H + h];
-    residual[size_t(m) * H + h] += acc;
+                               float* residual, const float* __restrict__ shared, const float* __restrict__ gate) {
+  const int m = blockIdx.y;
+  const int h = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (h >= H) return;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int r = 0; r < k; ++r) {
+    const float wr = w[size_t(m) * k + r];
+    const float4 v = *reinterpret_cast<const float4*>(y + (size_t(m) * k + r) * H + h);
+    acc.x += wr * v.x;
+    acc.y += wr * v.y;
+    acc.z += wr * v.z;
+    acc.w += wr * v.w;
   }
+  float4* out = reinterpret_cast<float4*>(residual + size_t(m) * H + h);
+  float4 o = *out;
+  o.x += acc.x;
+  o.y += acc.y;
+  o.z += acc.z;
+  o.w += acc.w;
+  if (shared) {
+    const float s = shared_scale(gate, m);
+    const float4 v = *reinterpret_cast<const float4*>(shared + size_t(m) * H + h);
+    o.x += s * v.x;
+    o.y += s * v.y;
+    o.z += s * v.z;
+    o.w += s * v.w;
+  }
+  *out = o;
+}
+
+__global__ void combine_scalar_kernel(const float* __restrict__ y, const float* __restrict__ w, int k, int H,
+                                      float* residual, const float* __restrict__ shared,
+                                      const float* __restrict__ gate) {
+  const int m = blockIdx.y;
+  const int h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h >= H) return;
+  float acc = 0.0f;
+  for (int r = 0; r < k; ++r) acc += w[size_t(m) * k + r] * y[(size_t(m) * k + r) * H + h];
+  float o = residual[size_t(m) * H + h] + acc;
+  if (shared) o += shared_scale(gate, m) * shared[size_t(m) * H + h];
+  residual[size_t(m) * H + h] = o;
 }
 
 struct Workspace {
@@ -151,19 +195,34 @@ struct Workspace {
   float* weights;
   float* act;
   float* y;
+  int32_t* num_tiles;
+  int32_t* tile_expert;
+  int32_t* tile_start;
+  int32_t* tile_count;
+  int32_t* order;
 };
+
+size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 Workspace carve(void* base, const MoeShape& s, int max_tokens) {
   auto* p = static_cast<uint8_t*>(base);
   const size_t slots = size_t(max_tokens) * s.top_k;
+  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts));
+  auto take = [&](size_t bytes) {
+    uint8_t* r = p;
+    p += round256(bytes);
+    return r;
+  };
   Workspace w;
-  w.ids = reinterpret_cast<int32_t*>(p);
-  p += (slots * sizeof(int32_t) + 255) / 256 * 256;
-  w.weights = reinterpret_cast<float*>(p);
-  p += (slots * sizeof(float) + 255) / 256 * 256;
-  w.act = reinterpret_cast<float*>(p);
-  p += (slots * s.intermediate * sizeof(float) + 255) / 256 * 256;
-  w.y = reinterpret_cast<float*>(p);
+  w.ids = reinterpret_cast<int32_t*>(take(slots * 4));
+  w.weights = reinterpret_cast<float*>(take(slots * 4));
+  w.act = reinterpret_cast<float*>(take(slots * size_t(s.intermediate) * 4));
+  w.y = reinterpret_cast<float*>(take(slots * size_t(s.hidden) * 4));
+  w.num_tiles = reinterpret_cast<int32_t*>(take(4));
+  w.tile_expert = reinterpret_cast<int32_t*>(take(tiles * 4));
+  w.tile_start = reinterpret_cast<int32_t*>(take(tiles * 4));
+  w.tile_count = reinterpret_cast<int32_t*>(take(tiles * 4));
+  w.order = reinterpret_cast<int32_t*>(take(slots * 4));
   return w;
 }
 
@@ -171,30 +230,53 @@ Workspace carve(void* base, const MoeShape& s, int max_tokens) {
 
 size_t moe_workspace_bytes(const MoeShape& s, int max_tokens) {
   const size_t slots = size_t(max_tokens) * s.top_k;
-  auto r = [](size_t b) { return (b + 255) / 256 * 256; };
-  return r(slots * 4) + r(slots * 4) + r(slots * size_t(s.intermediate) * 4) + r(slots * size_t(s.hidden) * 4);
+  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts));
+  return round256(slots * 4) * 3 + round256(slots * size_t(s.intermediate) * 4) +
+         round256(slots * size_t(s.hidden) * 4) + round256(4) + 3 * round256(tiles * 4);
 }
 
 namespace {
 
 template <typename T>
 void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts, int M,
-                void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {
+                void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream,
+                const float* shared_out = nullptr, const float* shared_gate_logit = nullptr) {
+  if ((shared_out == nullptr) != (shared_gate_logit == nullptr))
+    throw Error("moe: the shared expert output and its gate logit come together");
   if (M == 0) return;
   if (s.top_k > kMaxTopK) throw Error("moe: top_k above 32 is not supported");
+  if (s.num_experts > kMaxExperts) throw Error("moe: more than 1024 experts are not supported");
   if (workspace_bytes < moe_workspace_bytes(s, M)) throw Error("moe: workspace too small");
   Workspace w = carve(workspace, s, M);
-  moe_route_kernel<<<M, 32, 0, stream>>>(router_logits, s.num_experts, s.top_k, w.ids, w.weights);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  const bool fused_route = M <= kFusedRouteTokens;
+  if (!fused_route) {
+    moe_route_kernel<<<(M + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream>>>(
+        router_logits, M, s.num_experts, s.top_k, w.ids, w.weights);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
   const int slots = M * s.top_k;
-  dim3 g1(slots, (s.intermediate + 7) / 8);
-  expert_gate_up_kernel<T><<<g1, 256, 0, stream>>>(x, s.hidden, s.intermediate, w.ids, s.top_k, view_of(experts.gate),
-                                                view_of(experts.up), w.act);
+  group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(fused_route ? router_logits : nullptr, M, s.top_k, w.ids,
+                                                          w.weights, slots, s.num_experts, w.num_tiles, w.tile_expert,
+                                                          w.tile_start, w.tile_count, w.order);
   MOESERVE_CUDA_CHECK_LAUNCH();
-  dim3 g2(slots, (s.hidden + 7) / 8);
-  expert_down_kernel<<<g2, 256, 0, stream>>>(w.act, s.hidden, s.intermediate, w.ids, view_of(experts.down), w.y);
-  MOESERVE_CUDA_CHECK_LAUNCH();
-  combine_kernel<<<M, 256, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual);
+  const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
+  const int grid_tiles = max_tiles(slots, s.num_experts);
+  if (gptq_fast_path(experts)) {
+    gptq_gate_up(x, s, experts, tiles, grid_tiles, w.act, stream);
+    gptq_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);
+  } else {
+    rows_gate_up(x, s, experts, tiles, grid_tiles, w.act, stream);
+    rows_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);
+  }
+  if (s.hidden % 4 == 0) {
+    const dim3 grid(unsigned((s.hidden / 4 + 255) / 256), unsigned(M));
+    combine_kernel<<<grid, 256, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual, shared_out,
+                                             shared_gate_logit);
+  } else {
+    const dim3 grid(unsigned((s.hidden + 255) / 256), unsigned(M));
+    combine_scalar_kernel<<<grid, 256, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual, shared_out,
+                                                    shared_gate_logit);
+  }
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -206,8 +288,10 @@ void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShap
 }
 
 void moe_routed_experts(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts,
-                        int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {
-  launch_moe(x, router_logits, s, experts, M, workspace, workspace_bytes, residual, stream);
+                        int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream,
+                        const float* shared_out, const float* shared_gate_logit) {
+  launch_moe(x, router_logits, s, experts, M, workspace, workspace_bytes, residual, stream, shared_out,
+             shared_gate_logit);
 }
 
 }  // namespace moeserve::cuda

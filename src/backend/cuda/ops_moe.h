@@ -49,8 +49,12 @@ void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShap
                         const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
                         float* residual, cudaStream_t stream);
 // The same with f32 activations x [M, H] (the model's path).
+// shared_out (optional, f32 [M, H]) and shared_gate_logit ([M]): the shared expert's output and
+// gate logit, added in the same pass: residual = (residual + routed) + sigmoid(logit)·shared,
+// bit-identical to adding the routed sum and then the gated shared output separately.
 void moe_routed_experts(const float* x, const float* router_logits, const MoeShape& shape,
                         const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
-                        float* residual, cudaStream_t stream);
+                        float* residual, cudaStream_t stream, const float* shared_out = nullptr,
+                        const float* shared_gate_logit = nullptr);
 
 }  // namespace moeserve::cuda

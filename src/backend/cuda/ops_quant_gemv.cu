@@ -7,8 +7,11 @@
 // GPTQ (qweight [K/8, N] i32): a block is 8 warps x 32 lanes; lane = column n (a warp reads
 // 32 consecutive words = 128 B per packed row, coalesced), warp w takes packed rows
 // kp ≡ w (mod 8); the 8 partial sums are added in warp order through shared memory.
-// FP8 / INT8 / BF16 ([N, K]): one warp per output row; each lane takes 16 weights per step
-// (a warp covers 512 k), scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
+// FP8 / INT8 / BF16 ([N, K]): K % 16 == 0: one warp per 2 output rows (row_gemv_vec_kernel,
+// 16-byte weight and x loads, FP8 converted in pairs); otherwise one warp per row, element
+// by element (row_gemv_kernel). Each lane takes 16 weights per step (a warp covers 512 k),
+// scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
+// Roofline (decode): the weight bytes (N·K·elem) once per call; x re-reads hit L1/L2.
 #include <cuda_fp8.h>
 
 #include "backend/cuda/act_types.cuh"
@@ -170,6 +173,136 @@ __global__ void row_gemv_kernel(const TX* __restrict__ x, int M, const uint8_t* 
   }
 }
 
+__device__ __forceinline__ void load8_x(const float* p, float (&x)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+__device__ __forceinline__ void load8_x(const bf16* p, float (&x)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+// 16 consecutive weights of a row (16-byte aligned) as f32, converted in pairs.
+template <RowKind kKind>
+__device__ __forceinline__ void load16_vec(const uint8_t* row, int k0, float (&wv)[16]) {
+  if constexpr (kKind == RowKind::Bf16) {
+    const bf16* r = reinterpret_cast<const bf16*>(row) + k0;
+    const uint4 p0 = __ldg(reinterpret_cast<const uint4*>(r));
+    const uint4 p1 = __ldg(reinterpret_cast<const uint4*>(r + 8));
+    const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&p0);
+    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&p1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 fa = __bfloat1622float2(a[j]), fb = __bfloat1622float2(b[j]);
+      wv[2 * j] = fa.x, wv[2 * j + 1] = fa.y, wv[8 + 2 * j] = fb.x, wv[8 + 2 * j + 1] = fb.y;
+    }
+  } else if constexpr (kKind == RowKind::Fp8) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k0));
+    const __nv_fp8x2_storage_t* p = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(p[j], __NV_E4M3);
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+      wv[2 * j] = v.x, wv[2 * j + 1] = v.y;
+    }
+  } else {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k0));
+    const int8_t* b = reinterpret_cast<const int8_t*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) wv[j] = float(b[j]);
+  }
+}
+
+// Vector path (K % 16 == 0): each warp computes kRowsPerWarp consecutive output rows, so one
+// x load serves that many rows; lane L takes k in [16L + 512s, 16L + 512s + 16) for steps s.
+// Per (row, token): the lane sums its 16 products in k order, scales the chunk sum (FP8 block
+// scale; 16 | 128), adds it to its accumulator; a shuffle tree finishes. Depends on k only.
+constexpr int kRowsPerWarp = 2;
+
+// Up to kMaxJobs weights of one format and one K that read the same x (q/k/v, gate/up):
+// one launch, grid.y spans the jobs' row blocks; each job's rows are computed exactly as in
+// a launch of its own.
+constexpr int kMaxJobs = 4;
+struct RowJob {
+  const uint8_t* w;
+  const float* scale;
+  int N;
+  void* y;
+  int block_begin;  // first grid.y block of this job
+};
+struct RowJobs {
+  RowJob job[kMaxJobs];
+  int count;
+};
+
+template <RowKind kKind, typename TX>
+__global__ void row_gemv_vec_kernel(const TX* __restrict__ x, int M, RowJobs jobs, int K, bool y_f32,
+                                    bool accumulate) {
+  constexpr size_t kElemBytes = kKind == RowKind::Bf16 ? 2 : 1;
+  int j = 0;
+#pragma unroll
+  for (int i = 1; i < kMaxJobs; ++i)
+    if (i < jobs.count && int(blockIdx.y) >= jobs.job[i].block_begin) j = i;
+  const uint8_t* __restrict__ w = jobs.job[j].w;
+  const float* __restrict__ scale = jobs.job[j].scale;
+  const int N = jobs.job[j].N;
+  void* y = jobs.job[j].y;
+  const int lane = threadIdx.x & 31;
+  const int n0 = ((int(blockIdx.y) - jobs.job[j].block_begin) * (blockDim.x / 32) + (threadIdx.x >> 5)) * kRowsPerWarp;
+  if (n0 >= N) return;
+  x += size_t(blockIdx.x) * kMaxM * K;  // this block's row tile
+  M = min(kMaxM, M - int(blockIdx.x) * kMaxM);
+  const size_t y_off = size_t(blockIdx.x) * kMaxM * N;
+  const int kb = (K + 127) / 128;
+  float acc[kRowsPerWarp][kMaxM];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int m = 0; m < kMaxM; ++m) acc[r][m] = 0.0f;
+  for (int k0 = lane * 16; k0 < K; k0 += 32 * 16) {
+    float wv[kRowsPerWarp][16], s[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int n = min(n0 + r, N - 1);  // a missing last row repeats row N-1 (not stored)
+      load16_vec<kKind>(w + size_t(n) * K * kElemBytes, k0, wv[r]);
+      s[r] = kKind == RowKind::Fp8 ? __ldg(scale + size_t(n / 128) * kb + k0 / 128) : 1.0f;
+    }
+#pragma unroll
+    for (int m = 0; m < kMaxM; ++m) {
+      if (m >= M) break;
+      float xa[8], xb[8];
+      load8_x(x + size_t(m) * K + k0, xa);
+      load8_x(x + size_t(m) * K + k0 + 8, xb);
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        float c = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) c = fmaf(wv[r][j], xa[j], c);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) c = fmaf(wv[r][8 + j], xb[j], c);
+        acc[r][m] = fmaf(c, s[r], acc[r][m]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int n = n0 + r;
+    const float row_scale = kKind == RowKind::Int8 && n < N ? scale[n] : 1.0f;
+    for (int m = 0; m < M; ++m) {
+      float v = acc[r][m];
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0 && n < N) store_out(y, y_f32, accumulate, y_off + size_t(m) * N + n, v * row_scale);
+    }
+  }
+}
+
 // ---- dequantisation to bf16 [N, K] ------------------------------------------------------
 __global__ void gptq_dequant_kernel(const int32_t* qweight, const __half* scales, const int32_t* qzeros,
                                     const int32_t* g_idx, int N, int K, int group, bool sym, bf16* out) {
@@ -200,6 +333,54 @@ __global__ void byte_dequant_kernel(const uint8_t* w, const float* scale, int N,
 
 namespace {
 
+RowKind row_kind(quant::WeightFormat f) {
+  switch (f) {
+    case quant::WeightFormat::Fp8Block:
+      return RowKind::Fp8;
+    case quant::WeightFormat::Int8Rowwise:
+      return RowKind::Int8;
+    default:
+      return RowKind::Bf16;  // Dense and NVFP4 (dequantised to bf16 at load)
+  }
+}
+
+bool vec_capable(const DeviceLinear& w) {
+  return w.K % 16 == 0 && (w.format == quant::WeightFormat::Fp8Block || w.format == quant::WeightFormat::Int8Rowwise ||
+                           w.format == quant::WeightFormat::Dense || w.format == quant::WeightFormat::Nvfp4);
+}
+
+// One row_gemv_vec_kernel launch over `count` weights sharing format and K.
+template <typename TX>
+void launch_vec(const TX* x, int M, const DeviceLinear* const* ws, void* const* ys, int count, bool y_f32,
+                bool accumulate, cudaStream_t stream) {
+  RowJobs jobs{};
+  jobs.count = count;
+  int blocks = 0;
+  const RowKind kind = row_kind(ws[0]->format);
+  for (int i = 0; i < count; ++i) {
+    const DeviceLinear& w = *ws[i];
+    const uint8_t* bytes = kind == RowKind::Fp8    ? w.fp8.data()
+                           : kind == RowKind::Int8 ? reinterpret_cast<const uint8_t*>(w.int8.data())
+                                                   : reinterpret_cast<const uint8_t*>(w.dense.data());
+    jobs.job[i] = {bytes, kind == RowKind::Bf16 ? nullptr : w.scale.data(), int(w.N), ys[i], blocks};
+    blocks += int((w.N + 8 * kRowsPerWarp - 1) / (8 * kRowsPerWarp));
+  }
+  if (blocks > 65535) throw Error("quant_gemv: N too large for the launch grid");
+  const dim3 grid(unsigned((M + kMaxM - 1) / kMaxM), unsigned(blocks));
+  const int K = int(ws[0]->K);
+  switch (kind) {
+    case RowKind::Fp8:
+      row_gemv_vec_kernel<RowKind::Fp8, TX><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+      break;
+    case RowKind::Int8:
+      row_gemv_vec_kernel<RowKind::Int8, TX><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+      break;
+    case RowKind::Bf16:
+      row_gemv_vec_kernel<RowKind::Bf16, TX><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+      break;
+  }
+}
+
 template <typename TX>
 void launch_gemv(const TX* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                  cudaStream_t stream) {
@@ -207,6 +388,8 @@ void launch_gemv(const TX* x, int M, const DeviceLinear& w, void* y, bool y_f32,
   const int N = int(w.N), K = int(w.K);
   const unsigned row_tiles = unsigned((M + kMaxM - 1) / kMaxM);
   if ((N + 7) / 8 > 65535) throw Error("quant_gemv: N too large for the launch grid");
+  const bool vec = K % 16 == 0;  // 16-byte weight and activation loads
+  const DeviceLinear* wp = &w;
   switch (w.format) {
     case quant::WeightFormat::GptqInt4:
       gptq_gemv_kernel<TX><<<dim3(row_tiles, unsigned((N + 31) / 32)), 256, 0, stream>>>(
@@ -214,17 +397,26 @@ void launch_gemv(const TX* x, int M, const DeviceLinear& w, void* y, bool y_f32,
           int(w.group_size), w.sym, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Fp8Block:
-      row_gemv_kernel<RowKind::Fp8, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
-          x, M, w.fp8.data(), w.scale.data(), N, K, y, y_f32, accumulate);
+      if (vec)
+        launch_vec<TX>(x, M, &wp, &y, 1, y_f32, accumulate, stream);
+      else
+        row_gemv_kernel<RowKind::Fp8, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+            x, M, w.fp8.data(), w.scale.data(), N, K, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Int8Rowwise:
-      row_gemv_kernel<RowKind::Int8, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
-          x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, y_f32, accumulate);
+      if (vec)
+        launch_vec<TX>(x, M, &wp, &y, 1, y_f32, accumulate, stream);
+      else
+        row_gemv_kernel<RowKind::Int8, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+            x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, y_f32, accumulate);
       break;
     case quant::WeightFormat::Dense:
     case quant::WeightFormat::Nvfp4:  // dequantised to bf16 at load
-      row_gemv_kernel<RowKind::Bf16, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
-          x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, y_f32, accumulate);
+      if (vec)
+        launch_vec<TX>(x, M, &wp, &y, 1, y_f32, accumulate, stream);
+      else
+        row_gemv_kernel<RowKind::Bf16, TX><<<dim3(row_tiles, unsigned((N + 7) / 8)), 256, 0, stream>>>(
+            x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, y_f32, accumulate);
       break;
     default:
       throw Error("quant_gemv: unsupported weight format");
@@ -242,6 +434,27 @@ void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32
 void quant_gemv(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                 cudaStream_t stream) {
   launch_gemv(x, M, w, y, y_f32, accumulate, stream);
+}
+
+void quant_gemv_multi(const float* x, int M, std::span<const LinearOut> outs, cudaStream_t stream) {
+  if (M == 0 || outs.empty()) return;
+  bool fuse = outs.size() <= size_t(kMaxJobs);
+  for (const auto& o : outs)
+    fuse = fuse && vec_capable(*o.w) && o.w->K == outs[0].w->K &&
+           row_kind(o.w->format) == row_kind(outs[0].w->format);
+  if (!fuse) {
+    for (const auto& o : outs) launch_gemv(x, M, *o.w, o.y, true, false, stream);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const DeviceLinear* ws[kMaxJobs];
+  void* ys[kMaxJobs];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ws[i] = outs[i].w;
+    ys[i] = outs[i].y;
+  }
+  launch_vec<float>(x, M, ws, ys, int(outs.size()), true, false, stream);
+  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 void dequantize_to_bf16(const DeviceLinear& w, bf16* out, cudaStream_t stream) {

@@ -12,6 +12,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <span>
+
 #include "backend/cuda/device_linear.h"
 
 namespace moeserve::cuda {
@@ -21,5 +23,14 @@ bool small_linear_supported(const DeviceLinear& w);
 
 // y[m, n] = sum_k x[m, k] · W[n, k]  (f32 accumulate).
 void linear_f32_input(const float* x, int M, const DeviceLinear& w, float* y, cudaStream_t stream);
+
+// Several such projections of the same x in one launch when they share K (K % 256 == 0):
+// the router with the shared-expert gate, in_proj_b with in_proj_a. Bit-identical to
+// separate linear_f32_input calls.
+struct SmallLinearOut {
+  const DeviceLinear* w;
+  float* y;
+};
+void linear_f32_input_multi(const float* x, int M, std::span<const SmallLinearOut> outs, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

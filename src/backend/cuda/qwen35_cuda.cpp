@@ -9,6 +9,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_basic.h"
+#include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "core/log.h"
 #include "core/progress_bar.h"
@@ -469,6 +470,17 @@ void Qwen35CudaModel::project_f32(const DeviceLinear& w, int M, float* y) {
     linear_->run(x32_.data(), M, w, y, true, stream_);
 }
 
+// Two such projections of x32_, in one launch when both take the f32-input path.
+void Qwen35CudaModel::project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M) {
+  if (small_linear_supported(w1) && small_linear_supported(w2)) {
+    const SmallLinearOut outs[] = {{&w1, y1}, {&w2, y2}};
+    linear_f32_input_multi(x32_.data(), M, outs, stream_);
+    return;
+  }
+  project_f32(w1, M, y1);
+  project_f32(w2, M, y2);
+}
+
 void Qwen35CudaModel::enqueue_layers(int M) {
   const auto& c = config_;
   const int H = int(c.hidden_size);
@@ -489,9 +501,8 @@ void Qwen35CudaModel::enqueue_layers(int M) {
       const int idx = cache_index_[li];
       KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
                      int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
-      linear_->run(x32_.data(), M, a.q_proj, qg_.data(), true, s);
-      linear_->run(x32_.data(), M, a.k_proj, k_.data(), true, s);
-      linear_->run(x32_.data(), M, a.v_proj, v_.data(), true, s);
+      const LinearOut qkv[] = {{&a.q_proj, qg_.data()}, {&a.k_proj, k_.data()}, {&a.v_proj, v_.data()}};
+      quant_gemv_multi(x32_.data(), M, qkv, s);  // one launch when the formats allow
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
       paged_attention(q_.data(), gate_.data(), as, meta_, kv, 1.0f / std::sqrt(float(c.head_dim)), attn_ws_.data(),
@@ -502,25 +513,23 @@ void Qwen35CudaModel::enqueue_layers(int M) {
       const int idx = cache_index_[li];
       GdnLayerParams p{g.conv1d.data(), g.dt_bias.data(), g.a_log.data(), g.norm.data(),
                        conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
-      linear_->run(x32_.data(), M, g.in_proj_qkv, qkv_.data(), true, s);
-      linear_->run(x32_.data(), M, g.in_proj_z, z_.data(), true, s);
-      project_f32(g.in_proj_b, M, b_.data());
-      project_f32(g.in_proj_a, M, a_.data());
+      const LinearOut qkvz[] = {{&g.in_proj_qkv, qkv_.data()}, {&g.in_proj_z, z_.data()}};
+      quant_gemv_multi(x32_.data(), M, qkvz, s);
+      project_f32_pair(g.in_proj_b, b_.data(), g.in_proj_a, a_.data(), M);
       gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                       gdn_out_.data(), s);
       linear_->run(gdn_out_.data(), M, g.out_proj, residual_.data(), true, s, /*accumulate=*/true);
     }
     add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
-    project_f32(moe.router, M, router_logits_.data());
-    moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
-                       residual_.data(), s);
-    linear_->run(x32_.data(), M, moe.shared_gate, shared_g_.data(), true, s);
-    linear_->run(x32_.data(), M, moe.shared_up, shared_u_.data(), true, s);
+    project_f32_pair(moe.router, router_logits_.data(), moe.shared_expert_gate, shared_gate_logit_.data(), M);
+    const LinearOut gate_up[] = {{&moe.shared_gate, shared_g_.data()}, {&moe.shared_up, shared_u_.data()}};
+    quant_gemv_multi(x32_.data(), M, gate_up, s);
     silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), s);
     linear_->run(shared_act_.data(), M, moe.shared_down, shared_down_.data(), true, s);
-    project_f32(moe.shared_expert_gate, M, shared_gate_logit_.data());
-    add_scaled_rows(residual_.data(), shared_down_.data(), shared_gate_logit_.data(), M, H, s);
+    // residual = (residual + routed) + sigmoid(gate)·shared, in the routed combine's pass.
+    moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
+                       residual_.data(), s, shared_down_.data(), shared_gate_logit_.data());
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
 }

@@ -65,6 +65,7 @@ class Qwen35CudaModel final : public model::CausalLM {
                    const SubStep& sub, model::StepOutput& out);
   void enqueue_layers(int M);
   void project_f32(const DeviceLinear& w, int M, float* y);
+  void project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M);
   void enqueue_lm_head_rows(int row_begin, int rows);
   void allocate_workspaces();
 

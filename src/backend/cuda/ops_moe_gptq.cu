@@ -1,0 +1,227 @@
+// Grouped W4A16 expert kernels for GPTQ/AutoRound INT4 experts in the checkpoint's own layout
+// (qweight [E][K/8][N] int32, nibble j of word (kp, n) = q[8kp + j, n]; scales f16 [E][K/g][N];
+// qzeros [E][K/g][N/8]). Used when K % 64 == 0, there is no act-order g_idx and the group
+// is a multiple of 8 (gptq_fast_path); other GPTQ experts take the generic kernels.
+//
+// Parallelisation: a CTA is (expert tile, 32 output columns); lane = column n, so a warp reads
+// one packed row of 32 consecutive words (128 B, coalesced); the 8 warps split K into 8
+// contiguous ranges, each summed in ascending k, and warp 0 adds the 8 partials in warp order.
+// Activations are the same for all 32 lanes: every x load is a broadcast (L1), so x traffic
+// does not grow with the weight bytes. Each weight word is dequantised once per tile and used
+// for all (<= 8) tokens of the tile: an expert's weights are read once per step per 8 tokens.
+// Dequantisation: nibble pairs (j, j+4) become the f16 pair (1024+q) by a mask-or, minus
+// (1024+zero) gives q - zero exactly; sums over a block of words inside one group are scaled
+// once: acc += s_g · Σ (q - z)·x. A token's sums depend only on its own row (batch invariant).
+// Roofline (decode): the selected experts' packed weights + scales, read once:
+//   slots_distinct · (2·I·H + H·I) / 2 bytes per layer.
+#include <numeric>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_moe_internal.cuh"
+
+namespace moeserve::cuda::moe_detail {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kCols = 32;
+constexpr int kUnroll = 4;  // packed words loaded ahead per projection
+
+// Eight (q - zero) values of one word, in k order.
+__device__ __forceinline__ void dequant8(uint32_t w, __half2 zz, float (&f)[8]) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    uint32_t bits = ((w >> (4 * p)) & 0x000F000Fu) | 0x64006400u;  // (1024 + q_p, 1024 + q_{p+4})
+    const __half2 h = __hsub2(*reinterpret_cast<__half2*>(&bits), zz);
+    const float2 v = __half22float2(h);
+    f[p] = v.x;
+    f[p + 4] = v.y;
+  }
+}
+
+__device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, int n, bool sym) {
+  int z = 8;
+  if (!sym) {
+    const int groups = w.K / w.group;
+    z = int((uint32_t(w.qzeros[(size_t(e) * groups + g) * (w.N / 8) + n / 8]) >> (4 * (n % 8))) & 0xF) + 1;
+  }
+  return __float2half2_rn(1024.0f + float(z));
+}
+
+// Accumulates Σ_k W[n,k]·x_j[k] over this warp's K range for up to kTokenTile rows x_j and
+// NP projections sharing the same x (gate and up: NP = 2). block = words per scale block.
+template <int NP, typename T>
+__device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e, int n, bool col_ok, int kp0, int kp1,
+                                               int block, const T* const (&xrow)[kTokenTile], int tn, bool sym,
+                                               float (&acc)[NP][kTokenTile]) {
+  const int K = w[0].K, N = w[0].N, groups = K / w[0].group;
+  for (int b0 = kp0; b0 < kp1; b0 += block) {
+    const int g = b0 * 8 / w[0].group;
+    float s[NP];
+    __half2 zz[NP];
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      s[p] = col_ok ? __half2float(w[p].scales[(size_t(e) * groups + g) * N + n]) : 0.0f;
+      zz[p] = col_ok ? zero_pair(w[p], e, g, n, sym) : __float2half2_rn(1032.0f);
+    }
+    float bs[NP][kTokenTile];
+#pragma unroll
+    for (int p = 0; p < NP; ++p)
+#pragma unroll
+      for (int j = 0; j < kTokenTile; ++j) bs[p][j] = 0.0f;
+    for (int kq = b0; kq < b0 + block; kq += kUnroll) {
+      uint32_t word[NP][kUnroll];
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          word[p][u] = (col_ok && kq + u < b0 + block)
+                           ? uint32_t(__ldg(w[p].qweight + (size_t(e) * (K / 8) + kq + u) * N + n))
+                           : 0x88888888u;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (kq + u >= b0 + block) break;
+        float f[NP][8];
+#pragma unroll
+        for (int p = 0; p < NP; ++p) dequant8(word[p][u], zz[p], f[p]);
+#pragma unroll
+        for (int j = 0; j < kTokenTile; ++j) {
+          if (j >= tn) break;
+          float xv[8];
+          load8(xrow[j] + (kq + u) * 8, xv);
+#pragma unroll
+          for (int p = 0; p < NP; ++p) {
+            float a = bs[p][j];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) a = fmaf(f[p][i], xv[i], a);
+            bs[p][j] = a;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int p = 0; p < NP; ++p)
+#pragma unroll
+      for (int j = 0; j < kTokenTile; ++j) acc[p][j] = fmaf(bs[p][j], s[p], acc[p][j]);
+  }
+}
+
+struct RangePlan {
+  int words_per_warp;  // contiguous packed rows per warp
+  int block;           // packed rows per scale block (divides words_per_warp, inside one group)
+};
+
+RangePlan plan_for(int K, int group) {
+  const int per_warp = K / 8 / kWarps;
+  return {per_warp, std::gcd(per_warp, group / 8)};
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    gptq_gate_up_kernel(const T* __restrict__ x, int k_top, TileList tiles, ExpertView gate, ExpertView up,
+                        RangePlan plan, float* __restrict__ act) {
+  const int t = blockIdx.x;
+  if (t >= *tiles.num_tiles) return;
+  const int e = tiles.expert[t], first = tiles.start[t], tn = tiles.count[t];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int I = gate.N, H = gate.K;
+  const int n = blockIdx.y * kCols + lane;
+  const bool col_ok = n < I;
+  const T* xrow[kTokenTile];
+  int slot[kTokenTile];
+#pragma unroll
+  for (int j = 0; j < kTokenTile; ++j) {
+    slot[j] = j < tn ? tiles.order[first + j] : 0;
+    xrow[j] = x + size_t(slot[j] / k_top) * H;
+  }
+  float acc[2][kTokenTile];
+#pragma unroll
+  for (int j = 0; j < kTokenTile; ++j) acc[0][j] = acc[1][j] = 0.0f;
+  const ExpertView w[2] = {gate, up};
+  const int kp0 = warp * plan.words_per_warp;
+  warp_range_dot<2, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, xrow, tn, gate.sym, acc);
+
+  __shared__ float partial[kWarps][2][kTokenTile][kCols];
+#pragma unroll
+  for (int j = 0; j < kTokenTile; ++j) {
+    partial[warp][0][j][lane] = acc[0][j];
+    partial[warp][1][j][lane] = acc[1][j];
+  }
+  __syncthreads();
+  if (warp == 0 && col_ok)
+    for (int j = 0; j < tn; ++j) {
+      float g = 0.0f, u = 0.0f;
+      for (int v = 0; v < kWarps; ++v) {
+        g += partial[v][0][j][lane];
+        u += partial[v][1][j][lane];
+      }
+      act[size_t(slot[j]) * I + n] = silu_mul(g, u);
+    }
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    gptq_down_kernel(const float* __restrict__ act, TileList tiles, ExpertView down, RangePlan plan,
+                     float* __restrict__ y) {
+  const int t = blockIdx.x;
+  if (t >= *tiles.num_tiles) return;
+  const int e = tiles.expert[t], first = tiles.start[t], tn = tiles.count[t];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int H = down.N, I = down.K;
+  const int n = blockIdx.y * kCols + lane;
+  const bool col_ok = n < H;
+  const float* xrow[kTokenTile];
+  int slot[kTokenTile];
+#pragma unroll
+  for (int j = 0; j < kTokenTile; ++j) {
+    slot[j] = j < tn ? tiles.order[first + j] : 0;
+    xrow[j] = act + size_t(slot[j]) * I;
+  }
+  float acc[1][kTokenTile];
+#pragma unroll
+  for (int j = 0; j < kTokenTile; ++j) acc[0][j] = 0.0f;
+  const ExpertView w[1] = {down};
+  const int kp0 = warp * plan.words_per_warp;
+  warp_range_dot<1, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, xrow, tn, down.sym, acc);
+
+  __shared__ float partial[kWarps][kTokenTile][kCols];
+#pragma unroll
+  for (int j = 0; j < kTokenTile; ++j) partial[warp][j][lane] = acc[0][j];
+  __syncthreads();
+  if (warp == 0 && col_ok)
+    for (int j = 0; j < tn; ++j) {
+      float v = 0.0f;
+      for (int u = 0; u < kWarps; ++u) v += partial[u][j][lane];
+      y[size_t(slot[j]) * H + n] = v;
+    }
+}
+
+bool proj_ok(const DeviceLinear& d) {
+  return d.format == quant::WeightFormat::GptqInt4 && d.g_idx.size() == 0 && d.K % (8 * kWarps) == 0 &&
+         d.group_size % 8 == 0 && d.group_size > 0 && d.K % d.group_size == 0 && d.N % 8 == 0;
+}
+
+}  // namespace
+
+bool gptq_fast_path(const DeviceExperts& ex) { return proj_ok(ex.gate) && proj_ok(ex.up) && proj_ok(ex.down); }
+
+template <typename T>
+void gptq_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                  float* act, cudaStream_t stream) {
+  const dim3 grid(unsigned(grid_tiles), unsigned((s.intermediate + kCols - 1) / kCols));
+  gptq_gate_up_kernel<T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up),
+                                                           plan_for(s.hidden, int(ex.gate.group_size)), act);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+template void gptq_gate_up<float>(const float*, const MoeShape&, const DeviceExperts&, const TileList&, int, float*,
+                                  cudaStream_t);
+template void gptq_gate_up<bf16>(const bf16*, const MoeShape&, const DeviceExperts&, const TileList&, int, float*,
+                                 cudaStream_t);
+
+void gptq_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+               float* y, cudaStream_t stream) {
+  const dim3 grid(unsigned(grid_tiles), unsigned((s.hidden + kCols - 1) / kCols));
+  gptq_down_kernel<<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down),
+                                                     plan_for(s.intermediate, int(ex.down.group_size)), y);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moeserve::cuda::moe_detail

@@ -1,0 +1,114 @@
+// Internals shared by the routed-expert kernels (ops_moe*.cu): the device view of one stacked
+// projection, the per-step expert tiles and the element-wise dequantisation used by the
+// generic kernels. Device code; include from .cu files only.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/act_types.cuh"
+#include "backend/cuda/ops_moe.h"
+
+namespace moeserve::cuda::moe_detail {
+
+// Tokens of one expert that share one pass over its weights (decode: one tile per selected
+// expert). A token's sums never depend on the tile it lands in (batch invariance).
+constexpr int kTokenTile = 8;
+constexpr int kMaxTopK = 32;
+constexpr int kMaxExperts = 1024;
+
+struct ExpertView {  // one stacked projection, device pointers only (kernel argument)
+  int format;        // quant::WeightFormat
+  int N, K, group;
+  bool sym;
+  const bf16* dense;
+  const int32_t* qweight;
+  const __half* scales;
+  const int32_t* qzeros;
+  const int32_t* g_idx;  // GPTQ act-order: [E][K] group of each k (null: k / group)
+  const uint8_t* fp8;
+  const float* scale;
+};
+
+inline ExpertView view_of(const DeviceLinear& d) {
+  return {int(d.format), int(d.N), int(d.K), int(d.group_size), d.sym, d.dense.data(), d.qweight.data(),
+          d.scales.data(), d.qzeros.data(), d.g_idx.size() ? d.g_idx.data() : nullptr, d.fp8.data(), d.scale.data()};
+}
+
+// The step's expert tiles, built on the device (no host synchronisation): tile t covers
+// order[start[t] .. start[t] + count[t]) of expert[t]; order lists slots (token·k + rank).
+// Launches size their grids for max_tiles and CTAs at or past *num_tiles exit at once.
+struct TileList {
+  const int32_t* num_tiles;
+  const int32_t* expert;
+  const int32_t* start;
+  const int32_t* count;
+  const int32_t* order;
+};
+
+// Upper bound of the tile count: every active expert adds at most one partial tile.
+inline int max_tiles(int slots, int num_experts) {
+  return (slots + kTokenTile - 1) / kTokenTile + (slots < num_experts ? slots : num_experts);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+// Eight consecutive activations as f32 (16-byte aligned loads).
+__device__ __forceinline__ void load8(const float* p, float (&x)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+}
+__device__ __forceinline__ void load8(const bf16* p, float (&x)[8]) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    x[2 * i] = f.x;
+    x[2 * i + 1] = f.y;
+  }
+}
+
+// W_e[n, k] as fp32, element by element (the generic kernels' fallback).
+__device__ __forceinline__ float expert_weight_at(const ExpertView& w, int e, int n, int k) {
+  switch (w.format) {
+    case int(quant::WeightFormat::GptqInt4): {
+      const int groups = w.K / w.group;
+      const uint32_t word = uint32_t(w.qweight[(size_t(e) * (w.K / 8) + k / 8) * w.N + n]);
+      const int g = w.g_idx ? w.g_idx[size_t(e) * w.K + k] : k / w.group;
+      const float s = __half2float(w.scales[(size_t(e) * groups + g) * w.N + n]);
+      const int zero =
+          w.sym ? 8 : int((uint32_t(w.qzeros[(size_t(e) * groups + g) * (w.N / 8) + n / 8]) >> (4 * (n % 8))) & 0xF) + 1;
+      return float(int((word >> (4 * (k % 8))) & 0xF) - zero) * s;
+    }
+    case int(quant::WeightFormat::Fp8Block): {
+      __nv_fp8_e4m3 f;
+      f.__x = w.fp8[(size_t(e) * w.N + n) * w.K + k];
+      const int nb = (w.N + 127) / 128, kb = (w.K + 127) / 128;
+      return float(f) * w.scale[(size_t(e) * nb + n / 128) * kb + k / 128];
+    }
+    default:
+      return __bfloat162float(w.dense[(size_t(e) * w.N + n) * w.K + k]);
+  }
+}
+
+// Launchers of the expert kernels (ops_moe_gptq.cu, ops_moe_rows.cu). gate_up writes
+// act[slot, I] = silu(gate·x)·(up·x); down writes y[slot, H] = down·act[slot].
+bool gptq_fast_path(const DeviceExperts& ex);
+template <typename T>
+void gptq_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                  float* act, cudaStream_t stream);
+void gptq_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+               float* y, cudaStream_t stream);
+template <typename T>
+void rows_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                  float* act, cudaStream_t stream);
+void rows_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+               float* y, cudaStream_t stream);
+
+}  // namespace moeserve::cuda::moe_detail
