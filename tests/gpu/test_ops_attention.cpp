@@ -3,12 +3,18 @@
 //     into the paged bf16 cache at the token's (block, slot);
 //   paged_attention: causal softmax over the paged cache with GQA and the sigmoid output gate,
 //     for a mixed step (decode tokens, prefill chunks, a verify batch) over shuffled block
-//     tables, and contexts long enough for a split-KV kernel (up to 16k positions).
+//     tables, and contexts long enough for a split-KV kernel (up to 16k positions);
+//   batch invariance: a query's output is bit-identical whether it runs as a lone decode
+//     (split-KV + merge), inside a prefill chunk, a verify batch or next to other sequences,
+//     across the chunk-size change at 16384 positions (the alone outputs also against the CPU).
 // Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
-// fixtures' (6/2 heads of 24, rotary 6) and an odd one (head_dim 72, 4 KV heads).
+// 35B-A3B one (16 q heads), the fixtures' (6/2 heads of 24, rotary 6) and an odd one
+// (head_dim 72, 4 KV heads).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <map>
 
 #include "backend/cpu/activations.h"
 #include "backend/cpu/attention.h"
@@ -39,7 +45,7 @@ struct AttnCase {
   }
 };
 
-const AttnCase kCases[] = {{32, 2, 256, 64}, {6, 2, 24, 6}, {12, 4, 72, 18}};
+const AttnCase kCases[] = {{32, 2, 256, 64}, {16, 2, 256, 64}, {6, 2, 24, 6}, {12, 4, 72, 18}};
 
 // A bf16 KV pool on the GPU, filled with large garbage so that reading a wrong block or
 // slot shows up as a huge error, and the same pool in fp32 on the CPU.
@@ -229,5 +235,143 @@ TEST(GpuOpsAttention, PagedAttentionMixedStepMatchesCpu) {
       std::printf("  seq %zu: start %d, %d tokens: rel %.3e rms rel %.3e\n", i, seqs[i].start_pos,
                   seqs[i].num_tokens, es.rel, es.rms_rel);
     }
+  }
+}
+
+// The same query (same q, gate and cache) gives the same bits in every kind of step: alone as
+// a decode (M = 1: the KV range split over CTAs and merged), inside prefill chunks (one CTA
+// per tile of tokens walking the whole range, with and without split), in a decode batch, a
+// verify batch and a mixed step. Chunks straddle the first split-chunk boundary (256) and the
+// chunk-size doubling at 16384 positions. The alone outputs are also checked against the CPU.
+TEST(GpuOpsAttention, PagedAttentionBitIdenticalAcrossSteps) {
+  MOESERVE_REQUIRE_GPU();
+  const AttnCase shapes[] = {{32, 2, 256, 64}, {16, 2, 256, 64}};
+  for (const AttnCase& c : shapes) {
+    SCOPED_TRACE(c.name());
+    Rng rng(23);
+    // Sequences with their whole context already in the cache.
+    const std::vector<int> lens{20000, 3000, 700, 40};
+    std::vector<SeqSpec> ctx;
+    for (int len : lens) ctx.push_back({0, len, 0, {}});
+    const int blocks = assign_shuffled_blocks(rng, ctx, kBlock);
+    int max_blocks = 0;
+    for (const auto& s : ctx) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+    Pools pools(rng, c, blocks);
+    for (const auto& s : ctx) {
+      const int len = s.num_tokens;
+      const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      pools.cpu.write(s.blocks, 0, len, kk.data(), vv.data());
+      for (int p = 0; p < len; ++p)
+        for (int h = 0; h < c.nkv; ++h) {
+          const size_t dst = pools.offset(c, s.blocks[size_t(p / kBlock)], h, p % kBlock);
+          const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+          std::copy_n(kk.begin() + long(src), c.hd, pools.k_host.begin() + long(dst));
+          std::copy_n(vv.begin() + long(src), c.hd, pools.v_host.begin() + long(dst));
+        }
+    }
+    auto d_k = to_device_bf16(pools.k_host), d_v = to_device_bf16(pools.v_host);
+    const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, 1e-6f};
+    const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, kBlock, c.hd};
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    const size_t row = size_t(c.nq) * c.hd;
+    // q (scores with a standard deviation of ~3) and gate of the query at (sequence, position).
+    auto query = [&](int seq, int pos, uint64_t salt, float sd) {
+      Rng r((uint64_t(seq) << 40) ^ (uint64_t(pos) << 8) ^ salt);
+      return random_bf16(r, row, sd);
+    };
+
+    struct Part {
+      int seq, start, n;
+    };
+    // One step through the f32 entry point (the model's), workspace sized as the model does.
+    auto run = [&](const std::vector<Part>& parts) {
+      std::vector<SeqSpec> seqs;
+      std::vector<float> q, g;
+      for (const Part& p : parts) {
+        seqs.push_back({p.start, p.n, 0, ctx[size_t(p.seq)].blocks});
+        for (int t = 0; t < p.n; ++t) {
+          const auto qq = query(p.seq, p.start + t, 1, 3.0f), gg = query(p.seq, p.start + t, 2, 2.0f);
+          q.insert(q.end(), qq.begin(), qq.end());
+          g.insert(g.end(), gg.begin(), gg.end());
+        }
+      }
+      DeviceStepMeta meta(seqs, max_blocks);
+      const int M = meta.num_tokens();
+      const size_t ws_bytes = cuda::paged_attention_workspace_bytes(shape, M, max_blocks * kBlock);
+      DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+      auto d_q = to_device_f32(q), d_g = to_device_f32(g);
+      DeviceBuffer<float> d_out(q.size());
+      cuda::paged_attention(d_q.data(), d_g.data(), shape, meta.meta(), view, scale, ws.data(), ws_bytes,
+                            d_out.data(), nullptr);
+      return to_host(d_out);
+    };
+    std::map<std::pair<int, int>, std::vector<float>> alone;  // (sequence, position) -> decode alone
+    auto alone_of = [&](int seq, int pos) -> const std::vector<float>& {
+      auto it = alone.find({seq, pos});
+      if (it == alone.end()) it = alone.emplace(std::make_pair(seq, pos), run({{seq, pos, 1}})).first;
+      return it->second;
+    };
+
+    const std::vector<std::pair<std::string, std::vector<Part>>> steps{
+        {"40-token chunk across the chunk-size doubling at 16384", {{0, 16370, 40}}},
+        {"32-token chunk at the end of 20000 positions (split KV)", {{0, 19968, 32}}},
+        {"10-token chunk with two chunk sizes in one tile (split KV)", {{0, 16380, 10}}},
+        {"mixed step: chunks and decodes", {{1, 2980, 20}, {0, 19999, 1}, {2, 699, 1}, {3, 0, 40}}},
+        {"decode batch", {{0, 19999, 1}, {1, 2999, 1}, {2, 699, 1}, {3, 39, 1}}},
+        {"verify batch and a decode (split KV)", {{2, 696, 4}, {1, 2999, 1}}},
+        {"40-token chunk across the first chunk boundary", {{2, 240, 40}}},
+        {"12-token chunk across the first chunk boundary (split KV)", {{2, 250, 12}}},
+    };
+    for (const auto& [name, parts] : steps) {
+      SCOPED_TRACE(name);
+      const auto got = run(parts);
+      size_t tok = 0, mismatched = 0;
+      std::string first;
+      for (const Part& p : parts)
+        for (int t = 0; t < p.n; ++t, ++tok) {
+          const auto& ref = alone_of(p.seq, p.start + t);
+          for (size_t i = 0; i < row; ++i) {
+            uint32_t a, b;
+            std::memcpy(&a, &got[tok * row + i], 4);
+            std::memcpy(&b, &ref[i], 4);
+            if (a == b) continue;
+            if (mismatched++ == 0)
+              first = "sequence " + std::to_string(p.seq) + " position " + std::to_string(p.start + t) + " head " +
+                      std::to_string(i / size_t(c.hd)) + " d " + std::to_string(i % size_t(c.hd)) + ": " +
+                      std::to_string(got[tok * row + i]) + " in the step, " + std::to_string(ref[i]) + " alone";
+          }
+        }
+      EXPECT_EQ(mismatched, 0u) << name << ": " << mismatched << " values differ from the lone decode; first: "
+                                << first;
+      std::printf("  %s: %zu tokens, %zu values differ from the lone decode\n", name.c_str(), tok, mismatched);
+    }
+
+    // The lone decodes against the CPU op (every position of the short sequences, every 4th
+    // and the boundary ones of the long one).
+    std::vector<std::pair<int, int>> keys;
+    for (const auto& [key, out] : alone)
+      if (key.first != 0 || key.second % 4 == 0 || key.second == 16383 || key.second == 16384 ||
+          key.second == 19999)
+        keys.push_back(key);
+    std::vector<float> q_all, g_all, got_all;
+    for (const auto& [seq, pos] : keys) {
+      const auto qq = query(seq, pos, 1, 3.0f), gg = query(seq, pos, 2, 2.0f);
+      q_all.insert(q_all.end(), qq.begin(), qq.end());
+      g_all.insert(g_all.end(), gg.begin(), gg.end());
+      const auto& o = alone.at({seq, pos});
+      got_all.insert(got_all.end(), o.begin(), o.end());
+    }
+    std::vector<float> o_cpu(q_all.size());
+    std::vector<cpu::AttentionChunk> chunks;
+    for (size_t i = 0; i < keys.size(); ++i)
+      chunks.push_back({q_all.data() + i * row, o_cpu.data() + i * row, 1, keys[i].second,
+                        ctx[size_t(keys[i].first)].blocks});
+    cpu::paged_attention(pool(), pools.cpu, c.nq, scale, chunks);
+    std::vector<float> ref(o_cpu.size());
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = o_cpu[i] * cpu::sigmoid(g_all[i]);
+    // fp32 on both sides, different summation orders: ~1e-6 of |v| ≈ 1 in practice.
+    EXPECT_TRUE(all_close("paged_attention alone vs CPU " + c.name(), got_all, ref,
+                          {int64_t(keys.size()), c.nq, c.hd}, {"query", "head", "d"}, 2e-5, 1e-4));
   }
 }

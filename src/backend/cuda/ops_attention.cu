@@ -1,15 +1,44 @@
 // Gated attention kernels (ops_attention.h).
 //
-// attention_prepare: one CTA per token, one warp per head (q heads then kv heads); each lane
-//   holds head_dim/32 values (head_dim <= 256, multiple of 32 for the warp path... any hd
-//   handled by a strided loop). Roofline: reads qg + k + v once, writes q, gate and the cache
-//   slots: ~ (2·nq + 4·nkv)·hd·2 B per token.
-// paged_attention: one CTA of 8 warps per (token, q head); the visible positions [0, pos] are
-//   split into 8 contiguous ranges, one online softmax per warp, merged in warp order (split-KV
-//   inside the CTA; the split depends only on pos, so results are batch invariant); each lane
-//   owns head_dim/32 dims. Reads each visible K/V row once per q head (GQA sharing through
-//   L1/L2). The head-grouped decode kernel and the tensor-core prefill kernel come in issue 7.
-#include <cfloat>
+// attention_prepare_kernel: one warp per (token, head), heads = q heads then kv heads, 4 warps
+//   per CTA, so a step of M tokens runs M·(nq+nkv) independent warps. Lane i holds dims
+//   i, i+32, ... (head_dim <= 256). A warp's arithmetic depends only on its own token.
+//   Roofline: reads qg (2·nq·hd) and k, v (2·nkv·hd) once, writes q, gate (2·nq·hd) and the
+//   two cache rows (2·nkv·hd bf16) per token.
+//
+// paged_attention_kernel: one CTA per (query tile, kv head [, q-head block], KV split).
+//   A query tile is up to Q consecutive tokens of one sequence; the CTA's rows are
+//   (token, q head) pairs of that tile over the q heads of its kv head (GQA group), two rows
+//   per warp. Each K/V tile of kTile positions is copied once into shared memory (cp.async,
+//   kStages-deep pipeline, layout [stage][K|V][kTile][hd] bf16) and serves every row of the
+//   CTA, so K/V leave L2/HBM once per (tile of tokens, kv head) instead of once per q head.
+//   Per row, lane l owns dims 8l..8l+7: q·K partial dots over those dims, a butterfly
+//   reduce-scatter leaves the score of position (l & 15) on lane l, then an online softmax
+//   (exp2 domain: q is pre-scaled by scale·log2 e) and acc += e·V over the lane's dims.
+//   Roofline (decode): per token and kv head (pos+1)·hd·2·2 B of K/V, plus q, gate, out;
+//   prefill tiles divide that by Q. Split partials add (hd+2)·4 B per (token, q head, chunk),
+//   written once and read once by the merge kernel.
+// attention_merge_kernel: one warp per (token, q head) whose KV range has several chunks;
+//   folds the chunk partials in chunk order and applies the output gate.
+//
+// Batch invariance. The arithmetic of one query is a function of its position p alone:
+//   * the visible range [0, p] is cut into chunks of chunk_size(p+1) positions (256,
+//     doubled while there would be more than 64 chunks), chunk c = [c·C, (c+1)·C);
+//   * inside a chunk, an online softmax over kTile-aligned tiles in increasing order,
+//     starting empty at the chunk's first tile; positions > p are excluded by selects, never
+//     by arithmetic on masked values;
+//   * chunk partials (max, sum, acc) are folded in chunk order by fold_partial, then
+//     acc / sum · sigmoid(gate).
+//   Whether a chunk's partial is folded in registers (one CTA walks the whole range) or goes
+//   through the workspace and the merge kernel (the range is split over CTAs) changes where
+//   the numbers live, not the operations: every floating-point step is an explicit
+//   round-to-nearest intrinsic (__fmaf_rn, __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn) or
+//   ex2.approx, so the compiler cannot contract or reorder differently in different kernels,
+//   template instances or row slots. Tile size, warp count, split count and the tokens that
+//   share a CTA are therefore free choices of the launcher.
+#include <algorithm>
+#include <cmath>
+#include <string>
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -18,10 +47,12 @@
 namespace moeserve::cuda {
 namespace {
 
+constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
+constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   return v;
 }
 
@@ -29,9 +60,15 @@ __device__ __forceinline__ size_t cache_offset(const KvCacheView& c, int block, 
   return ((size_t(block) * c.num_kv_heads + head) * c.block_size + slot) * size_t(c.head_dim);
 }
 
+// ---- attention_prepare ------------------------------------------------------------------
+
+constexpr int kPrepWarps = 4;
+
 // RMSNorm (1+w) over hd values held by a warp (lane i holds dims i, i+32, ...), then NeoX
-// RoPE on the first rotary_dim dims. vals: this lane's values.
-__device__ void norm_rope(float* vals, int hd, const float* w, float eps, const float* inv_freq, int rot, int pos) {
+// RoPE on the first rotary_dim dims. vals: this lane's values; row: the warp's 256-float
+// scratch for exchanging rotation partners (pair (d, d + rot/2) for d < rot/2).
+__device__ void norm_rope(float* vals, int hd, const float* w, float eps, const float* inv_freq, int rot, int pos,
+                          float* row) {
   const int lane = threadIdx.x & 31;
   float ss = 0.0f;
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
@@ -43,9 +80,6 @@ __device__ void norm_rope(float* vals, int hd, const float* w, float eps, const 
     const int d = lane + 32 * i;
     if (d < hd) vals[i] = vals[i] * inv * (1.0f + w[d]);
   }
-  // Rotation pairs (d, d + rot/2) for d < rot/2: exchange through shared memory per warp.
-  __shared__ float buf[32][256];
-  float* row = buf[threadIdx.x >> 5];
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < hd) row[d] = vals[i];
@@ -67,154 +101,539 @@ __device__ void norm_rope(float* vals, int hd, const float* w, float eps, const 
 }
 
 template <typename T>
-__global__ void attention_prepare_kernel(const T* __restrict__ qg, const T* __restrict__ k,
-                                         const T* __restrict__ v, const float* q_norm_w, const float* k_norm_w,
-                                         const float* inv_freq, AttentionShape s, StepMeta meta, KvCacheView cache,
-                                         T* q_out, T* gate_out) {
-  const int m = blockIdx.x;
+__global__ void __launch_bounds__(kPrepWarps * 32)
+    attention_prepare_kernel(const T* __restrict__ qg, const T* __restrict__ k, const T* __restrict__ v,
+                             const float* q_norm_w, const float* k_norm_w, const float* inv_freq, AttentionShape s,
+                             StepMeta meta, KvCacheView cache, T* q_out, T* gate_out) {
+  __shared__ float rope_buf[kPrepWarps][32 * kMaxDimsPerLane];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int nwarps = blockDim.x >> 5;
+  const int nh = s.num_q_heads + s.num_kv_heads;
+  const long long item = (long long)blockIdx.x * kPrepWarps + warp;
+  if (item >= (long long)meta.num_tokens * nh) return;  // warp-uniform; only __syncwarp below
+  const int m = int(item / nh), h = int(item % nh);
   const int hd = s.head_dim;
   const int pos = meta.token_pos[m];
-  const int seq = meta.token_seq[m];
-  const int block = meta.block_tables[size_t(seq) * meta.max_blocks_per_seq + pos / cache.block_size];
-  const int slot = pos % cache.block_size;
-  for (int h = warp; h < s.num_q_heads + s.num_kv_heads; h += nwarps) {
-    float vals[kMaxDimsPerLane];
-    if (h < s.num_q_heads) {
-      const T* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        const int d = lane + 32 * i;
-        vals[i] = d < hd ? to_f32(src[d]) : 0.0f;
-        if (d < hd) gate_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = src[hd + d];
+  float vals[kMaxDimsPerLane];
+  if (h < s.num_q_heads) {
+    const T* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
+    T* q_dst = q_out + size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
+    T* g_dst = gate_out + size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      vals[i] = d < hd ? to_f32(src[d]) : 0.0f;
+      if (d < hd) g_dst[d] = src[hd + d];
+    }
+    norm_rope(vals, hd, q_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos, rope_buf[warp]);
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) q_dst[d] = from_f32<T>(vals[i]);
+    }
+  } else {
+    const int kh = h - s.num_q_heads;
+    const int seq = meta.token_seq[m];
+    const int block = meta.block_tables[size_t(seq) * meta.max_blocks_per_seq + pos / cache.block_size];
+    const int slot = pos % cache.block_size;
+    const T* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      vals[i] = d < hd ? to_f32(src[d]) : 0.0f;
+    }
+    norm_rope(vals, hd, k_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos, rope_buf[warp]);
+    const size_t off = cache_offset(cache, block, kh, slot);
+    const T* vsrc = v + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) {
+        cache.k[off + d] = __float2bfloat16(vals[i]);
+        cache.v[off + d] = __float2bfloat16(to_f32(vsrc[d]));
       }
-      norm_rope(vals, hd, q_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos);
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        const int d = lane + 32 * i;
-        if (d < hd) q_out[size_t(m) * s.num_q_heads * hd + size_t(h) * hd + d] = from_f32<T>(vals[i]);
+    }
+  }
+}
+
+// ---- paged attention: shared pieces -----------------------------------------------------
+
+constexpr int kTile = 16;           // KV positions per shared-memory tile (reduce-scatter width)
+constexpr int kStages = 3;          // cp.async pipeline depth
+constexpr int kRowsPerWarp = 2;     // (token, q head) rows per warp; they share each K/V load
+constexpr int kLaneDims = 8;        // dims per lane: one 16-byte bf16 vector
+constexpr int kChunk0 = 256;        // smallest split-KV chunk, a multiple of kTile
+constexpr int kMaxChunks = 64;      // chunks per query at most; the chunk size doubles beyond
+constexpr int kSplitMaxTokens = 32;  // steps of at most this many tokens may split over CTAs
+constexpr int kMergeWarps = 4;
+constexpr size_t kMaxSmem = size_t(kStages) * 2 * kTile * 32 * kLaneDims * sizeof(bf16);
+static_assert(kMaxSmem <= 48 * 1024, "attention tile pipeline must fit the default 48 KB of shared memory");
+static_assert(kChunk0 % kTile == 0, "chunks are whole tiles");
+static_assert(kTile == 16, "reduce_scatter16 and the half-warp reductions assume 16-position tiles");
+
+// Chunk size of a query whose visible range has len = pos + 1 positions: a function of the
+// position only (see the file comment). Powers of two times kChunk0, so a smaller chunk
+// size always divides a larger one.
+__host__ __device__ __forceinline__ int chunk_size(int len) {
+  int c = kChunk0;
+  while ((len - 1) / c + 1 > kMaxChunks) c <<= 1;
+  return c;
+}
+
+// Launch parameters chosen on the host (none of them changes a query's arithmetic).
+struct AttnLaunch {
+  int tile_tokens;    // Q: tokens of one sequence per CTA
+  int heads_per_cta;  // q heads of the kv head's group per CTA
+  int head_blocks;    // ceil(group / heads_per_cta)
+  int splits;         // CTAs over each query tile's chunk list (grid.z); > 1: partials + merge
+  int chunk_stride;   // chunk slots per (token, q head) in the workspace
+  float scale_log2;   // softmax scale · log2(e)
+  float* ws_acc;      // [M][nq][chunk_stride][hd] unnormalised partial outputs
+  float* ws_ml;       // [M][nq][chunk_stride][2] partial (max, sum), exp2 domain
+};
+
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 8 bf16 (16 bytes) -> 8 floats (exact).
+__device__ __forceinline__ void load_bf16x8(const bf16* p, float* f) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Reduce-scatter of 16 per-lane partial sums over the warp: afterwards every lane l holds
+// Σ_lanes v[l & 15] (lanes l and l^16 the same value). Butterfly over lane bits 3..0 (each
+// step keeps the half of the values selected by the lane's bit and adds the partner's copy
+// of it), then one exchange across the two half-warps. The addition tree of each position is
+// fixed, so the result depends only on the inputs.
+template <int O>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[kTile], int lane) {
+  const bool up = (lane & O) != 0;
+#pragma unroll
+  for (int i = 0; i < O; ++i) {
+    const float send = up ? v[i] : v[i + O];
+    const float keep = up ? v[i + O] : v[i];
+    v[i] = __fadd_rn(keep, __shfl_xor_sync(kFull, send, O));
+  }
+}
+__device__ __forceinline__ float reduce_scatter16(float (&v)[kTile], int lane) {
+  reduce_scatter_step<8>(v, lane);
+  reduce_scatter_step<4>(v, lane);
+  reduce_scatter_step<2>(v, lane);
+  reduce_scatter_step<1>(v, lane);
+  return __fadd_rn(v[0], __shfl_xor_sync(kFull, v[0], 16));
+}
+
+// Max / sum over the 16 lanes of each half-warp (both halves hold the same values). Every
+// lane ends with the same, bit-identical result (a + b == b + a).
+__device__ __forceinline__ float half_warp_max(float v) {
+#pragma unroll
+  for (int o = 8; o >= 1; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ float half_warp_sum(float v) {
+#pragma unroll
+  for (int o = 8; o >= 1; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// Folds one chunk partial (m, l, acc) into the running result (M, L, ACC), in chunk order.
+// The first partial is taken as is. Used by the main kernel and by the merge kernel alike.
+__device__ __forceinline__ void fold_partial(float& M, float& L, float* ACC, bool& have, float m, float l,
+                                             const float* acc) {
+  if (!have) {
+    M = m;
+    L = l;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) ACC[i] = acc[i];
+    have = true;
+    return;
+  }
+  const float nm = fmaxf(M, m);
+  const float a = exp2_approx(__fsub_rn(M, nm)), b = exp2_approx(__fsub_rn(m, nm));
+  L = __fmaf_rn(L, a, __fmul_rn(l, b));
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) ACC[i] = __fmaf_rn(ACC[i], a, __fmul_rn(acc[i], b));
+  M = nm;
+}
+
+// out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims.
+template <typename T>
+__device__ __forceinline__ void store_output(const float* ACC, float L, const T* gate_row, T* out_row, int lane,
+                                             int hd) {
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) {
+    const int d = kLaneDims * lane + i;
+    if (d < hd) {
+      const float g = to_f32(gate_row[d]);
+      const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
+      out_row[d] = from_f32<T>(__fmul_rn(__fdiv_rn(ACC[i], L), sig));
+    }
+  }
+}
+
+// ---- paged attention: main kernel ---------------------------------------------------------
+
+// grid: (M, nkv·head_blocks, splits); block: kWarps warps. blockIdx.x names a token; the CTA
+// works only when that token starts a query tile of its sequence (every tile_tokens-th token
+// from the sequence's first), and takes the tile's tokens [x, x+Q) ∩ the sequence. Tokens of
+// a sequence are consecutive positions. Row r of the CTA (r = slot·kWarps + warp) is token
+// r / heads_per_cta of the tile and q head (r % heads_per_cta) of the head block.
+template <typename T, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers: 512 threads per SM
+    paged_attention_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s, StepMeta meta,
+                           KvCacheView cache, AttnLaunch L, T* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* kv_smem = reinterpret_cast<bf16*>(smem_raw);  // [kStages][2][kTile][hd]
+  const int hd = s.head_dim, nq = s.num_q_heads;
+  const int group = nq / s.num_kv_heads;
+  // Tiles of the latest tokens (the longest ranges) are scheduled first.
+  const int x = int(gridDim.x) - 1 - int(blockIdx.x);
+  const int kvh = int(blockIdx.y) / L.head_blocks, hb = int(blockIdx.y) % L.head_blocks;
+  const int z = int(blockIdx.z);
+  const int seq = meta.token_seq[x];
+  const int first = meta.seq_token_start[seq], end = meta.seq_token_start[seq + 1];
+  if ((x - first) % L.tile_tokens != 0) return;  // CTA-uniform
+  const int ntok = min(L.tile_tokens, end - x);
+  const int p_hi = meta.token_pos[x + ntok - 1];
+  // The CTA's KV range: chunks z, z+splits, ... of the tile's last (largest) query, whose
+  // chunk size is the largest in the tile; every other row's chunks nest inside them.
+  const int c_hi = chunk_size(p_hi + 1), nc_hi = p_hi / c_hi + 1;
+  if (z >= nc_hi) return;  // CTA-uniform
+  const bool split = L.splits > 1;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const bool has_dims = kLaneDims * lane < hd;
+
+  // Rows of this warp.
+  bool row_ok[kRowsPerWarp];
+  bool row_partials[kRowsPerWarp];  // split path and several chunks: partials go to the workspace
+  int row_pos[kRowsPerWarp], row_csize[kRowsPerWarp];
+  size_t row_oh[kRowsPerWarp];  // token·nq + q head
+  float qv[kRowsPerWarp][kLaneDims];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int row = r * kWarps + warp;
+    const int t = row / L.heads_per_cta, hg = hb * L.heads_per_cta + row % L.heads_per_cta;
+    row_ok[r] = t < ntok && hg < group;
+    row_oh[r] = size_t(x + t) * nq + (kvh * group + hg);
+    row_pos[r] = row_ok[r] ? meta.token_pos[x + t] : -1;
+    row_csize[r] = chunk_size(max(row_pos[r], 0) + 1);
+    row_partials[r] = split && max(row_pos[r], 0) / row_csize[r] + 1 > 1;
+    const T* qrow = q + row_oh[r] * hd;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) {
+      const int d = kLaneDims * lane + i;
+      qv[r][i] = row_ok[r] && d < hd ? __fmul_rn(to_f32(qrow[d]), L.scale_log2) : 0.0f;
+    }
+  }
+
+  // Running chunk state and the folded result of finished chunks (register path).
+  float run_m[kRowsPerWarp], run_l[kRowsPerWarp], run_acc[kRowsPerWarp][kLaneDims];
+  float fold_m[kRowsPerWarp], fold_l[kRowsPerWarp], fold_acc[kRowsPerWarp][kLaneDims];
+  bool have[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    run_m[r] = -INFINITY;
+    run_l[r] = 0.0f;
+    fold_m[r] = 0.0f;
+    fold_l[r] = 0.0f;
+    have[r] = false;
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = fold_acc[r][i] = 0.0f;
+  }
+
+  // The CTA's tile list: chunk k of the CTA is z + k·splits; tile i is tile (i % tpc) of
+  // chunk (i / tpc); the last chunk of the range ends at p_hi.
+  const int tpc = c_hi / kTile;
+  const int my_chunks = (nc_hi - 1 - z) / L.splits + 1;
+  const int last_chunk = z + (my_chunks - 1) * L.splits;
+  const int last_tiles = last_chunk == nc_hi - 1 ? (p_hi - last_chunk * c_hi) / kTile + 1 : tpc;
+  const int n_tiles = (my_chunks - 1) * tpc + last_tiles;
+  auto tile_start = [&](int i) { return (z + (i / tpc) * L.splits) * c_hi + (i % tpc) * kTile; };
+
+  const int32_t* table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+  const int vec_per_row = hd / kLaneDims;
+  const int vec_per_tile = 2 * kTile * vec_per_row;
+  const size_t stage_elems = size_t(2) * kTile * hd;
+  // Copies tile i into a stage; positions past p_hi are not read (their block may not exist)
+  // and their stale shared-memory contents are never used (selects below).
+  auto load_tile = [&](int i, int stage) {
+    const int t0 = tile_start(i);
+    bf16* dst = kv_smem + size_t(stage) * stage_elems;
+    for (int c = int(threadIdx.x); c < vec_per_tile; c += kWarps * 32) {
+      const int which = c / (kTile * vec_per_row);  // 0: K, 1: V
+      const int rem = c - which * kTile * vec_per_row;
+      const int j = rem / vec_per_row, part = rem - j * vec_per_row;
+      const int p = t0 + j;
+      if (p > p_hi) continue;
+      const size_t off =
+          cache_offset(cache, table[p / cache.block_size], kvh, p % cache.block_size) + size_t(part) * kLaneDims;
+      cp_async16(dst + (size_t(which) * kTile + j) * hd + part * kLaneDims, (which ? cache.v : cache.k) + off);
+    }
+  };
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cp_async_commit();  // empty groups keep the count uniform
+  }
+
+  for (int it = 0; it < n_tiles; ++it) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` have landed
+    __syncthreads();               // everyone's have; and tile it-1's stage is free again
+    {
+      const int nx = it + kStages - 1;
+      if (nx < n_tiles) load_tile(nx, nx % kStages);
+      cp_async_commit();
+    }
+    const int t0 = tile_start(it);
+    bool active[kRowsPerWarp];
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      active[r] = row_ok[r] && t0 <= row_pos[r];
+      any = any || active[r];
+      if (active[r] && t0 % row_csize[r] == 0) {  // a chunk of this row starts: empty state
+        run_m[r] = -INFINITY;
+        run_l[r] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = 0.0f;
       }
-    } else {
-      const int kh = h - s.num_q_heads;
-      const T* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        const int d = lane + 32 * i;
-        vals[i] = d < hd ? to_f32(src[d]) : 0.0f;
+    }
+    if (!any) continue;  // warp-uniform
+    const bf16* Ks = kv_smem + size_t(it % kStages) * stage_elems;
+    const bf16* Vs = Ks + size_t(kTile) * hd;
+
+    // Scores: partial dots over the lane's 8 dims for the 16 positions, then reduce-scatter.
+    float part[kRowsPerWarp][kTile];
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
+      float kf[kLaneDims];
+      if (has_dims) {
+        load_bf16x8(Ks + size_t(j) * hd + kLaneDims * lane, kf);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) kf[i] = 0.0f;
       }
-      norm_rope(vals, hd, k_norm_w, s.rms_eps, inv_freq, s.rotary_dim, pos);
-      const size_t off = cache_offset(cache, block, kh, slot);
-      const T* vsrc = v + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
-      for (int i = 0; i < kMaxDimsPerLane; ++i) {
-        const int d = lane + 32 * i;
-        if (d < hd) {
-          cache.k[off + d] = __float2bfloat16(vals[i]);
-          cache.v[off + d] = __float2bfloat16(to_f32(vsrc[d]));
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        float a = __fmul_rn(qv[r][0], kf[0]);
+#pragma unroll
+        for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[r][i], kf[i], a);
+        part[r][j] = a;
+      }
+    }
+    float e[kRowsPerWarp];
+    int nvalid[kRowsPerWarp];
+    int nv_max = 0;
+    float score[kRowsPerWarp];  // of position t0 + (lane & 15)
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) score[r] = reduce_scatter16(part[r], lane);
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const float sc = score[r];
+      e[r] = 0.0f;
+      nvalid[r] = 0;
+      if (active[r]) {
+        const bool valid = t0 + (lane & 15) <= row_pos[r];
+        nvalid[r] = min(kTile, row_pos[r] - t0 + 1);
+        nv_max = max(nv_max, nvalid[r]);
+        const float tmax = half_warp_max(valid ? sc : -INFINITY);
+        const float nm = fmaxf(run_m[r], tmax);  // finite: position t0 is valid
+        const float corr = exp2_approx(__fsub_rn(run_m[r], nm));
+        e[r] = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+        run_l[r] = __fmaf_rn(run_l[r], corr, half_warp_sum(e[r]));
+        run_m[r] = nm;
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmul_rn(run_acc[r][i], corr);
+      }
+    }
+    // acc += e_j · V_j over the row's valid positions, in position order.
+    for (int j = 0; j < nv_max; ++j) {
+      float vf[kLaneDims];
+      if (has_dims) {
+        load_bf16x8(Vs + size_t(j) * hd + kLaneDims * lane, vf);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) vf[i] = 0.0f;
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        if (j < nvalid[r]) {  // warp-uniform; false for inactive rows
+          const float ej = __shfl_sync(kFull, e[r], j);
+#pragma unroll
+          for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmaf_rn(ej, vf[i], run_acc[r][i]);
         }
       }
     }
+    // Chunk ends: hand the partial to the workspace (split path, rows with several chunks)
+    // or fold it in registers; a row's last tile also writes its output on the latter path.
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (!active[r]) continue;
+      const bool row_last = t0 + kTile > row_pos[r];
+      if (!row_last && (t0 + kTile) % row_csize[r] != 0) continue;
+      const size_t oh = row_oh[r];
+      if (row_partials[r]) {
+        const size_t slot = oh * L.chunk_stride + t0 / row_csize[r];
+        if (lane == 0) {
+          L.ws_ml[slot * 2] = run_m[r];
+          L.ws_ml[slot * 2 + 1] = run_l[r];
+        }
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) {
+          const int d = kLaneDims * lane + i;
+          if (d < hd) L.ws_acc[slot * hd + d] = run_acc[r][i];
+        }
+      } else {
+        fold_partial(fold_m[r], fold_l[r], fold_acc[r], have[r], run_m[r], run_l[r], run_acc[r]);
+        if (row_last) store_output(fold_acc[r], fold_l[r], gate + oh * hd, out + oh * hd, lane, hd);
+      }
+    }
   }
+  cp_async_wait<0>();
 }
 
-// One CTA (kWarps warps) per (token, q head). The token's visible positions [0, pos] are split
-// into kWarps contiguous ranges, one per warp (split-KV inside the CTA, so long contexts use
-// kWarps times the warps); each warp runs an online softmax over its range, then the ranges
-// are merged in warp order through shared memory. The split depends only on pos, never on
-// the batch: a token's output is the same whatever else is in the step.
-constexpr int kWarps = 8;
-
+// One warp per (token, q head): folds the token's chunk partials in chunk order. Tokens with
+// a single chunk were finished by the main kernel.
 template <typename T>
-__global__ void paged_attention_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
-                                       StepMeta meta, KvCacheView cache, float scale, T* out) {
-  const int m = blockIdx.x, h = blockIdx.y;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int hd = s.head_dim;
-  const int kvh = h / (s.num_q_heads / s.num_kv_heads);
+__global__ void __launch_bounds__(kMergeWarps * 32)
+    attention_merge_kernel(const T* __restrict__ gate, AttentionShape s, StepMeta meta, AttnLaunch L,
+                           T* __restrict__ out) {
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const int m = int(blockIdx.x), h = int(blockIdx.y) * kMergeWarps + warp;
+  if (h >= s.num_q_heads) return;
   const int pos = meta.token_pos[m];
-  const int seq = meta.token_seq[m];
-  const int32_t* table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
-  float qv[kMaxDimsPerLane], acc[kMaxDimsPerLane];
-  const T* qrow = q + size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
-  for (int i = 0; i < kMaxDimsPerLane; ++i) {
-    const int d = lane + 32 * i;
-    qv[i] = d < hd ? to_f32(qrow[d]) * scale : 0.0f;
-    acc[i] = 0.0f;
-  }
-  const int len = pos + 1;
-  const int per = (len + kWarps - 1) / kWarps;
-  const int p0 = min(len, warp * per), p1 = min(len, p0 + per);
-  float mx = -FLT_MAX, sum = 0.0f;
-  for (int p = p0; p < p1; ++p) {
-    const size_t off = cache_offset(cache, table[p / cache.block_size], kvh, p % cache.block_size);
-    float dot = 0.0f;
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hd) dot += qv[i] * __bfloat162float(cache.k[off + d]);
+  const int csize = chunk_size(pos + 1), nc = pos / csize + 1;
+  if (nc == 1) return;
+  const int hd = s.head_dim;
+  const size_t oh = size_t(m) * s.num_q_heads + h;
+  float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
+  bool have = false;
+  for (int c = 0; c < nc; ++c) {
+    const size_t slot = oh * L.chunk_stride + c;
+    float pa[kLaneDims];
+    for (int i = 0; i < kLaneDims; ++i) {
+      const int d = kLaneDims * lane + i;
+      pa[i] = d < hd ? L.ws_acc[slot * hd + d] : 0.0f;
     }
-    dot = warp_sum(dot);
-    const float nmx = fmaxf(mx, dot);
-    const float corr = __expf(mx - nmx);
-    const float e = __expf(dot - nmx);
-    sum = sum * corr + e;
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < hd) acc[i] = acc[i] * corr + e * __bfloat162float(cache.v[off + d]);
-    }
-    mx = nmx;
+    fold_partial(M, Lsum, ACC, have, L.ws_ml[slot * 2], L.ws_ml[slot * 2 + 1], pa);
   }
-  // Merge the warps' (max, sum, acc) in warp order.
-  __shared__ float s_max[kWarps], s_sum[kWarps];
-  __shared__ float s_acc[kWarps][32 * kMaxDimsPerLane];
-  if (lane == 0) {
-    s_max[warp] = mx;
-    s_sum[warp] = sum;
-  }
-  for (int i = 0; i < kMaxDimsPerLane; ++i) s_acc[warp][lane + 32 * i] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
-  float gmx = -FLT_MAX;
-  for (int w = 0; w < kWarps; ++w)
-    if (s_sum[w] > 0.0f) gmx = fmaxf(gmx, s_max[w]);
-  float total = 0.0f;
-  float res[kMaxDimsPerLane];
-  for (int i = 0; i < kMaxDimsPerLane; ++i) res[i] = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    if (s_sum[w] <= 0.0f) continue;  // an empty range (short contexts)
-    const float c = __expf(s_max[w] - gmx);
-    total += s_sum[w] * c;
-    for (int i = 0; i < kMaxDimsPerLane; ++i) res[i] += s_acc[w][lane + 32 * i] * c;
-  }
-  const size_t o = size_t(m) * s.num_q_heads * hd + size_t(h) * hd;
-  for (int i = 0; i < kMaxDimsPerLane; ++i) {
-    const int d = lane + 32 * i;
-    if (d < hd) {
-      const float g = to_f32(gate[o + d]);
-      out[o + d] = from_f32<T>(res[i] / total / (1.0f + __expf(-g)));
-    }
-  }
+  store_output(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
 }
 
-}  // namespace
+// ---- launchers ----------------------------------------------------------------------------
 
-namespace {
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+// Chunk slots per (token, q head) for positions below max_positions.
+size_t chunk_slots(long long max_positions) {
+  const long long c = (std::max(max_positions, 1LL) - 1) / kChunk0 + 1;
+  return size_t(std::min<long long>(kMaxChunks, c));
+}
+
+size_t split_bytes_per_token(const AttentionShape& s, size_t slots) {
+  return size_t(s.num_q_heads) * slots * (size_t(s.head_dim) + 2) * sizeof(float);
+}
+
+void check_shape(const AttentionShape& s) {
+  if (s.head_dim <= 0 || s.head_dim > 32 * kMaxDimsPerLane)
+    throw Error("attention: head_dim must be in [1, 256], got " + std::to_string(s.head_dim));
+  if (s.num_kv_heads <= 0 || s.num_q_heads <= 0 || s.num_q_heads % s.num_kv_heads != 0)
+    throw Error("attention: " + std::to_string(s.num_q_heads) + " query heads are not a multiple of " +
+                std::to_string(s.num_kv_heads) + " KV heads");
+}
 
 template <typename T>
 void launch_prepare(const T* qg, const T* k, const T* v, const float* q_norm_w, const float* k_norm_w,
                     const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
                     T* q_out, T* gate_out, cudaStream_t stream) {
   if (meta.num_tokens == 0) return;
-  if (shape.head_dim > 32 * kMaxDimsPerLane) throw Error("attention: head_dim above 256 is not supported");
-  attention_prepare_kernel<T><<<meta.num_tokens, 256, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape,
-                                                                    meta, cache, q_out, gate_out);
+  check_shape(shape);
+  const long long items = (long long)meta.num_tokens * (shape.num_q_heads + shape.num_kv_heads);
+  const unsigned blocks = unsigned((items + kPrepWarps - 1) / kPrepWarps);
+  attention_prepare_kernel<T><<<blocks, kPrepWarps * 32, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape,
+                                                                       meta, cache, q_out, gate_out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kWarps>
+void launch_main(dim3 grid, size_t smem, const T* q, const T* gate, const AttentionShape& shape,
+                 const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
+  paged_attention_kernel<T, kWarps><<<grid, kWarps * 32, smem, stream>>>(q, gate, shape, meta, cache, L, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
 void launch_attention(const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
-                      KvCacheView cache, float scale, T* out, cudaStream_t stream) {
-  if (meta.num_tokens == 0) return;
-  if (shape.head_dim > 32 * kMaxDimsPerLane) throw Error("attention: head_dim above 256 is not supported");
-  const dim3 grid(unsigned(meta.num_tokens), unsigned(shape.num_q_heads));
-  paged_attention_kernel<T><<<grid, kWarps * 32, 0, stream>>>(q, gate, shape, meta, cache, scale, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, T* out,
+                      cudaStream_t stream) {
+  const int M = meta.num_tokens;
+  if (M == 0) return;
+  check_shape(shape);
+  if (shape.head_dim % kLaneDims != 0)
+    throw Error("attention: head_dim must be a multiple of 8, got " + std::to_string(shape.head_dim));
+  if (cache.head_dim != shape.head_dim || cache.num_kv_heads != shape.num_kv_heads)
+    throw Error("attention: the KV cache geometry does not match the attention shape");
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  // Decode steps (one token per sequence) take the smallest CTA that holds the group's rows;
+  // steps with prefill chunks or verify batches take 16 warps so that several tokens of a
+  // sequence share each K/V tile.
+  const bool decode = M == meta.num_seqs;
+  const int warps = !decode ? 16 : group <= 2 * 4 ? 4 : group <= 2 * 8 ? 8 : 16;
+  const int rows = kRowsPerWarp * warps;
+  AttnLaunch L{};
+  L.heads_per_cta = std::min(group, rows);
+  L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
+  L.tile_tokens = rows / L.heads_per_cta;
+  L.scale_log2 = scale * kLog2e;
+  // Split the KV range over CTAs when the step is small and the workspace holds the partials.
+  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
+  L.chunk_stride = int(slots);
+  L.splits = 1;
+  const size_t per_token = split_bytes_per_token(shape, slots);
+  if (slots > 1 && workspace != nullptr && size_t(M) * per_token <= workspace_bytes) {
+    const long long ctas = (long long)M * shape.num_kv_heads * L.head_blocks;
+    const long long want = (2LL * sm_count() + ctas - 1) / ctas;
+    L.splits = int(std::max<long long>(1, std::min<long long>(want, (long long)slots)));
+  }
+  if (L.splits > 1) {
+    L.ws_acc = static_cast<float*>(workspace);
+    L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
+  }
+  const dim3 grid(unsigned(M), unsigned(shape.num_kv_heads * L.head_blocks), unsigned(L.splits));
+  const size_t smem = size_t(kStages) * 2 * kTile * shape.head_dim * sizeof(bf16);
+  switch (warps) {
+    case 4: launch_main<T, 4>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;
+    case 8: launch_main<T, 8>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;
+    default: launch_main<T, 16>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;
+  }
+  if (L.splits > 1) {
+    const dim3 mgrid(unsigned(M), unsigned((shape.num_q_heads + kMergeWarps - 1) / kMergeWarps));
+    attention_merge_kernel<T><<<mgrid, kMergeWarps * 32, 0, stream>>>(gate, shape, meta, L, out);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace
@@ -231,16 +650,22 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
   launch_prepare(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta, cache, q_out, gate_out, stream);
 }
 
-size_t paged_attention_workspace_bytes(const AttentionShape&, int, int) { return 0; }
+size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context) {
+  const size_t slots = chunk_slots(max_context);
+  if (slots <= 1 || max_tokens <= 0) return 0;  // every query fits one chunk: nothing to merge
+  return size_t(std::min(max_tokens, kSplitMaxTokens)) * split_bytes_per_token(shape, slots);
+}
 
 void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
-                     KvCacheView cache, float scale, void*, size_t, bf16* out, cudaStream_t stream) {
-  launch_attention(q, gate, shape, meta, cache, scale, out, stream);
+                     KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, bf16* out,
+                     cudaStream_t stream) {
+  launch_attention(q, gate, shape, meta, cache, scale, workspace, workspace_bytes, out, stream);
 }
 
 void paged_attention(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
-                     KvCacheView cache, float scale, void*, size_t, float* out, cudaStream_t stream) {
-  launch_attention(q, gate, shape, meta, cache, scale, out, stream);
+                     KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
+                     cudaStream_t stream) {
+  launch_attention(q, gate, shape, meta, cache, scale, workspace, workspace_bytes, out, stream);
 }
 
 }  // namespace moeserve::cuda

@@ -4,7 +4,8 @@
 //   paged_attention: causal softmax attention of every new token over its sequence's cache
 //     (positions <= its own), GQA (q head h reads kv head h / (nq/nkv)), fp32 softmax, then
 //     out = o * sigmoid(gate). Works for decode (1 token per sequence), prefill chunks and
-//     verify batches in one launch; long contexts are split over the KV length.
+//     verify batches in one launch; long contexts are split over the KV length. A token's
+//     output bits depend only on its own position and data, never on the rest of the step.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -43,7 +44,11 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
                        float* q_out, float* gate_out, cudaStream_t stream);
 
-// Scratch for split-KV partial results, sized once for the largest step.
+// Scratch for split-KV partial results, sized once for the largest step: steps of at most
+// 32 tokens spread each query's KV chunks over several CTAs and keep one partial per
+// (token, q head, chunk) here, min(max_tokens, 32) · nq · min(64, ceil(max_context / 256)) ·
+// (head_dim + 2) floats (0 when max_context <= 256). A smaller or null workspace only turns
+// the split off; the results are the same bits either way.
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
 
 // out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate).
