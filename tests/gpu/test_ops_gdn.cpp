@@ -1,8 +1,13 @@
 // Gated DeltaNet on the GPU (ops_gdn.h) against cpu::gated_delta_net (the CPU model's op:
 // recurrent for one token, chunked for longer chunks) on one step mixing decode tokens and
 // prefill chunks of several sequences in shuffled state slots, some starting from carried
-// (non-zero) conv and recurrent states; and the GPU against itself: a chunk followed by
-// single tokens must equal the same tokens in one call.
+// (non-zero) conv and recurrent states, and on a long (300-token) prefill; and the GPU against
+// itself, bit for bit: a chunk followed by single tokens equals the same tokens in one call,
+// every sequence of a mixed step equals that sequence alone (batch invariance), a long prefill
+// equals itself chunked and token by token, and the f32 entry point equals the bf16 one.
+// The op has two launch shapes (one CTA per head for decode-like steps, column strips plus a
+// norm kernel otherwise); these comparisons cross them, so they also check that both give the
+// same bits.
 // Shapes: the 122B-A10B GDN (16 k-heads / 64 v-heads of 128, conv 4), the fixtures'
 // (2 / 6 heads, dk 20, dv 12) and an odd one (3 / 9 heads, dk 40, dv 72).
 #include <gtest/gtest.h>
@@ -77,22 +82,87 @@ GdnInputs random_inputs(Rng& rng, const cuda::GdnShape& s, int M) {
           random_f32(rng, size_t(M) * s.num_v_heads, 2.0f), random_f32(rng, size_t(M) * s.num_v_heads, 2.0f)};
 }
 
-// Runs the GPU op for one step; returns the output [M, nv·dv].
-std::vector<float> run_gpu(GdnProblem& p, const GdnInputs& in, const std::vector<SeqSpec>& seqs) {
+// Runs the GPU op for one step; returns the output [M, nv·dv]. f32: the f32 entry point (the
+// model's), else the bf16 one (the inputs are bf16 values either way).
+std::vector<float> run_gpu(GdnProblem& p, const GdnInputs& in, const std::vector<SeqSpec>& seqs, bool f32 = false) {
   DeviceStepMeta meta(seqs, 1);
   const int M = meta.num_tokens();
-  auto d_qkv = to_device_bf16(in.qkv), d_z = to_device_bf16(in.z);
   auto d_b = to_device_f32(in.b), d_a = to_device_f32(in.a);
   const size_t ws_bytes = cuda::gdn_workspace_bytes(p.s, M);
   DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  if (f32) {
+    auto d_qkv = to_device_f32(in.qkv), d_z = to_device_f32(in.z);
+    DeviceBuffer<float> out(size_t(M) * p.s.value_dim());
+    cuda::gated_delta_net(d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), p.s, p.params(), meta.meta(), ws.data(),
+                          ws_bytes, out.data(), nullptr);
+    return to_host(out);
+  }
+  auto d_qkv = to_device_bf16(in.qkv), d_z = to_device_bf16(in.z);
   DeviceBuffer<bf16> out(size_t(M) * p.s.value_dim());
   cuda::gated_delta_net(d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), p.s, p.params(), meta.meta(), ws.data(),
                         ws_bytes, out.data(), nullptr);
   return to_host(out);
 }
 
+// Tokens [t0, t0 + n) of a step's inputs.
+GdnInputs slice(const GdnInputs& src, const cuda::GdnShape& s, int t0, int n) {
+  auto take = [&](const std::vector<float>& v, int width) {
+    return std::vector<float>(v.begin() + long(size_t(t0) * width), v.begin() + long(size_t(t0 + n) * width));
+  };
+  return {take(src.qkv, s.conv_dim()), take(src.z, s.value_dim()), take(src.b, s.num_v_heads),
+          take(src.a, s.num_v_heads)};
+}
+
+GdnInputs concat(GdnInputs x, const GdnInputs& y) {
+  x.qkv.insert(x.qkv.end(), y.qkv.begin(), y.qkv.end());
+  x.z.insert(x.z.end(), y.z.begin(), y.z.end());
+  x.b.insert(x.b.end(), y.b.begin(), y.b.end());
+  x.a.insert(x.a.end(), y.a.begin(), y.a.end());
+  return x;
+}
+
+std::vector<float> slot_of(const std::vector<float>& v, size_t size, int s) {
+  return std::vector<float>(v.begin() + long(size * size_t(s)), v.begin() + long(size * size_t(s + 1)));
+}
+
+// Output bound against the CPU: bf16 rounding plus 1e-3 of the head's gated scale
+// |w_j·silu(z)| (the normalised core output is O(1); chunked vs recurrent fp32 differ by ~1e-5
+// of it; a wrong token, head or gate is O(1)).
+std::vector<float> out_bound(const GdnProblem& p, const GdnInputs& in) {
+  std::vector<float> bound(in.z.size());
+  for (size_t i = 0; i < bound.size(); ++i) {
+    const int j = int(i % size_t(p.s.v_head_dim));
+    bound[i] = float(1e-3 * std::abs(p.norm_w[size_t(j)] * cpu::silu(in.z[i])));
+  }
+  return bound;
+}
+
 cpu::GdnGeometry geometry(const cuda::GdnShape& s) {
   return {s.num_k_heads, s.num_v_heads, s.k_head_dim, s.v_head_dim, s.conv_kernel};
+}
+
+// The CPU op on one step, on copies of p's initial states (returned in conv / rec).
+std::vector<float> run_cpu(const GdnProblem& p, const GdnInputs& in, const std::vector<SeqSpec>& seqs,
+                           std::vector<float>& conv, std::vector<float>& rec) {
+  const cuda::GdnShape& shape = p.s;
+  int M = 0;
+  for (const auto& s : seqs) M += s.num_tokens;
+  conv = p.conv_state;
+  rec = p.rec_state;
+  std::vector<float> ref(size_t(M) * shape.value_dim());
+  std::vector<cpu::GdnChunk> chunks;
+  int row = 0;
+  for (const auto& s : seqs) {
+    const size_t r = size_t(row);
+    chunks.push_back({s.num_tokens, in.qkv.data() + r * shape.conv_dim(), in.z.data() + r * shape.value_dim(),
+                      in.b.data() + r * shape.num_v_heads, in.a.data() + r * shape.num_v_heads,
+                      conv.data() + size_t(s.state_slot) * p.conv_size(),
+                      rec.data() + size_t(s.state_slot) * p.rec_size(), ref.data() + r * shape.value_dim()});
+    row += s.num_tokens;
+  }
+  const cpu::GdnParams params{p.conv_w.data(), p.dt_bias.data(), p.a_log.data(), p.norm_w.data(), shape.norm_eps};
+  cpu::gated_delta_net(pool(), geometry(shape), params, chunks);
+  return ref;
 }
 
 }  // namespace
@@ -113,28 +183,9 @@ TEST(GpuOpsGdn, MixedStepMatchesCpu) {
     const auto got = run_gpu(p, in, seqs);
 
     // CPU: the same step on copies of the same initial states.
-    std::vector<float> conv = p.conv_state, rec = p.rec_state, ref(size_t(M) * shape.value_dim());
-    std::vector<cpu::GdnChunk> chunks;
-    int row = 0;
-    for (const auto& s : seqs) {
-      const size_t r = size_t(row);
-      chunks.push_back({s.num_tokens, in.qkv.data() + r * shape.conv_dim(), in.z.data() + r * shape.value_dim(),
-                        in.b.data() + r * shape.num_v_heads, in.a.data() + r * shape.num_v_heads,
-                        conv.data() + size_t(s.state_slot) * p.conv_size(),
-                        rec.data() + size_t(s.state_slot) * p.rec_size(), ref.data() + r * shape.value_dim()});
-      row += s.num_tokens;
-    }
-    const cpu::GdnParams params{p.conv_w.data(), p.dt_bias.data(), p.a_log.data(), p.norm_w.data(), shape.norm_eps};
-    cpu::gated_delta_net(pool(), geometry(shape), params, chunks);
-
-    // Output: bf16 rounding plus 1e-3 of the head's gated scale |w_j·silu(z)| (the normalised
-    // core output is O(1); chunked vs recurrent fp32 differ by ~1e-5 of it; a wrong token,
-    // head or gate is O(1)).
-    std::vector<float> bound(ref.size());
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const int j = int(i % size_t(shape.v_head_dim));
-      bound[i] = float(1e-3 * std::abs(p.norm_w[size_t(j)] * cpu::silu(in.z[i])));
-    }
+    std::vector<float> conv, rec;
+    const auto ref = run_cpu(p, in, seqs, conv, rec);
+    const auto bound = out_bound(p, in);
     EXPECT_TRUE(all_close("gdn.out " + name_of(shape), got, ref, {M, shape.num_v_heads, shape.v_head_dim},
                           {"token", "v_head", "j"}, 0, kEpsBf16 * 1.001, &bound));
     // Conv state: the last K−1 pre-conv inputs, copied: exact. Slots outside the step keep
@@ -162,47 +213,133 @@ TEST(GpuOpsGdn, ChunkThenSingleTokensEqualsOneCall) {
     // Another sequence shares every step (slot 1), so the split run also mixes sequences.
     const GdnInputs other = random_inputs(rng, shape, 1 + (T - first));
 
-    // One call: the 20 tokens of slot 2 alone; then the other sequence's tokens separately.
+    // One call: the 20 tokens of slot 2 alone.
     const auto out_whole = run_gpu(whole, in, {{0, T, 2, {}}});
-    // Split: [13 tokens of slot 2 + 1 token of slot 1], then 7 steps of [1 + 1].
-    auto slice = [&](const GdnInputs& src, int t0, int n) {
-      GdnInputs r;
-      auto take = [&](const std::vector<float>& v, int width) {
-        return std::vector<float>(v.begin() + long(size_t(t0) * width), v.begin() + long(size_t(t0 + n) * width));
-      };
-      r.qkv = take(src.qkv, shape.conv_dim());
-      r.z = take(src.z, shape.value_dim());
-      r.b = take(src.b, shape.num_v_heads);
-      r.a = take(src.a, shape.num_v_heads);
-      return r;
-    };
-    auto concat = [](GdnInputs x, const GdnInputs& y) {
-      x.qkv.insert(x.qkv.end(), y.qkv.begin(), y.qkv.end());
-      x.z.insert(x.z.end(), y.z.begin(), y.z.end());
-      x.b.insert(x.b.end(), y.b.begin(), y.b.end());
-      x.a.insert(x.a.end(), y.a.begin(), y.a.end());
-      return x;
-    };
+    // Split: [13 tokens of slot 2 + 1 token of slot 1], then 7 steps of [1 + 1] (small decode
+    // steps: the other launch shape where the (sequence, head) grid fits one wave).
     std::vector<float> out_split;
     const size_t width = size_t(shape.value_dim());
     for (int step = 0; step <= T - first; ++step) {
       const int t0 = step == 0 ? 0 : first + step - 1, n = step == 0 ? first : 1;
-      const auto out = run_gpu(split, concat(slice(in, t0, n), slice(other, step, 1)), {{t0, n, 2, {}}, {step, 1, 1, {}}});
+      const auto out = run_gpu(split, concat(slice(in, shape, t0, n), slice(other, shape, step, 1)),
+                               {{t0, n, 2, {}}, {step, 1, 1, {}}});
       out_split.insert(out_split.end(), out.begin(), out.begin() + long(size_t(n) * width));
     }
-    // The same kernels see the same values in the same order: equal up to fp32 noise.
+    // The same arithmetic on the same values in the same order: bit for bit.
     EXPECT_TRUE(all_close("gdn split vs whole.out " + name_of(shape), out_split, out_whole,
-                          {T, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 1e-6, 1e-5));
+                          {T, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 0, 0));
     const auto conv_w = to_host(whole.d_conv_state), conv_s = to_host(split.d_conv_state);
     const auto rec_w = to_host(whole.d_rec_state), rec_s = to_host(split.d_rec_state);
     const size_t cs = whole.conv_size(), rs = whole.rec_size();
-    auto slot = [](const std::vector<float>& v, size_t size, int s) {
-      return std::vector<float>(v.begin() + long(size * size_t(s)), v.begin() + long(size * size_t(s + 1)));
-    };
-    EXPECT_TRUE(all_close("gdn split vs whole.conv_state " + name_of(shape), slot(conv_s, cs, 2), slot(conv_w, cs, 2),
-                          {shape.conv_dim(), shape.conv_kernel - 1}, {"channel", "tap"}, 0, 0));
-    EXPECT_TRUE(all_close("gdn split vs whole.recurrent_state " + name_of(shape), slot(rec_s, rs, 2),
-                          slot(rec_w, rs, 2), {shape.num_v_heads, shape.k_head_dim, shape.v_head_dim},
-                          {"v_head", "i", "j"}, 1e-6, 1e-5));
+    EXPECT_TRUE(all_close("gdn split vs whole.conv_state " + name_of(shape), slot_of(conv_s, cs, 2),
+                          slot_of(conv_w, cs, 2), {shape.conv_dim(), shape.conv_kernel - 1}, {"channel", "tap"}, 0,
+                          0));
+    EXPECT_TRUE(all_close("gdn split vs whole.recurrent_state " + name_of(shape), slot_of(rec_s, rs, 2),
+                          slot_of(rec_w, rs, 2), {shape.num_v_heads, shape.k_head_dim, shape.v_head_dim},
+                          {"v_head", "i", "j"}, 0, 0));
+  }
+}
+
+// Batch invariance: each sequence of a mixed step (decode tokens, a 2-token chunk, shorter
+// than the conv window, short and long chunks) gives the same bits as that sequence alone.
+// Alone, a decode token takes the one-CTA-per-head shape and one-token prep tiles; in the
+// mix, the column strips and 8-token prep tiles.
+TEST(GpuOpsGdn, MixedStepEqualsEachSequenceAlone) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(33);
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE(name_of(shape));
+    const int slots = 8;
+    Rng rng_copy = rng;
+    GdnProblem mixed(rng, shape, slots);
+    GdnProblem alone(rng_copy, shape, slots);
+    const std::vector<SeqSpec> seqs{{7, 1, 4, {}}, {0, 45, 1, {}}, {3, 2, 7, {}}, {12, 1, 0, {}},
+                                    {30, 130, 5, {}}, {2, 9, 3, {}}};
+    int M = 0;
+    for (const auto& s : seqs) M += s.num_tokens;
+    const GdnInputs in = random_inputs(rng, shape, M);
+    const auto out_mixed = run_gpu(mixed, in, seqs);
+
+    std::vector<float> out_alone;
+    int row = 0;
+    for (const auto& s : seqs) {
+      const auto out = run_gpu(alone, slice(in, shape, row, s.num_tokens), {s});
+      out_alone.insert(out_alone.end(), out.begin(), out.end());
+      row += s.num_tokens;
+    }
+    EXPECT_TRUE(all_close("gdn mixed vs alone.out " + name_of(shape), out_mixed, out_alone,
+                          {M, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn mixed vs alone.conv_state " + name_of(shape), to_host(mixed.d_conv_state),
+                          to_host(alone.d_conv_state), {slots, shape.conv_dim(), shape.conv_kernel - 1},
+                          {"slot", "channel", "tap"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn mixed vs alone.recurrent_state " + name_of(shape), to_host(mixed.d_rec_state),
+                          to_host(alone.d_rec_state),
+                          {slots, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim},
+                          {"slot", "v_head", "i", "j"}, 0, 0));
+  }
+}
+
+// A 300-token prefill from a carried state, in one call: against the CPU op (chunked, 64 at a
+// time); against itself run in uneven chunks and token by token (bit for bit); and the f32
+// entry point against the bf16 one (the same bits once the f32 output is rounded to bf16).
+TEST(GpuOpsGdn, LongPrefillMatchesCpuChunksAndDecode) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(34);
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE(name_of(shape));
+    const int T = 300, slot = 1;
+    Rng rng_a = rng, rng_b = rng, rng_c = rng;
+    GdnProblem one(rng, shape, 2), chunked(rng_a, shape, 2), decode(rng_b, shape, 2), f32(rng_c, shape, 2);
+    const GdnInputs in = random_inputs(rng, shape, T);
+    const std::vector<SeqSpec> seq{{0, T, slot, {}}};
+    const auto got = run_gpu(one, in, seq);
+
+    std::vector<float> conv, rec;
+    const auto ref = run_cpu(one, in, seq, conv, rec);
+    const auto bound = out_bound(one, in);
+    EXPECT_TRUE(all_close("gdn long.out " + name_of(shape), got, ref, {T, shape.num_v_heads, shape.v_head_dim},
+                          {"token", "v_head", "j"}, 0, kEpsBf16 * 1.001, &bound));
+    EXPECT_TRUE(all_close("gdn long.conv_state " + name_of(shape), to_host(one.d_conv_state), conv,
+                          {2, shape.conv_dim(), shape.conv_kernel - 1}, {"slot", "channel", "tap"}, 0, 0));
+    const double smax = error_stats(rec, rec).max_ref;
+    EXPECT_TRUE(all_close("gdn long.recurrent_state " + name_of(shape), to_host(one.d_rec_state), rec,
+                          {2, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim}, {"slot", "v_head", "i", "j"},
+                          1e-4 * smax, 1e-4));
+
+    // Uneven chunks (1, 130, 64, 3, 102) and single tokens.
+    std::vector<float> out_chunked, out_decode;
+    int t0 = 0;
+    for (const int n : {1, 130, 64, 3, 102}) {
+      const auto out = run_gpu(chunked, slice(in, shape, t0, n), {{t0, n, slot, {}}});
+      out_chunked.insert(out_chunked.end(), out.begin(), out.end());
+      t0 += n;
+    }
+    ASSERT_EQ(t0, T);
+    for (int t = 0; t < T; ++t) {
+      const auto out = run_gpu(decode, slice(in, shape, t, 1), {{t, 1, slot, {}}});
+      out_decode.insert(out_decode.end(), out.begin(), out.end());
+    }
+    const std::vector<int64_t> dims{T, shape.num_v_heads, shape.v_head_dim};
+    const std::vector<int64_t> rdims{2, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim};
+    EXPECT_TRUE(all_close("gdn long chunked vs one.out " + name_of(shape), out_chunked, got, dims,
+                          {"token", "v_head", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn long decode vs one.out " + name_of(shape), out_decode, got, dims,
+                          {"token", "v_head", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn long chunked vs one.recurrent_state " + name_of(shape),
+                          to_host(chunked.d_rec_state), to_host(one.d_rec_state), rdims,
+                          {"slot", "v_head", "i", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn long decode vs one.recurrent_state " + name_of(shape), to_host(decode.d_rec_state),
+                          to_host(one.d_rec_state), rdims, {"slot", "v_head", "i", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn long decode vs one.conv_state " + name_of(shape), to_host(decode.d_conv_state),
+                          to_host(one.d_conv_state), {2, shape.conv_dim(), shape.conv_kernel - 1},
+                          {"slot", "channel", "tap"}, 0, 0));
+
+    // f32 activations in and out (the model's entry point).
+    auto out_f32 = run_gpu(f32, in, seq, /*f32=*/true);
+    for (auto& v : out_f32) v = round_bf16(v);
+    EXPECT_TRUE(all_close("gdn long f32 vs bf16.out " + name_of(shape), out_f32, got, dims,
+                          {"token", "v_head", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn long f32 vs bf16.recurrent_state " + name_of(shape), to_host(f32.d_rec_state),
+                          to_host(one.d_rec_state), rdims, {"slot", "v_head", "i", "j"}, 0, 0));
   }
 }

@@ -1,14 +1,58 @@
-// Gated DeltaNet kernels (ops_gdn.h), a correct baseline for decode and prefill.
+// Gated DeltaNet kernels (ops_gdn.h, spec 2.5): three kernels, one job each.
 //
-// gdn_conv_kernel: one thread per (sequence, channel); walks the sequence's new tokens in
-//   order with the K-1 previous pre-conv inputs (the conv state), writes silu(conv) as f32
-//   into the workspace [M, conv_dim] and stores the last K-1 inputs back. Reads qkv once.
-// gdn_recurrent_kernel: one CTA per (sequence, v-head), thread j owns column j of the fp32
-//   state S [dk, dv] (kept in the state buffer; L1/L2 resident within a step). Per token:
-//   l2norm(q)/sqrt(dk), l2norm(k) (block reductions), beta, g, then
-//     S <- e^g S;  kv = Sᵀk;  Δ = β(v - kv);  S <- S + k⊗Δ;  o = Sᵀq
-//   and the gated RMSNorm of o over dv with silu(z). Roofline for decode: the state is read
-//   and written once per token: 2·nv·dk·dv·4 B per sequence and layer.
+// 1. gdn_prep_kernel: conv + SiLU, l2norm, gates. One CTA per (tile of 8 tokens, unit), a unit
+//    being a key head (thread i: q channel i and k channel i) or a value head (thread i: v
+//    channel i). A thread slides the causal depthwise conv of its channel over the tile's
+//    tokens, loading each pre-conv input once (rows of qkv of the token's own sequence, or the
+//    slot's conv state before the sequence's first new token), then silu. A key-head CTA then
+//    l2-normalises q (and scales it by 1/sqrt(dk)) and k per token with block reductions and
+//    stores q̂·k̂; a value-head CTA stores decay = exp(g) and beta. Tokens are independent (no
+//    walk along a sequence), so a prefill is spread over ceil(M/8)·(nk+nv) CTAs.
+//    Writes conv_out [M][conv_dim] (q̂ | k̂ | v, f32), decay/beta [M][nv], kq [M][nk].
+//    Roofline: reads qkv once, writes conv_out once: M·conv_dim·(sizeof(T) + 4) B.
+//
+// 2. gdn_recurrent_kernel: the delta rule with the state S [dk][dv] of a (sequence, v-head)
+//    in registers for all of the sequence's new tokens. Column j of S evolves on its own:
+//      kv_j = Σ_i S_ij k_i,  sq_j = Σ_i S_ij q_i              (S before this token)
+//      Δ_j  = β (v_j − e^g kv_j)
+//      S_ij ← e^g S_ij + k_i Δ_j
+//      o_j  = Σ_i S_ij(new) q_i = e^g sq_j + Δ_j (k·q)
+//    (the same as spec 2.5 step 7, the decay folded into the two sums so that one reduction
+//    per token gives both). Thread layout: a warp holds 32 rows x 32 columns; lane = 8·r + cg
+//    owns rows (4·wr + r)·8 .. +7 and columns 4·cg .. +3 of its warp's 32 (8x4 = 32 state
+//    registers); the W = ceil(dk/32) warps of a column strip split the rows, so the row sums
+//    are: 8 rows in order in the thread, an xor butterfly over the 4 row lanes, then the W
+//    warps' partials through shared memory summed in warp order. That order depends only on
+//    dk: every output is bit-identical whatever shares the launch and however the columns are
+//    spread over CTAs. Two launch shapes, chosen per step, give the same bits:
+//      fused (small decode batches): one CTA per (sequence, v-head) with all ceil(dv/32)
+//        column strips; after the last token it applies the gated RMSNorm to its head's
+//        outputs (no third launch).
+//      split (prefill, larger batches): one CTA per (sequence, v-head, 32-column strip):
+//        more, smaller CTAs; gdn_norm_kernel applies the gated RMSNorm afterwards.
+//    The raw outputs o go through the workspace (core [M][nv·dv], f32) in both shapes.
+//    A token's inputs (q̂, k̂, the CTA's v columns, gates) come from shared memory: chunks of
+//    8 tokens are copied asynchronously (cp.async) one chunk ahead, so the per-token chain
+//    never waits on global memory. The CTAs of a sequence also store its new conv state (the
+//    prep kernel, which read the old one, has finished).
+//    Roofline: decode reads and writes the state once: 2·nv·dk·dv·4 B per sequence (8.4 MB
+//    at the 122B shape); prefill adds only conv_out and core traffic per token, the state
+//    stays in registers (the sequential token chain bounds a long prefill, not bytes).
+//
+// 3. gdn_norm_kernel (split shape only): one warp per (token, v-head), gated RMSNorm with plain
+//    w and silu(z) over dv (spec 2.1.2), the same device function the fused shape uses.
+//    Roofline: M·nv·dv·(4 + 2·sizeof(T)) B.
+//
+// Arithmetic on the recurrence and the norm uses explicit _rn intrinsics (no contraction
+// choices left to the compiler), so the two launch shapes, and the f32 and bf16 entry
+// points, stay bit-identical.
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <cuda_pipeline.h>
+
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_gdn.h"
@@ -16,127 +60,568 @@
 namespace moeserve::cuda {
 namespace {
 
-__device__ float block_reduce_sum(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  const int nwarps = (blockDim.x + 31) >> 5;
-  for (int w = 0; w < nwarps; ++w) total += scratch[w];
-  return total;
+constexpr int kMaxConvK = 8;          // conv kernel width supported
+constexpr int kMaxHeadDim = 256;      // dk and dv: one prep thread per channel of a head
+constexpr int kPrepTokens = 8;        // prep: tokens per CTA in prefill (a sliding window per channel)
+constexpr int kRowsPerThread = 8;     // recurrence: rows of S per thread
+constexpr int kRowLanes = 4;          // lanes of a warp along rows (lane >> 3)
+constexpr int kColGroups = 8;         // lanes of a warp along columns (lane & 7), 4 columns each
+constexpr int kWarpRows = kRowsPerThread * kRowLanes;  // 32 rows of S per warp
+constexpr int kWarpCols = kColGroups * 4;              // 32 columns of S per warp
+constexpr int kMaxThreads = 512;      // recurrence CTA size limit (state registers)
+constexpr int kChunk = 8;             // recurrence: tokens staged in shared memory at a time
+constexpr int kWarpsPerBlock = 8;     // norm kernel: 256 threads
+constexpr unsigned kFull = 0xffffffffu;
+
+// Workspace regions (f32), each rounded up to 64 floats so that every region is 256-B aligned.
+struct GdnWork {
+  float* conv_out;  // [M][conv_dim]: q̂ (l2-normalised, /sqrt(dk)) | k̂ (l2-normalised) | v
+  float* decay;     // [M][nv]: exp(g)
+  float* beta;      // [M][nv]
+  float* kq;        // [M][nk]: k̂·q̂ per key head
+  float* core;      // [M][nv·dv]: delta-rule output before the gated norm
+};
+
+size_t round_region(size_t n) { return (n + 63) / 64 * 64; }
+
+GdnWork carve(void* workspace, const GdnShape& s, int M) {
+  float* p = static_cast<float*>(workspace);
+  GdnWork w{};
+  w.conv_out = p;
+  p += round_region(size_t(M) * s.conv_dim());
+  w.decay = p;
+  p += round_region(size_t(M) * s.num_v_heads);
+  w.beta = p;
+  p += round_region(size_t(M) * s.num_v_heads);
+  w.kq = p;
+  p += round_region(size_t(M) * s.num_k_heads);
+  w.core = p;
+  return w;
 }
 
-template <typename T>
-__global__ void gdn_conv_kernel(const T* __restrict__ qkv, GdnShape s, const float* __restrict__ conv_w,
-                                float* conv_state, StepMeta meta, float* conv_out) {
-  const int seq = blockIdx.y;
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  const int C = s.conv_dim(), K = s.conv_kernel;
-  if (c >= C || seq >= meta.num_seqs) return;
-  const int t0 = meta.seq_token_start[seq], t1 = meta.seq_token_start[seq + 1];
-  float* st = conv_state + (size_t(meta.seq_state_slot[seq]) * C + c) * (K - 1);
-  float window[8];  // K <= 8
-  for (int j = 0; j < K - 1; ++j) window[j] = st[j];
-  const float* w = conv_w + size_t(c) * K;
-  for (int m = t0; m < t1; ++m) {
-    window[K - 1] = to_f32(qkv[size_t(m) * C + c]);
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
+
+// Sums one value per (thread, token) over the CTA for each of the tile's tokens: xor butterfly
+// in each warp, then the warps' sums in warp order (an order fixed by the block size, which
+// depends on the shape only). red: [nwarps][TT] floats. Every thread gets the sums.
+// Contains barriers: call from all threads.
+template <int TT>
+__device__ __forceinline__ void block_sums(float (&v)[TT], float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int t = 0; t < TT; ++t) v[t] = warp_sum(v[t]);
+  if (lane == 0) {
+#pragma unroll
+    for (int t = 0; t < TT; ++t) red[warp * TT + t] = v[t];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    float sum = red[t];
+    for (int ww = 1; ww < nwarps; ++ww) sum = __fadd_rn(sum, red[ww * TT + t]);
+    v[t] = sum;
+  }
+  __syncthreads();  // red is reused by the next call
+}
+
+// Per-token view of a prep tile: the sequence's first new token and its slot's conv state.
+template <int TT>
+struct PrepTokens {
+  int m0, nt;              // tokens m0 .. m0 + nt − 1 (nt <= TT)
+  int t0[TT];
+  const float* state[TT];  // [conv_dim][K−1] of the token's slot
+};
+
+// silu(Σ_j w[j] · u[m − (K−1) + j]) of channel c for the tile's tokens. The pre-conv inputs of
+// rows m0 − (K−1) .. m0 + nt − 1 are loaded once; a tap before its token's sequence start
+// reads the slot's conv state instead (oldest first).
+template <typename T, int TT>
+__device__ __forceinline__ void conv_tile(const T* __restrict__ qkv, const float* __restrict__ conv_w,
+                                          const PrepTokens<TT>& tk, int C, int K, int c, float (&y)[TT]) {
+  float wk[kMaxConvK];
+#pragma unroll
+  for (int j = 0; j < kMaxConvK; ++j) wk[j] = j < K ? conv_w[size_t(c) * K + j] : 0.0f;
+  float x[TT + kMaxConvK - 1];  // x[i]: row m0 − (K−1) + i
+#pragma unroll
+  for (int i = 0; i < TT + kMaxConvK - 1; ++i) {
+    const int row = tk.m0 - (K - 1) + i;
+    x[i] = (i < tk.nt + K - 1 && row >= 0) ? to_f32(qkv[size_t(row) * C + c]) : 0.0f;
+  }
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
     float acc = 0.0f;
-    for (int j = 0; j < K; ++j) acc += w[j] * window[j];
-    conv_out[size_t(m) * C + c] = acc / (1.0f + __expf(-acc));
-    for (int j = 0; j < K - 1; ++j) window[j] = window[j + 1];
+#pragma unroll
+    for (int j = 0; j < kMaxConvK; ++j) {
+      if (j < K) {
+        const int row = tk.m0 + t - (K - 1) + j;
+        const float u = row >= tk.t0[t] ? x[t + j] : tk.state[t][size_t(c) * (K - 1) + (row - tk.t0[t] + K - 1)];
+        acc = __fmaf_rn(wk[j], u, acc);
+      }
+    }
+    y[t] = silu(acc);
   }
-  for (int j = 0; j < K - 1; ++j) st[j] = window[j];
+}
+
+// Grid (ceil(M / TT), nk + nv); block round32(max(dk, dv)) threads. CTA (tile, u):
+// u < nk is key head u (thread i: q channel i and k channel i), else value head u − nk
+// (thread i: v channel i; threads < nt: the gates of token m0 + i). TT, the tokens per CTA
+// (1 for small steps, kPrepTokens for prefill), changes no token's arithmetic.
+template <typename T, int TT>
+__global__ void __launch_bounds__(kMaxHeadDim)
+    gdn_prep_kernel(const T* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
+                    GdnShape s, GdnLayerParams p, StepMeta meta, GdnWork w) {
+  __shared__ float red[(kMaxHeadDim / 32) * TT];
+  const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
+  const int C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
+  const int u = blockIdx.y, i = threadIdx.x;
+  PrepTokens<TT> tk;
+  tk.m0 = blockIdx.x * TT;
+  tk.nt = min(TT, meta.num_tokens - tk.m0);
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    tk.t0[t] = 0;
+    tk.state[t] = p.conv_state;
+    if (t < tk.nt) {
+      const int seq = meta.token_seq[tk.m0 + t];
+      tk.t0[t] = meta.seq_token_start[seq];
+      tk.state[t] = p.conv_state + size_t(meta.seq_state_slot[seq]) * C * (K - 1);
+    }
+  }
+
+  if (u < nk) {
+    // Key head u: conv of q and k, then l2norm per token (q also scaled by 1/sqrt(dk)).
+    float qv[TT], kv[TT], qq[TT], kk[TT];
+#pragma unroll
+    for (int t = 0; t < TT; ++t) qv[t] = kv[t] = 0.0f;
+    if (i < dk) {
+      conv_tile(qkv, p.conv_weight, tk, C, K, u * dk + i, qv);
+      conv_tile(qkv, p.conv_weight, tk, C, K, key_dim + u * dk + i, kv);
+    }
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      qq[t] = __fmul_rn(qv[t], qv[t]);
+      kk[t] = __fmul_rn(kv[t], kv[t]);
+    }
+    block_sums(qq, red);
+    block_sums(kk, red);
+    // l2norm: x / sqrt(Σx² + 1e-6), eps hard-coded as in HF.
+    const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
+    float qk[TT];
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      const float qn = __fmul_rn(__fmul_rn(qv[t], __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq[t], 1e-6f)))), q_scale);
+      const float kn = __fmul_rn(kv[t], __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk[t], 1e-6f))));
+      qk[t] = __fmul_rn(qn, kn);
+      if (i < dk && t < tk.nt) {
+        float* row = w.conv_out + size_t(tk.m0 + t) * C;
+        row[u * dk + i] = qn;
+        row[key_dim + u * dk + i] = kn;
+      }
+    }
+    block_sums(qk, red);
+    if (i < tk.nt) {
+      float mine = qk[0];  // qk[i] without dynamic register indexing
+#pragma unroll
+      for (int t = 1; t < TT; ++t)
+        if (t == i) mine = qk[t];
+      w.kq[size_t(tk.m0 + i) * nk + u] = mine;
+    }
+  } else {
+    // Value head h: conv of v (no normalisation) and the gates.
+    const int h = u - nk;
+    if (i < dv) {
+      float vv[TT];
+      conv_tile(qkv, p.conv_weight, tk, C, K, 2 * key_dim + h * dv + i, vv);
+#pragma unroll
+      for (int t = 0; t < TT; ++t)
+        if (t < tk.nt) w.conv_out[size_t(tk.m0 + t) * C + 2 * key_dim + h * dv + i] = vv[t];
+    }
+    if (i < tk.nt) {
+      const size_t gi = size_t(tk.m0 + i) * nv + h;
+      const float beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b[gi])));
+      const float x = __fadd_rn(a[gi], p.dt_bias[h]);
+      const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch threshold 20
+      const float g = __fmul_rn(-expf(p.a_log[h]), softplus);
+      w.decay[gi] = expf(g);
+      w.beta[gi] = beta;
+    }
+  }
+}
+
+// y_j = (w_j · (o_j · rsqrt(mean(o²) + eps))) · silu(z_j) for one (token, v-head), by one warp.
+// Used by both launch shapes: the sum of squares has one fixed order (lane-strided, then xor).
+// `o` is a plain pointer: in the fused shape it was written by other threads of the CTA.
+template <typename T>
+__device__ __forceinline__ void gated_norm_warp(const float* o, const T* __restrict__ z,
+                                                const float* __restrict__ w, int dv, float eps, T* out,
+                                                int lane) {
+  float ss = 0.0f;
+  for (int j = lane; j < dv; j += 32) ss = __fmaf_rn(o[j], o[j], ss);
+  ss = warp_sum(ss);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(dv)), eps)));
+  for (int j = lane; j < dv; j += 32)
+    out[j] = from_f32<T>(__fmul_rn(__fmul_rn(w[j], __fmul_rn(o[j], inv)), silu(to_f32(z[j]))));
+}
+
+// Shared-memory stage of kChunk tokens for one recurrence CTA (floats):
+//   k [kChunk][dkp] | q [kChunk][dkp] | v [kChunk][ncols] | gates [kChunk][4] (decay, beta, kq)
+// dkp = dk rounded up to 4, ncols = the CTA's columns (32·ncw). Two stages alternate.
+struct Stage {
+  int dkp, ncols;
+  __host__ __device__ int floats() const { return kChunk * (2 * dkp + ncols + 4); }
+  __device__ float* k(float* base, int t) const { return base + t * dkp; }
+  __device__ float* q(float* base, int t) const { return base + (kChunk + t) * dkp; }
+  __device__ float* v(float* base, int t) const { return base + 2 * kChunk * dkp + t * ncols; }
+  __device__ float* gates(float* base, int t) const { return base + kChunk * (2 * dkp + ncols) + t * 4; }
+};
+
+__device__ __forceinline__ void copy_async(float* dst, const float* src, bool vec4) {
+  if (vec4)
+    __pipeline_memcpy_async(dst, src, 16);
+  else
+    __pipeline_memcpy_async(dst, src, 4);
+}
+
+// Starts copying tokens m0 .. m0 + nt − 1 (their q̂, k̂ of key head kh, v columns col0 ..
+// col0 + ncols − 1 of v-head h and gates) into a stage; all threads take part.
+__device__ __forceinline__ void stage_tokens(float* buf, const Stage& sg, const GdnWork& w, const GdnShape& s,
+                                             int m0, int nt, int h, int kh, int col0, bool vec) {
+  const int dk = s.k_head_dim, dv = s.v_head_dim, C = s.conv_dim(), key_dim = s.key_dim();
+  const int g = vec ? 4 : 1;
+  const int nkq = 2 * dk / g;                                      // copies per token for q̂ and k̂
+  const int nvc = col0 < dv ? min(sg.ncols, dv - col0) / g : 0;   // copies per token for v
+  for (int idx = threadIdx.x; idx < nt * nkq; idx += blockDim.x) {
+    const int t = idx / nkq, e = (idx % nkq) * g;
+    const bool is_q = e >= dk;
+    const int i = is_q ? e - dk : e;
+    const float* src = w.conv_out + size_t(m0 + t) * C + (is_q ? 0 : key_dim) + kh * dk + i;
+    copy_async((is_q ? sg.q(buf, t) : sg.k(buf, t)) + i, src, vec);
+  }
+  for (int idx = threadIdx.x; idx < nt * nvc; idx += blockDim.x) {
+    const int t = idx / nvc, j = (idx % nvc) * g;
+    copy_async(sg.v(buf, t) + j, w.conv_out + size_t(m0 + t) * C + 2 * key_dim + h * dv + col0 + j, vec);
+  }
+  for (int idx = threadIdx.x; idx < nt * 3; idx += blockDim.x) {
+    const int t = idx / 3, e = idx % 3;
+    const size_t m = size_t(m0 + t);
+    const float* src = e == 0 ? w.decay + m * s.num_v_heads + h
+                       : e == 1 ? w.beta + m * s.num_v_heads + h
+                                : w.kq + m * s.num_k_heads + kh;
+    copy_async(sg.gates(buf, t) + e, src, false);
+  }
+  __pipeline_commit();
+}
+
+// Grid (num_seqs, nv, fused ? 1 : ceil(dv/32)); block 32·W·ncw threads, W = ceil(dk/32) warps
+// per column strip, ncw = column strips per CTA (ceil(dv/32) fused, 1 split). Dynamic shared
+// memory: 2 stages, then 2·ncw·W·64 floats (double-buffered cross-warp partials). vec: dk and
+// dv are multiples of 4 and the state is 16-B aligned (16-B loads, stores and copies); the
+// scalar variant serves odd head dims.
+template <typename T, bool kFused, bool vec>
+__global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
+    gdn_recurrent_kernel(const T* __restrict__ qkv, const T* __restrict__ z, GdnShape s, GdnLayerParams p,
+                         StepMeta meta, GdnWork w, T* out) {
+  extern __shared__ __align__(16) float smem[];
+  const int seq = blockIdx.x, h = blockIdx.y, strip0 = blockIdx.z;
+  const int dk = s.k_head_dim, dv = s.v_head_dim, nv = s.num_v_heads;
+  const int W = (dk + kWarpRows - 1) / kWarpRows;
+  const int ncw = blockDim.x / (32 * W);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int wr = warp % W, wc = warp / W;  // row warp within the strip, strip within the CTA
+  const int r = lane >> 3, cg = lane & 7;
+  const int i0 = (wr * kRowLanes + r) * kRowsPerThread;
+  const int col0 = strip0 * ncw * kWarpCols;       // first column of the CTA
+  const int jl = wc * kWarpCols + cg * 4;          // this thread's first column, CTA-local
+  const int j0 = col0 + jl;
+  const int kh = h / (nv / s.num_k_heads);
+  const int t0 = meta.seq_token_start[seq], t1 = meta.seq_token_start[seq + 1];
+  const int slot = meta.seq_state_slot[seq];
+  const size_t vd = size_t(s.value_dim());
+  const Stage sg{(dk + 3) / 4 * 4, ncw * kWarpCols};
+  // Two stages, then the cross-warp partials [2][ncw][W][kColGroups][8] (4 kv, 4 sq each).
+  float* red = smem + 2 * sg.floats();
+
+  // First chunk's inputs and the state: both in flight together.
+  if (t0 < t1) stage_tokens(smem, sg, w, s, t0, min(kChunk, t1 - t0), h, kh, col0, vec);
+  float* S = p.recurrent_state + (size_t(slot) * nv + h) * size_t(dk) * dv;
+  float st[kRowsPerThread][4];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerThread; ++rr) {
+    const int i = i0 + rr;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i < dk && j0 < dv) {
+      const float* src = S + size_t(i) * dv + j0;
+      if constexpr (vec) {
+        x = *reinterpret_cast<const float4*>(src);
+      } else {
+        x.x = src[0];
+        if (j0 + 1 < dv) x.y = src[1];
+        if (j0 + 2 < dv) x.z = src[2];
+        if (j0 + 3 < dv) x.w = src[3];
+      }
+    }
+    st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
+  }
+
+  // New conv state of the sequence: its last K−1 pre-conv inputs, from this step's rows or,
+  // for short steps, shifted from the old state. The prep kernel, which read the old state,
+  // has finished; the sequence's CTAs share the channels, each channel has one thread.
+  {
+    const int C = s.conv_dim(), K = s.conv_kernel, n = t1 - t0;
+    const int ctas = gridDim.y * gridDim.z, cta = blockIdx.y * gridDim.z + blockIdx.z;
+    float* cs = p.conv_state + size_t(slot) * C * (K - 1);
+    for (int c = cta * blockDim.x + threadIdx.x; c < C; c += ctas * blockDim.x) {
+      float* st_c = cs + size_t(c) * (K - 1);
+      float nw[kMaxConvK - 1];
+#pragma unroll
+      for (int j = 0; j < kMaxConvK - 1; ++j) {
+        if (j < K - 1) {
+          const int src = j + n;  // position in [old state (K−1) | new rows (n)]
+          nw[j] = src < K - 1 ? st_c[src] : to_f32(qkv[size_t(t0 + src - (K - 1)) * C + c]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kMaxConvK - 1; ++j)
+        if (j < K - 1) st_c[j] = nw[j];
+    }
+  }
+
+  for (int m0 = t0, chunk = 0; m0 < t1; m0 += kChunk, ++chunk) {
+    const int nt = min(kChunk, t1 - m0);
+    float* buf = smem + (chunk & 1) * sg.floats();
+    if (m0 + kChunk < t1) {
+      // The other stage was last read in the previous chunk, before its closing barrier.
+      stage_tokens(smem + ((chunk + 1) & 1) * sg.floats(), sg, w, s, m0 + kChunk, min(kChunk, t1 - m0 - kChunk), h,
+                   kh, col0, vec);
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();  // this chunk's stage is complete and visible
+
+    for (int t = 0; t < nt; ++t) {
+      const int m = m0 + t;
+      float k[kRowsPerThread], q[kRowsPerThread], v[4];
+      const float* kb = sg.k(buf, t);
+      const float* qb = sg.q(buf, t);
+      if constexpr (vec) {
+#pragma unroll
+        for (int g4 = 0; g4 < kRowsPerThread / 4; ++g4) {
+          float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), q4 = k4;
+          if (i0 + 4 * g4 < dk) {
+            k4 = *reinterpret_cast<const float4*>(kb + i0 + 4 * g4);
+            q4 = *reinterpret_cast<const float4*>(qb + i0 + 4 * g4);
+          }
+          k[4 * g4] = k4.x, k[4 * g4 + 1] = k4.y, k[4 * g4 + 2] = k4.z, k[4 * g4 + 3] = k4.w;
+          q[4 * g4] = q4.x, q[4 * g4 + 1] = q4.y, q[4 * g4 + 2] = q4.z, q[4 * g4 + 3] = q4.w;
+        }
+        float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (j0 < dv) v4 = *reinterpret_cast<const float4*>(sg.v(buf, t) + jl);
+        v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
+      } else {
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerThread; ++rr) {
+          k[rr] = i0 + rr < dk ? kb[i0 + rr] : 0.0f;
+          q[rr] = i0 + rr < dk ? qb[i0 + rr] : 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] = j0 + c < dv ? sg.v(buf, t)[jl + c] : 0.0f;
+      }
+      const float* gt = sg.gates(buf, t);
+      const float decay = gt[0], beta = gt[1], kq = gt[2];
+
+      // Row sums over this thread's 8 rows (in order), then over the 4 row lanes (xor 8, 16:
+      // every lane ends with the same bits, addition being commutative).
+      float tk[4], tq[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float ak = 0.0f, aq = 0.0f;
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerThread; ++rr) {
+          ak = __fmaf_rn(st[rr][c], k[rr], ak);
+          aq = __fmaf_rn(st[rr][c], q[rr], aq);
+        }
+        ak = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 8));
+        aq = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 8));
+        tk[c] = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 16));
+        tq[c] = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 16));
+      }
+      // Across the W row warps of the strip, in warp order (W depends on dk only: uniform
+      // over the CTA, so the barrier is never divergent).
+      if (W > 1) {
+        float* rb = red + size_t(m & 1) * ncw * W * kColGroups * 8;
+        if (r == 0) {
+          float* dst = rb + ((wc * W + wr) * kColGroups + cg) * 8;
+          *reinterpret_cast<float4*>(dst) = make_float4(tk[0], tk[1], tk[2], tk[3]);
+          *reinterpret_cast<float4*>(dst + 4) = make_float4(tq[0], tq[1], tq[2], tq[3]);
+        }
+        __syncthreads();  // the other buffer is rewritten only after the next token's barrier
+        const float* src = rb + (size_t(wc * W) * kColGroups + cg) * 8;
+        float4 k4 = *reinterpret_cast<const float4*>(src), q4 = *reinterpret_cast<const float4*>(src + 4);
+        for (int ww = 1; ww < W; ++ww) {
+          const float4 kn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8);
+          const float4 qn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8 + 4);
+          k4 = make_float4(__fadd_rn(k4.x, kn.x), __fadd_rn(k4.y, kn.y), __fadd_rn(k4.z, kn.z),
+                           __fadd_rn(k4.w, kn.w));
+          q4 = make_float4(__fadd_rn(q4.x, qn.x), __fadd_rn(q4.y, qn.y), __fadd_rn(q4.z, qn.z),
+                           __fadd_rn(q4.w, qn.w));
+        }
+        tk[0] = k4.x, tk[1] = k4.y, tk[2] = k4.z, tk[3] = k4.w;
+        tq[0] = q4.x, tq[1] = q4.y, tq[2] = q4.z, tq[3] = q4.w;
+      }
+
+      float d[4], o[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float kv = __fmul_rn(decay, tk[c]);
+        d[c] = __fmul_rn(beta, __fsub_rn(v[c], kv));
+        o[c] = __fmaf_rn(d[c], kq, __fmul_rn(decay, tq[c]));
+      }
+#pragma unroll
+      for (int rr = 0; rr < kRowsPerThread; ++rr)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) st[rr][c] = __fmaf_rn(k[rr], d[c], __fmul_rn(decay, st[rr][c]));
+
+      if (r == 0 && wr == 0 && j0 < dv) {
+        float* dst = w.core + size_t(m) * vd + size_t(h) * dv + j0;
+        if constexpr (vec) {
+          *reinterpret_cast<float4*>(dst) = make_float4(o[0], o[1], o[2], o[3]);
+        } else {
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (j0 + c < dv) dst[c] = o[c];
+        }
+      }
+    }
+    __syncthreads();  // this stage is refilled two chunks on
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerThread; ++rr) {
+    const int i = i0 + rr;
+    if (i < dk && j0 < dv) {
+      float* dst = S + size_t(i) * dv + j0;
+      if constexpr (vec) {
+        *reinterpret_cast<float4*>(dst) = make_float4(st[rr][0], st[rr][1], st[rr][2], st[rr][3]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (j0 + c < dv) dst[c] = st[rr][c];
+      }
+    }
+  }
+
+  if constexpr (kFused) {
+    // The chunk loop's closing barrier made this head's core rows (written by the strips'
+    // writer threads) visible to the whole CTA.
+    const int nwarps = blockDim.x >> 5;
+    for (int m = t0 + warp; m < t1; m += nwarps) {
+      const size_t off = size_t(m) * vd + size_t(h) * dv;
+      gated_norm_warp(w.core + off, z + off, p.norm_weight, dv, s.norm_eps, out + off, lane);
+    }
+  }
 }
 
 template <typename T>
-__global__ void gdn_recurrent_kernel(const float* __restrict__ conv_out, const T* __restrict__ z,
-                                     const float* __restrict__ b, const float* __restrict__ a, GdnShape s,
-                                     GdnLayerParams p, StepMeta meta, T* out) {
-  extern __shared__ float smem[];
-  const int seq = blockIdx.x, h = blockIdx.y;
-  if (seq >= meta.num_seqs) return;
-  const int dk = s.k_head_dim, dv = s.v_head_dim, nv = s.num_v_heads;
-  const int kh = h / (nv / s.num_k_heads);
-  float* qs = smem;          // [dk]
-  float* ks = smem + dk;     // [dk]
-  float* red = smem + 2 * dk;  // [32]
-  const int C = s.conv_dim();
-  const int j = threadIdx.x;
-  float* S = p.recurrent_state + (size_t(meta.seq_state_slot[seq]) * nv + h) * size_t(dk) * dv;
-  const float A = -__expf(p.a_log[h]);
-  const float q_scale = rsqrtf(float(dk));
-  const int t0 = meta.seq_token_start[seq], t1 = meta.seq_token_start[seq + 1];
-  for (int m = t0; m < t1; ++m) {
-    const float* row = conv_out + size_t(m) * C;
-    float qq = 0.0f, kk = 0.0f;
-    for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-      const float qi = row[kh * dk + i], ki = row[s.key_dim() + kh * dk + i];
-      qs[i] = qi;
-      ks[i] = ki;
-      qq += qi * qi;
-      kk += ki * ki;
-    }
-    const float qn = rsqrtf(block_reduce_sum(qq, red) + 1e-6f) * q_scale;
-    const float kn = rsqrtf(block_reduce_sum(kk, red) + 1e-6f);
-    __syncthreads();
-    const float beta = 1.0f / (1.0f + __expf(-b[size_t(m) * nv + h]));
-    const float x = a[size_t(m) * nv + h] + p.dt_bias[h];
-    const float softplus = x > 20.0f ? x : log1pf(__expf(x));
-    const float decay = __expf(A * softplus);
-    float o = 0.0f;
-    if (j < dv) {
-      const float vj = row[2 * s.key_dim() + h * dv + j];
-      float kv = 0.0f;
-      for (int i = 0; i < dk; ++i) {
-        const float v = S[size_t(i) * dv + j] * decay;
-        S[size_t(i) * dv + j] = v;
-        kv += v * ks[i] * kn;
-      }
-      const float delta = beta * (vj - kv);
-      for (int i = 0; i < dk; ++i) {
-        const float v = S[size_t(i) * dv + j] + ks[i] * kn * delta;
-        S[size_t(i) * dv + j] = v;
-        o += v * qs[i] * qn;
-      }
-    }
-    // Gated RMSNorm over this head's dv outputs (plain w, silu(z)), spec 2.1.2.
-    const float ss = block_reduce_sum(j < dv ? o * o : 0.0f, red);
-    if (j < dv) {
-      const float inv = rsqrtf(ss / float(dv) + s.norm_eps);
-      const float zj = to_f32(z[size_t(m) * s.value_dim() + h * dv + j]);
-      out[size_t(m) * s.value_dim() + h * dv + j] =
-          from_f32<T>(p.norm_weight[j] * (o * inv) * (zj / (1.0f + __expf(-zj))));
-    }
-    __syncthreads();  // qs/ks reused by the next token
-  }
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gdn_norm_kernel(const float* __restrict__ core, const T* __restrict__ z, GdnShape s,
+                    const float* __restrict__ norm_w, int M, T* out) {
+  const long long gw = (long long)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (gw >= (long long)M * s.num_v_heads) return;
+  const size_t off = size_t(gw) * s.v_head_dim;  // (token, v-head) rows are contiguous
+  gated_norm_warp(core + off, z + off, norm_w, s.v_head_dim, s.norm_eps, out + off, threadIdx.x & 31);
 }
 
 }  // namespace
 
-size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens) {
-  return size_t(max_tokens) * size_t(shape.conv_dim()) * sizeof(float);
+size_t gdn_workspace_bytes(const GdnShape& s, int max_tokens) {
+  const size_t M = size_t(std::max(max_tokens, 0));
+  const size_t floats = round_region(M * s.conv_dim()) + 2 * round_region(M * s.num_v_heads) +
+                        round_region(M * s.num_k_heads) + round_region(M * s.value_dim());
+  return floats * sizeof(float);
 }
 
 namespace {
 
+// Multiprocessors of the current device (cached per device).
+int sm_count() {
+  static std::atomic<int> cached[64];
+  int dev = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) dev = 63;
+  int n = cached[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    cached[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+enum class LaunchShape { Auto, Fused, Split };
+
 template <typename T>
 void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const GdnShape& s,
-                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
-                     T* out, cudaStream_t stream) {
+                const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes, T* out,
+                cudaStream_t stream, LaunchShape pick = LaunchShape::Auto) {
   if (meta.num_tokens == 0) return;
-  if (s.conv_kernel > 8) throw Error("gated_delta_net: conv kernel above 8 is not supported");
+  if (s.conv_kernel < 2 || s.conv_kernel > kMaxConvK)
+    throw Error("gated_delta_net: conv kernel must be in [2, 8], got " + std::to_string(s.conv_kernel));
+  if (s.num_k_heads <= 0 || s.num_v_heads % s.num_k_heads != 0)
+    throw Error("gated_delta_net: value heads must be a multiple of key heads");
+  if (s.k_head_dim < 1 || s.k_head_dim > kMaxHeadDim || s.v_head_dim < 1 || s.v_head_dim > kMaxHeadDim)
+    throw Error("gated_delta_net: head dims must be in [1, 256], got dk " + std::to_string(s.k_head_dim) +
+                ", dv " + std::to_string(s.v_head_dim));
   if (workspace_bytes < gdn_workspace_bytes(s, meta.num_tokens)) throw Error("gated_delta_net: workspace too small");
-  float* conv_out = static_cast<float*>(workspace);
-  dim3 cgrid((s.conv_dim() + 255) / 256, meta.num_seqs);
-  gdn_conv_kernel<T><<<cgrid, 256, 0, stream>>>(qkv, s, layer.conv_weight, layer.conv_state, meta, conv_out);
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("gated_delta_net: workspace not 16-B aligned");
+  const GdnWork w = carve(workspace, s, meta.num_tokens);
+  const int M = meta.num_tokens;
+
+  // Prep: one token per CTA for small steps (parallelism), 8 for prefill (input reuse).
+  const int prep_threads = (std::max(s.k_head_dim, s.v_head_dim) + 31) / 32 * 32;
+  const unsigned units = unsigned(s.num_k_heads + s.num_v_heads);
+  if (M <= 64) {
+    gdn_prep_kernel<T, 1><<<dim3(unsigned(M), units), prep_threads, 0, stream>>>(qkv, b, a, s, layer, meta, w);
+  } else {
+    const dim3 prep_grid(unsigned((M + kPrepTokens - 1) / kPrepTokens), units);
+    gdn_prep_kernel<T, kPrepTokens><<<prep_grid, prep_threads, 0, stream>>>(qkv, b, a, s, layer, meta, w);
+  }
   MOESERVE_CUDA_CHECK_LAUNCH();
-  const int threads = std::min(1024, std::max(32, (s.v_head_dim + 31) / 32 * 32));
-  const size_t smem = size_t(2 * s.k_head_dim + 32) * sizeof(float);
-  dim3 rgrid(meta.num_seqs, s.num_v_heads);
-  gdn_recurrent_kernel<T><<<rgrid, threads, smem, stream>>>(conv_out, z, b, a, s, layer, meta, out);
+
+  const int W = (s.k_head_dim + kWarpRows - 1) / kWarpRows;     // row warps per column strip (<= 8)
+  const int strips = (s.v_head_dim + kWarpCols - 1) / kWarpCols;  // 32-column strips per head (<= 8)
+  // Fused (one CTA per head, no norm launch) when the step is decode-like, a whole head fits
+  // one CTA and the (sequence, head) grid fills at most one wave of those large CTAs (small
+  // decode batches); otherwise column strips: more, smaller CTAs that overlap their state
+  // loads (larger batches) or spread one long prefill over the GPU. Both shapes compute the
+  // same bits, so this choice only moves time.
+  const bool fits = 32 * W * strips <= kMaxThreads;
+  const bool fused = pick == LaunchShape::Fused  ? fits
+                     : pick == LaunchShape::Split ? false
+                                                  : fits && M <= 4 * meta.num_seqs &&
+                                                        (long long)meta.num_seqs * s.num_v_heads <= sm_count();
+  const int ncw = fused ? strips : 1;
+  const int threads = 32 * W * ncw;
+  const Stage sg{(s.k_head_dim + 3) / 4 * 4, ncw * kWarpCols};
+  const size_t smem = (size_t(2) * sg.floats() + size_t(2) * ncw * W * kColGroups * 8) * sizeof(float);
+  if (smem > 48 * 1024) throw Error("gated_delta_net: recurrence needs more than 48 KB of shared memory");
+  const bool vec = s.k_head_dim % 4 == 0 && s.v_head_dim % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(layer.recurrent_state) % 16 == 0;
+  const dim3 grid(unsigned(meta.num_seqs), unsigned(s.num_v_heads), unsigned(fused ? 1 : strips));
+  auto kernel = fused ? (vec ? gdn_recurrent_kernel<T, true, true> : gdn_recurrent_kernel<T, true, false>)
+                      : (vec ? gdn_recurrent_kernel<T, false, true> : gdn_recurrent_kernel<T, false, false>);
+  kernel<<<grid, threads, smem, stream>>>(qkv, z, s, layer, meta, w, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
+  if (!fused) {
+    const long long norm_warps = (long long)M * s.num_v_heads;
+    const unsigned norm_blocks = unsigned((norm_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    gdn_norm_kernel<T><<<norm_blocks, kWarpsPerBlock * 32, 0, stream>>>(w.core, z, s, layer.norm_weight, M, out);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace

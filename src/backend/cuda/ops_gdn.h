@@ -3,7 +3,10 @@
 // g = -exp(A_log)·softplus(a + dt_bias), l2norm(q)/sqrt(dk) and l2norm(k), the delta-rule
 // recurrence on the fp32 state S [dk, dv] per v-head (v-head j uses k-head j / (nv/nk)),
 // then the gated RMSNorm (plain w, silu(z)) per head. States live in slots (one per
-// running sequence) and are updated in place.
+// running sequence) and are updated in place. Every sequence of the step walks its new
+// tokens with the recurrent rule (the state stays on chip across them), so a token's output
+// is bit-identical whatever else shares the launch and however a prefill is chunked.
+// Supported: dk <= 256, conv kernel 2..8, nv a multiple of nk.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,6 +38,10 @@ struct GdnLayerParams {
   float* recurrent_state = nullptr;    // [num_slots][nv][dk][dv] for this layer
 };
 
+// Scratch for a step of up to max_tokens tokens: the conv output with normalised q/k, the
+// gates, q̂·k̂ per key head and the raw delta-rule output (f32):
+// max_tokens · (conv_dim + 2·nv + nk + nv·dv) floats, each part rounded up to 64 floats.
+// The workspace must be 16-B aligned.
 size_t gdn_workspace_bytes(const GdnShape& shape, int max_tokens);
 
 // qkv: bf16 [M, conv_dim] (in_proj_qkv output, channels q | k | v); z: bf16 [M, nv·dv];
