@@ -10,7 +10,7 @@
 // group_by_expert_kernel: one CTA builds the step's expert tiles (moe_detail::TileList) with
 //   shared-memory counters and a block scan: count per expert, offsets, slots in order, and
 //   tiles of up to 8 slots of one expert. Which slots share a tile never changes a slot's sums.
-//   For steps of <= 64 tokens the same CTA routes first (one launch instead of two).
+//   For steps of <= 64 tokens and E <= 256 the same CTA routes first (one launch, not two).
 // combine_kernel: residual[m] += Σ_r w[m,r]·y[m,r] in rank order (deterministic), float4, then
 //   (optionally) + sigmoid(gate[m])·shared[m], the shared expert, in the same pass.
 #include <cfloat>
@@ -27,12 +27,13 @@ constexpr int kRouteWarps = 4;
 constexpr int kMaxPerLane = kMaxExperts / 32;
 
 // Routes token row `row` (one warp): writes its k expert ids and renormalised weights.
+template <int kPerLane>  // logits per lane: ceil(E / 32) <= kPerLane
 __device__ void route_token(const float* __restrict__ row, int E, int k, int32_t* ids, float* weights) {
   const int lane = threadIdx.x & 31;
-  float p[kMaxPerLane];
+  float p[kPerLane];
   float mx = -FLT_MAX;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
     p[i] = e < E ? row[e] : -FLT_MAX;
     mx = fmaxf(mx, p[i]);
@@ -40,21 +41,21 @@ __device__ void route_token(const float* __restrict__ row, int E, int k, int32_t
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float denom = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
     p[i] = e < E ? expf(p[i] - mx) : 0.0f;
     denom += p[i];
   }
   denom = warp_sum(denom);
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) p[i] = lane + 32 * i < E ? p[i] / denom : -1.0f;
+  for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < E ? p[i] / denom : -1.0f;
   float psum = 0.0f, chosen_p[kMaxTopK];
   int chosen[kMaxTopK];
   for (int r = 0; r < k; ++r) {
     float bp = -1.0f;
     int bi = 0x7fffffff;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i)
+    for (int i = 0; i < kPerLane; ++i)
       if (p[i] > bp) {  // ascending ids within the lane: strict keeps the lower id
         bp = p[i];
         bi = lane + 32 * i;
@@ -68,7 +69,7 @@ __device__ void route_token(const float* __restrict__ row, int E, int k, int32_t
       }
     }
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i)
+    for (int i = 0; i < kPerLane; ++i)
       if (lane + 32 * i == bi) p[i] = -1.0f;  // taken
     chosen[r] = bi;
     chosen_p[r] = bp;
@@ -81,29 +82,49 @@ __device__ void route_token(const float* __restrict__ row, int E, int k, int32_t
     }
 }
 
+// Routes one token: the per-lane register count follows E (8 logits per lane for E <= 256).
+__device__ void route_any(const float* row, int E, int k, int32_t* ids, float* weights) {
+  if (E <= 256)
+    route_token<8>(row, E, k, ids, weights);
+  else if (E <= 512)
+    route_token<16>(row, E, k, ids, weights);
+  else
+    route_token<kMaxPerLane>(row, E, k, ids, weights);
+}
+
 __global__ void moe_route_kernel(const float* __restrict__ logits, int M, int E, int k, int32_t* ids,
                                  float* weights) {
   const int m = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
   if (m >= M) return;
-  route_token(logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
+  route_any(logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
 }
 
 constexpr int kGroupThreads = 1024;
 constexpr int kFusedRouteTokens = 64;  // up to this many tokens, routing runs inside the grouping CTA
 
-// Inclusive scan of one int per thread over the block (kGroupThreads), Hillis-Steele.
-__device__ int block_inclusive_scan(int v, int* buf) {
-  buf[threadIdx.x] = v;
-  __syncthreads();
-  for (int off = 1; off < kGroupThreads; off <<= 1) {
-    const int add = threadIdx.x >= off ? buf[threadIdx.x - off] : 0;
-    __syncthreads();
-    buf[threadIdx.x] += add;
-    __syncthreads();
+// Inclusive scans of two ints per thread over the block (kGroupThreads = 32 warps): shuffle
+// scans within warps, then warp 0 scans the warp totals. 3 barriers.
+__device__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int a = __shfl_up_sync(0xffffffffu, v.x, o), b = __shfl_up_sync(0xffffffffu, v.y, o);
+    if (lane >= o) v.x += a, v.y += b;
   }
-  const int r = buf[threadIdx.x];
+  if (lane == 31) warp_tot[warp] = v;
   __syncthreads();
-  return r;
+  if (warp == 0) {
+    int2 t = warp_tot[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int a = __shfl_up_sync(0xffffffffu, t.x, o), b = __shfl_up_sync(0xffffffffu, t.y, o);
+      if (lane >= o) t.x += a, t.y += b;
+    }
+    warp_tot[lane] = t;
+  }
+  __syncthreads();
+  if (warp > 0) v.x += warp_tot[warp - 1].x, v.y += warp_tot[warp - 1].y;
+  return v;
 }
 
 // route_logits != null (decode-sized steps): the CTA's 32 warps first route the M tokens
@@ -114,13 +135,13 @@ __global__ void __launch_bounds__(kGroupThreads)
                            int32_t* tile_count, int32_t* order) {
   if (route_logits) {
     for (int m = threadIdx.x >> 5; m < M; m += kGroupThreads / 32)
-      route_token(route_logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
+      route_token<8>(route_logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
     __threadfence_block();
     __syncthreads();
   }
   __shared__ int count[kMaxExperts];
   __shared__ int cursor[kMaxExperts];
-  __shared__ int scan[kGroupThreads];
+  __shared__ int2 scan[32];
   const int e = threadIdx.x;
   if (e < E) count[e] = 0;
   __syncthreads();
@@ -128,8 +149,8 @@ __global__ void __launch_bounds__(kGroupThreads)
   __syncthreads();
   const int c = e < E ? count[e] : 0;
   const int nt = (c + kTokenTile - 1) / kTokenTile;
-  const int slot_end = block_inclusive_scan(c, scan);
-  const int tile_end = block_inclusive_scan(nt, scan);
+  const int2 ends = block_inclusive_scan2(make_int2(c, nt), scan);
+  const int slot_end = ends.x, tile_end = ends.y;
   const int slot_begin = slot_end - c, tile_begin = tile_end - nt;
   if (e < E) cursor[e] = slot_begin;
   for (int i = 0; i < nt; ++i) {
@@ -248,7 +269,7 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
   if (s.num_experts > kMaxExperts) throw Error("moe: more than 1024 experts are not supported");
   if (workspace_bytes < moe_workspace_bytes(s, M)) throw Error("moe: workspace too small");
   Workspace w = carve(workspace, s, M);
-  const bool fused_route = M <= kFusedRouteTokens;
+  const bool fused_route = M <= kFusedRouteTokens && s.num_experts <= 256;
   if (!fused_route) {
     moe_route_kernel<<<(M + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream>>>(
         router_logits, M, s.num_experts, s.top_k, w.ids, w.weights);
@@ -269,8 +290,8 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
     rows_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);
   }
   if (s.hidden % 4 == 0) {
-    const dim3 grid(unsigned((s.hidden / 4 + 255) / 256), unsigned(M));
-    combine_kernel<<<grid, 256, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual, shared_out,
+    const dim3 grid(unsigned((s.hidden / 4 + 63) / 64), unsigned(M));  // many small CTAs: latency-bound at M = 1
+    combine_kernel<<<grid, 64, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual, shared_out,
                                              shared_gate_logit);
   } else {
     const dim3 grid(unsigned((s.hidden + 255) / 256), unsigned(M));

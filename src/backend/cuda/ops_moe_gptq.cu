@@ -24,7 +24,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kCols = 32;
-constexpr int kUnroll = 4;  // packed words loaded ahead per projection
 
 // Eight (q - zero) values of one word, in k order.
 __device__ __forceinline__ void dequant8(uint32_t w, __half2 zz, float (&f)[8]) {
@@ -47,72 +46,90 @@ __device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, 
   return __float2half2_rn(1024.0f + float(z));
 }
 
-// Accumulates Σ_k W[n,k]·x_j[k] over this warp's K range for up to kTokenTile rows x_j and
-// NP projections sharing the same x (gate and up: NP = 2). block = words per scale block.
+// Accumulates Σ_k W[n,k]·x_j[k] over this warp's K range [kp0, kp1) (packed rows) for up to
+// kTokenTile rows x_j and NP projections sharing the same x (gate and up: NP = 2). The range
+// is walked in chunks of `step` packed rows (a power of two <= kChunk dividing `block`, the
+// packed rows per scale block), and the next chunk's words are loaded before the current one
+// is computed (software pipelining: two chunks in flight per lane).
+constexpr int kChunk = 8;
+
 template <int NP, typename T>
 __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e, int n, bool col_ok, int kp0, int kp1,
-                                               int block, const T* const (&xrow)[kTokenTile], int tn, bool sym,
-                                               float (&acc)[NP][kTokenTile]) {
+                                               int block, int step, const T* const (&xrow)[kTokenTile], int tn,
+                                               bool sym, float (&acc)[NP][kTokenTile]) {
   const int K = w[0].K, N = w[0].N, groups = K / w[0].group;
-  for (int b0 = kp0; b0 < kp1; b0 += block) {
-    const int g = b0 * 8 / w[0].group;
-    float s[NP];
-    __half2 zz[NP];
-#pragma unroll
-    for (int p = 0; p < NP; ++p) {
-      s[p] = col_ok ? __half2float(w[p].scales[(size_t(e) * groups + g) * N + n]) : 0.0f;
-      zz[p] = col_ok ? zero_pair(w[p], e, g, n, sym) : __float2half2_rn(1032.0f);
-    }
-    float bs[NP][kTokenTile];
+  uint32_t cur[NP][kChunk], nxt[NP][kChunk];
+  auto load = [&](int kq, uint32_t (&dst)[NP][kChunk]) {
 #pragma unroll
     for (int p = 0; p < NP; ++p)
 #pragma unroll
-      for (int j = 0; j < kTokenTile; ++j) bs[p][j] = 0.0f;
-    for (int kq = b0; kq < b0 + block; kq += kUnroll) {
-      uint32_t word[NP][kUnroll];
+      for (int u = 0; u < kChunk; ++u)
+        dst[p][u] = (col_ok && u < step) ? uint32_t(__ldg(w[p].qweight + (size_t(e) * (K / 8) + kq + u) * N + n))
+                                         : 0x88888888u;
+  };
+  if (kp0 < kp1) load(kp0, cur);
+  float s[NP], bs[NP][kTokenTile];
+  __half2 zz[NP];
+  for (int kq = kp0; kq < kp1; kq += step) {
+    if ((kq - kp0) % block == 0) {  // a new scale block
+      const int g = kq * 8 / w[0].group;
 #pragma unroll
-      for (int p = 0; p < NP; ++p)
+      for (int p = 0; p < NP; ++p) {
+        s[p] = col_ok ? __half2float(w[p].scales[(size_t(e) * groups + g) * N + n]) : 0.0f;
+        zz[p] = col_ok ? zero_pair(w[p], e, g, n, sym) : __float2half2_rn(1032.0f);
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          word[p][u] = (col_ok && kq + u < b0 + block)
-                           ? uint32_t(__ldg(w[p].qweight + (size_t(e) * (K / 8) + kq + u) * N + n))
-                           : 0x88888888u;
+        for (int j = 0; j < kTokenTile; ++j) bs[p][j] = 0.0f;
+      }
+    }
+    const bool more = kq + step < kp1;
+    if (more) load(kq + step, nxt);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (kq + u >= b0 + block) break;
-        float f[NP][8];
+    for (int u = 0; u < kChunk; ++u) {
+      if (u >= step) break;
+      float f[NP][8];
 #pragma unroll
-        for (int p = 0; p < NP; ++p) dequant8(word[p][u], zz[p], f[p]);
+      for (int p = 0; p < NP; ++p) dequant8(cur[p][u], zz[p], f[p]);
 #pragma unroll
-        for (int j = 0; j < kTokenTile; ++j) {
-          if (j >= tn) break;
-          float xv[8];
-          load8(xrow[j] + (kq + u) * 8, xv);
+      for (int j = 0; j < kTokenTile; ++j) {
+        if (j >= tn) break;
+        float xv[8];
+        load8(xrow[j] + (kq + u) * 8, xv);
 #pragma unroll
-          for (int p = 0; p < NP; ++p) {
-            float a = bs[p][j];
+        for (int p = 0; p < NP; ++p) {
+          float a = bs[p][j];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) a = fmaf(f[p][i], xv[i], a);
-            bs[p][j] = a;
-          }
+          for (int i = 0; i < 8; ++i) a = fmaf(f[p][i], xv[i], a);
+          bs[p][j] = a;
         }
       }
     }
+    if ((kq + step - kp0) % block == 0) {  // the block ends: scale its sums once
 #pragma unroll
-    for (int p = 0; p < NP; ++p)
+      for (int p = 0; p < NP; ++p)
 #pragma unroll
-      for (int j = 0; j < kTokenTile; ++j) acc[p][j] = fmaf(bs[p][j], s[p], acc[p][j]);
+        for (int j = 0; j < kTokenTile; ++j) acc[p][j] = fmaf(bs[p][j], s[p], acc[p][j]);
+    }
+    if (more) {
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+#pragma unroll
+        for (int u = 0; u < kChunk; ++u) cur[p][u] = nxt[p][u];
+    }
   }
 }
 
 struct RangePlan {
   int words_per_warp;  // contiguous packed rows per warp
   int block;           // packed rows per scale block (divides words_per_warp, inside one group)
+  int step;            // packed rows per chunk: the largest power of two <= kChunk dividing block
 };
 
 RangePlan plan_for(int K, int group) {
   const int per_warp = K / 8 / kWarps;
-  return {per_warp, std::gcd(per_warp, group / 8)};
+  const int block = std::gcd(per_warp, group / 8);
+  int step = kChunk;
+  while (block % step) step /= 2;
+  return {per_warp, block, step};
 }
 
 template <typename T>
@@ -138,7 +155,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int j = 0; j < kTokenTile; ++j) acc[0][j] = acc[1][j] = 0.0f;
   const ExpertView w[2] = {gate, up};
   const int kp0 = warp * plan.words_per_warp;
-  warp_range_dot<2, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, xrow, tn, gate.sym, acc);
+  warp_range_dot<2, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn, gate.sym,
+                       acc);
 
   __shared__ float partial[kWarps][2][kTokenTile][kCols];
 #pragma unroll
@@ -180,7 +198,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int j = 0; j < kTokenTile; ++j) acc[0][j] = 0.0f;
   const ExpertView w[1] = {down};
   const int kp0 = warp * plan.words_per_warp;
-  warp_range_dot<1, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, xrow, tn, down.sym, acc);
+  warp_range_dot<1, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
+                           down.sym, acc);
 
   __shared__ float partial[kWarps][kTokenTile][kCols];
 #pragma unroll

@@ -189,42 +189,12 @@ __device__ __forceinline__ void load8_x(const bf16* p, float (&x)[8]) {
   }
 }
 
-// 16 consecutive weights of a row (16-byte aligned) as f32, converted in pairs.
-template <RowKind kKind>
-__device__ __forceinline__ void load16_vec(const uint8_t* row, int k0, float (&wv)[16]) {
-  if constexpr (kKind == RowKind::Bf16) {
-    const bf16* r = reinterpret_cast<const bf16*>(row) + k0;
-    const uint4 p0 = __ldg(reinterpret_cast<const uint4*>(r));
-    const uint4 p1 = __ldg(reinterpret_cast<const uint4*>(r + 8));
-    const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&p0);
-    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&p1);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 fa = __bfloat1622float2(a[j]), fb = __bfloat1622float2(b[j]);
-      wv[2 * j] = fa.x, wv[2 * j + 1] = fa.y, wv[8 + 2 * j] = fb.x, wv[8 + 2 * j + 1] = fb.y;
-    }
-  } else if constexpr (kKind == RowKind::Fp8) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k0));
-    const __nv_fp8x2_storage_t* p = reinterpret_cast<const __nv_fp8x2_storage_t*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(p[j], __NV_E4M3);
-      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-      wv[2 * j] = v.x, wv[2 * j + 1] = v.y;
-    }
-  } else {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + k0));
-    const int8_t* b = reinterpret_cast<const int8_t*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) wv[j] = float(b[j]);
-  }
-}
-
-// Vector path (K % 16 == 0): each warp computes kRowsPerWarp consecutive output rows, so one
-// x load serves that many rows; lane L takes k in [16L + 512s, 16L + 512s + 16) for steps s.
+// Vector path (K % 16 == 0): each warp computes R consecutive output rows, so one x load
+// serves R rows; lane L takes k in [16L + 512s, 16L + 512s + 16) for steps s, and loads step
+// s+1's weights before it computes step s (two steps of R·16 B per lane in flight).
 // Per (row, token): the lane sums its 16 products in k order, scales the chunk sum (FP8 block
-// scale; 16 | 128), adds it to its accumulator; a shuffle tree finishes. Depends on k only.
-constexpr int kRowsPerWarp = 2;
+// scale; 16 | 128), adds it to its accumulator; a shuffle tree finishes. The arithmetic of a
+// (row, token) is the same for every (MT, R) variant and every M: batch invariant.
 
 // Up to kMaxJobs weights of one format and one K that read the same x (q/k/v, gate/up):
 // one launch, grid.y spans the jobs' row blocks; each job's rows are computed exactly as in
@@ -242,9 +212,58 @@ struct RowJobs {
   int count;
 };
 
-template <RowKind kKind, typename TX>
-__global__ void row_gemv_vec_kernel(const TX* __restrict__ x, int M, RowJobs jobs, int K, bool y_f32,
-                                    bool accumulate) {
+struct RawChunk {  // 16 weights of one row: 16 B (FP8, INT8) or 32 B (bf16)
+  uint4 a, b;
+};
+
+template <RowKind kKind>
+__device__ __forceinline__ void load_chunk(const uint8_t* row, int k0, RawChunk& c) {
+  if constexpr (kKind == RowKind::Bf16) {
+    const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const bf16*>(row) + k0);
+    c.a = __ldg(p);
+    c.b = __ldg(p + 1);
+  } else {
+    c.a = __ldg(reinterpret_cast<const uint4*>(row + k0));
+  }
+}
+
+// Weights 8h .. 8h+7 of a chunk as f32.
+template <RowKind kKind>
+__device__ __forceinline__ void convert8(const RawChunk& c, int h, float (&w)[8]) {
+  if constexpr (kKind == RowKind::Bf16) {
+    const uint4 v = h == 0 ? c.a : c.b;
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(p[j]);
+      w[2 * j] = f.x, w[2 * j + 1] = f.y;
+    }
+  } else {
+    const uint32_t lo = h == 0 ? c.a.x : c.a.z, hi = h == 0 ? c.a.y : c.a.w;
+    if constexpr (kKind == RowKind::Fp8) {
+      const uint32_t words[2] = {lo, hi};
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const __half2_raw hr =
+              __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((words[q] >> (16 * j)) & 0xFFFFu), __NV_E4M3);
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+          w[4 * q + 2 * j] = f.x, w[4 * q + 2 * j + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        w[j] = float(int8_t((lo >> (8 * j)) & 0xFF));
+        w[4 + j] = float(int8_t((hi >> (8 * j)) & 0xFF));
+      }
+    }
+  }
+}
+
+template <RowKind kKind, typename TX, int MT, int R>
+__global__ void __launch_bounds__(256)
+    row_gemv_vec_kernel(const TX* __restrict__ x, int M, RowJobs jobs, int K, bool y_f32, bool accumulate) {
   constexpr size_t kElemBytes = kKind == RowKind::Bf16 ? 2 : 1;
   int j = 0;
 #pragma unroll
@@ -255,47 +274,72 @@ __global__ void row_gemv_vec_kernel(const TX* __restrict__ x, int M, RowJobs job
   const int N = jobs.job[j].N;
   void* y = jobs.job[j].y;
   const int lane = threadIdx.x & 31;
-  const int n0 = ((int(blockIdx.y) - jobs.job[j].block_begin) * (blockDim.x / 32) + (threadIdx.x >> 5)) * kRowsPerWarp;
+  const int n0 = ((int(blockIdx.y) - jobs.job[j].block_begin) * (blockDim.x / 32) + (threadIdx.x >> 5)) * R;
   if (n0 >= N) return;
-  x += size_t(blockIdx.x) * kMaxM * K;  // this block's row tile
-  M = min(kMaxM, M - int(blockIdx.x) * kMaxM);
-  const size_t y_off = size_t(blockIdx.x) * kMaxM * N;
+  x += size_t(blockIdx.x) * MT * K;  // this block's tile of MT rows of x
+  M = min(MT, M - int(blockIdx.x) * MT);
+  const size_t y_off = size_t(blockIdx.x) * MT * N;
   const int kb = (K + 127) / 128;
-  float acc[kRowsPerWarp][kMaxM];
+  const uint8_t* rows[R];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
+  for (int r = 0; r < R; ++r) rows[r] = w + size_t(min(n0 + r, N - 1)) * K * kElemBytes;  // missing rows repeat N-1
+  float acc[R][MT];
 #pragma unroll
-    for (int m = 0; m < kMaxM; ++m) acc[r][m] = 0.0f;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+  RawChunk cur[R], nxt[R];
+  if (lane * 16 < K) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_chunk<kKind>(rows[r], lane * 16, cur[r]);
+  }
   for (int k0 = lane * 16; k0 < K; k0 += 32 * 16) {
-    float wv[kRowsPerWarp][16], s[kRowsPerWarp];
+    const bool more = k0 + 32 * 16 < K;
+    if (more) {
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int n = min(n0 + r, N - 1);  // a missing last row repeats row N-1 (not stored)
-      load16_vec<kKind>(w + size_t(n) * K * kElemBytes, k0, wv[r]);
-      s[r] = kKind == RowKind::Fp8 ? __ldg(scale + size_t(n / 128) * kb + k0 / 128) : 1.0f;
+      for (int r = 0; r < R; ++r) load_chunk<kKind>(rows[r], k0 + 32 * 16, nxt[r]);
+    }
+    float s[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+      s[r] = kKind == RowKind::Fp8 ? __ldg(scale + size_t(min(n0 + r, N - 1) / 128) * kb + k0 / 128) : 1.0f;
+    float c[R][MT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) c[r][m] = 0.0f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float wv[R][8];
+#pragma unroll
+      for (int r = 0; r < R; ++r) convert8<kKind>(cur[r], h, wv[r]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= M) break;
+        float xv[8];
+        load8_x(x + size_t(m) * K + k0 + 8 * h, xv);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int q = 0; q < 8; ++q) c[r][m] = fmaf(wv[r][q], xv[q], c[r][m]);
+      }
     }
 #pragma unroll
-    for (int m = 0; m < kMaxM; ++m) {
-      if (m >= M) break;
-      float xa[8], xb[8];
-      load8_x(x + size_t(m) * K + k0, xa);
-      load8_x(x + size_t(m) * K + k0 + 8, xb);
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        float c = 0.0f;
+      for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(c[r][m], s[r], acc[r][m]);
+    if (more) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) c = fmaf(wv[r][j], xa[j], c);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) c = fmaf(wv[r][8 + j], xb[j], c);
-        acc[r][m] = fmaf(c, s[r], acc[r][m]);
-      }
+      for (int r = 0; r < R; ++r) cur[r] = nxt[r];
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < R; ++r) {
     const int n = n0 + r;
     const float row_scale = kKind == RowKind::Int8 && n < N ? scale[n] : 1.0f;
-    for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m >= M) break;
       float v = acc[r][m];
       for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
       if (lane == 0 && n < N) store_out(y, y_f32, accumulate, y_off + size_t(m) * N + n, v * row_scale);
@@ -349,34 +393,60 @@ bool vec_capable(const DeviceLinear& w) {
                            w.format == quant::WeightFormat::Dense || w.format == quant::WeightFormat::Nvfp4);
 }
 
-// One row_gemv_vec_kernel launch over `count` weights sharing format and K.
+// One row_gemv_vec_kernel launch over `count` weights sharing format and K. The (MT, R)
+// variant is picked by M: rows of x per tile and output rows per warp (registers vs loads in
+// flight); every variant computes each output with the same arithmetic.
+template <RowKind kKind, typename TX, int MT, int R>
+void launch_vec_variant(const TX* x, int M, RowJobs jobs, const int* rows_per_job, int K, bool y_f32, bool accumulate,
+                        cudaStream_t stream) {
+  int blocks = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.job[i].block_begin = blocks;
+    blocks += (rows_per_job[i] + 8 * R - 1) / (8 * R);
+  }
+  if (blocks > 65535) throw Error("quant_gemv: N too large for the launch grid");
+  const dim3 grid(unsigned((M + MT - 1) / MT), unsigned(blocks));
+  row_gemv_vec_kernel<kKind, TX, MT, R><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+}
+
+template <RowKind kKind, typename TX>
+void launch_vec_kind(const TX* x, int M, const RowJobs& jobs, const int* rows_per_job, int K, bool y_f32,
+                     bool accumulate, cudaStream_t stream) {
+  if (M == 1)
+    launch_vec_variant<kKind, TX, 1, 4>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+  else if (M <= 4)
+    launch_vec_variant<kKind, TX, 4, 2>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+  else if (M <= 8)
+    launch_vec_variant<kKind, TX, 8, 2>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+  else
+    launch_vec_variant<kKind, TX, 16, 2>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+}
+
 template <typename TX>
 void launch_vec(const TX* x, int M, const DeviceLinear* const* ws, void* const* ys, int count, bool y_f32,
                 bool accumulate, cudaStream_t stream) {
   RowJobs jobs{};
   jobs.count = count;
-  int blocks = 0;
+  int rows[kMaxJobs];
   const RowKind kind = row_kind(ws[0]->format);
   for (int i = 0; i < count; ++i) {
     const DeviceLinear& w = *ws[i];
     const uint8_t* bytes = kind == RowKind::Fp8    ? w.fp8.data()
                            : kind == RowKind::Int8 ? reinterpret_cast<const uint8_t*>(w.int8.data())
                                                    : reinterpret_cast<const uint8_t*>(w.dense.data());
-    jobs.job[i] = {bytes, kind == RowKind::Bf16 ? nullptr : w.scale.data(), int(w.N), ys[i], blocks};
-    blocks += int((w.N + 8 * kRowsPerWarp - 1) / (8 * kRowsPerWarp));
+    jobs.job[i] = {bytes, kind == RowKind::Bf16 ? nullptr : w.scale.data(), int(w.N), ys[i], 0};
+    rows[i] = int(w.N);
   }
-  if (blocks > 65535) throw Error("quant_gemv: N too large for the launch grid");
-  const dim3 grid(unsigned((M + kMaxM - 1) / kMaxM), unsigned(blocks));
   const int K = int(ws[0]->K);
   switch (kind) {
     case RowKind::Fp8:
-      row_gemv_vec_kernel<RowKind::Fp8, TX><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+      launch_vec_kind<RowKind::Fp8, TX>(x, M, jobs, rows, K, y_f32, accumulate, stream);
       break;
     case RowKind::Int8:
-      row_gemv_vec_kernel<RowKind::Int8, TX><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+      launch_vec_kind<RowKind::Int8, TX>(x, M, jobs, rows, K, y_f32, accumulate, stream);
       break;
     case RowKind::Bf16:
-      row_gemv_vec_kernel<RowKind::Bf16, TX><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
+      launch_vec_kind<RowKind::Bf16, TX>(x, M, jobs, rows, K, y_f32, accumulate, stream);
       break;
   }
 }
