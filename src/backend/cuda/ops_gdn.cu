@@ -34,7 +34,9 @@
 //    A token's inputs (q̂, k̂, the CTA's v columns, gates) come from shared memory: chunks of
 //    8 tokens are copied asynchronously (cp.async) one chunk ahead, so the per-token chain
 //    never waits on global memory. The CTAs of a sequence also store its new conv state (the
-//    prep kernel, which read the old one, has finished).
+//    prep kernel, which read the old one, has finished). It is launched as a programmatic
+//    dependent of the prep kernel: it loads the state, which the prep kernel does not touch,
+//    while the prep kernel finishes, then waits for it (griddepcontrol).
 //    Roofline: decode reads and writes the state once: 2·nv·dk·dv·4 B per sequence (8.4 MB
 //    at the 122B shape); prefill adds only conv_out and core traffic per token, the state
 //    stays in registers (the sequential token chain bounds a long prefill, not bytes).
@@ -106,6 +108,21 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
 
+// Programmatic dependent launch (sm_90+; the recurrence is launched with it after the prep
+// kernel): the prep kernel lets the recurrence start early, and the recurrence waits for the
+// prep grid to complete, its writes visible, before it touches anything the prep kernel
+// reads or writes. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Sums one value per (thread, token) over the CTA for each of the tile's tokens: xor butterfly
 // in each warp, then the warps' sums in warp order (an order fixed by the block size, which
 // depends on the shape only). red: [nwarps][TT] floats. Every thread gets the sums.
@@ -176,6 +193,7 @@ __global__ void __launch_bounds__(kMaxHeadDim)
     gdn_prep_kernel(const T* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
                     GdnShape s, GdnLayerParams p, StepMeta meta, GdnWork w) {
   __shared__ float red[(kMaxHeadDim / 32) * TT];
+  allow_dependent_launch();
   const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
   const int C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
   const int u = blockIdx.y, i = threadIdx.x;
@@ -346,8 +364,8 @@ __global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
   // Two stages, then the cross-warp partials [2][ncw][W][kColGroups][8] (4 kv, 4 sq each).
   float* red = smem + 2 * sg.floats();
 
-  // First chunk's inputs and the state: both in flight together.
-  if (t0 < t1) stage_tokens(smem, sg, w, s, t0, min(kChunk, t1 - t0), h, kh, col0, vec);
+  // The state first: the prep kernel does not touch it, so with programmatic dependent
+  // launch these loads overlap the prep kernel's tail.
   float* S = p.recurrent_state + (size_t(slot) * nv + h) * size_t(dk) * dv;
   float st[kRowsPerThread][4];
 #pragma unroll
@@ -367,6 +385,9 @@ __global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
     }
     st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
   }
+  // Everything below reads the prep kernel's outputs or rewrites the conv state it read.
+  wait_for_prior_grid();
+  if (t0 < t1) stage_tokens(smem, sg, w, s, t0, min(kChunk, t1 - t0), h, kh, col0, vec);
 
   // New conv state of the sequence: its last K−1 pre-conv inputs, from this step's rows or,
   // for short steps, shifted from the old state. The prep kernel, which read the old state,
@@ -614,8 +635,17 @@ void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const 
   const dim3 grid(unsigned(meta.num_seqs), unsigned(s.num_v_heads), unsigned(fused ? 1 : strips));
   auto kernel = fused ? (vec ? gdn_recurrent_kernel<T, true, true> : gdn_recurrent_kernel<T, true, false>)
                       : (vec ? gdn_recurrent_kernel<T, false, true> : gdn_recurrent_kernel<T, false, false>);
-  kernel<<<grid, threads, smem, stream>>>(qkv, z, s, layer, meta, w, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, qkv, z, s, layer, meta, w, out));
   if (!fused) {
     const long long norm_warps = (long long)M * s.num_v_heads;
     const unsigned norm_blocks = unsigned((norm_warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
