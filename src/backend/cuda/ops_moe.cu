@@ -131,7 +131,7 @@ __device__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
 // (route_token, the same code as moe_route_kernel), saving a launch.
 __global__ void __launch_bounds__(kGroupThreads)
     group_by_expert_kernel(const float* __restrict__ route_logits, int M, int k, int32_t* ids, float* weights,
-                           int slots, int E, int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start,
+                           int slots, int E, int tile, int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start,
                            int32_t* tile_count, int32_t* order) {
   if (route_logits) {
     for (int m = threadIdx.x >> 5; m < M; m += kGroupThreads / 32)
@@ -148,15 +148,15 @@ __global__ void __launch_bounds__(kGroupThreads)
   for (int sl = threadIdx.x; sl < slots; sl += kGroupThreads) atomicAdd(&count[ids[sl]], 1);
   __syncthreads();
   const int c = e < E ? count[e] : 0;
-  const int nt = (c + kTokenTile - 1) / kTokenTile;
+  const int nt = (c + tile - 1) / tile;
   const int2 ends = block_inclusive_scan2(make_int2(c, nt), scan);
   const int slot_end = ends.x, tile_end = ends.y;
   const int slot_begin = slot_end - c, tile_begin = tile_end - nt;
   if (e < E) cursor[e] = slot_begin;
   for (int i = 0; i < nt; ++i) {
     tile_expert[tile_begin + i] = e;
-    tile_start[tile_begin + i] = slot_begin + i * kTokenTile;
-    tile_count[tile_begin + i] = min(kTokenTile, c - i * kTokenTile);
+    tile_start[tile_begin + i] = slot_begin + i * tile;
+    tile_count[tile_begin + i] = min(tile, c - i * tile);
   }
   if (threadIdx.x == kGroupThreads - 1) *num_tiles = tile_end;
   __syncthreads();
@@ -276,15 +276,19 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
     MOESERVE_CUDA_CHECK_LAUNCH();
   }
   const int slots = M * s.top_k;
+  // Decode-sized steps: tiles of 2 (an expert rarely has more tokens; the 2-token kernels
+  // use fewer registers, so more warps hide the weight loads). A token's sums are the same
+  // in either tile size.
+  const int tile = M <= 8 ? kSmallTile : kTokenTile;
   group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(fused_route ? router_logits : nullptr, M, s.top_k, w.ids,
-                                                          w.weights, slots, s.num_experts, w.num_tiles, w.tile_expert,
-                                                          w.tile_start, w.tile_count, w.order);
+                                                          w.weights, slots, s.num_experts, tile, w.num_tiles,
+                                                          w.tile_expert, w.tile_start, w.tile_count, w.order);
   MOESERVE_CUDA_CHECK_LAUNCH();
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
-  const int grid_tiles = max_tiles(slots, s.num_experts);
+  const int grid_tiles = max_tiles(slots, s.num_experts, tile);
   if (gptq_fast_path(experts)) {
-    gptq_gate_up(x, s, experts, tiles, grid_tiles, w.act, stream);
-    gptq_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);
+    gptq_gate_up(x, s, experts, tiles, grid_tiles, tile, w.act, stream);
+    gptq_down(w.act, s, experts, tiles, grid_tiles, tile, w.y, stream);
   } else {
     rows_gate_up(x, s, experts, tiles, grid_tiles, w.act, stream);
     rows_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);

@@ -53,10 +53,10 @@ __device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, 
 // is computed (software pipelining: two chunks in flight per lane).
 constexpr int kChunk = 8;
 
-template <int NP, typename T>
+template <int NP, int MT, typename T>
 __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e, int n, bool col_ok, int kp0, int kp1,
-                                               int block, int step, const T* const (&xrow)[kTokenTile], int tn,
-                                               bool sym, float (&acc)[NP][kTokenTile]) {
+                                               int block, int step, const T* const (&xrow)[MT], int tn, bool sym,
+                                               float (&acc)[NP][MT]) {
   const int K = w[0].K, N = w[0].N, groups = K / w[0].group;
   uint32_t cur[NP][kChunk], nxt[NP][kChunk];
   auto load = [&](int kq, uint32_t (&dst)[NP][kChunk]) {
@@ -68,7 +68,7 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
                                          : 0x88888888u;
   };
   if (kp0 < kp1) load(kp0, cur);
-  float s[NP], bs[NP][kTokenTile];
+  float s[NP], bs[NP][MT];
   __half2 zz[NP];
   for (int kq = kp0; kq < kp1; kq += step) {
     if ((kq - kp0) % block == 0) {  // a new scale block
@@ -78,7 +78,7 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
         s[p] = col_ok ? __half2float(w[p].scales[(size_t(e) * groups + g) * N + n]) : 0.0f;
         zz[p] = col_ok ? zero_pair(w[p], e, g, n, sym) : __float2half2_rn(1032.0f);
 #pragma unroll
-        for (int j = 0; j < kTokenTile; ++j) bs[p][j] = 0.0f;
+        for (int j = 0; j < MT; ++j) bs[p][j] = 0.0f;
       }
     }
     const bool more = kq + step < kp1;
@@ -90,7 +90,7 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
 #pragma unroll
       for (int p = 0; p < NP; ++p) dequant8(cur[p][u], zz[p], f[p]);
 #pragma unroll
-      for (int j = 0; j < kTokenTile; ++j) {
+      for (int j = 0; j < MT; ++j) {
         if (j >= tn) break;
         float xv[8];
         load8(xrow[j] + (kq + u) * 8, xv);
@@ -107,7 +107,7 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
 #pragma unroll
       for (int p = 0; p < NP; ++p)
 #pragma unroll
-        for (int j = 0; j < kTokenTile; ++j) acc[p][j] = fmaf(bs[p][j], s[p], acc[p][j]);
+        for (int j = 0; j < MT; ++j) acc[p][j] = fmaf(bs[p][j], s[p], acc[p][j]);
     }
     if (more) {
 #pragma unroll
@@ -132,8 +132,9 @@ RangePlan plan_for(int K, int group) {
   return {per_warp, block, step};
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kWarps * 32)
+// Decode tiles (MT = 2) ask for 3 CTAs per SM (<= 85 registers), 8-token tiles for 2.
+template <int MT, typename T>
+__global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
     gptq_gate_up_kernel(const T* __restrict__ x, int k_top, TileList tiles, ExpertView gate, ExpertView up,
                         RangePlan plan, float* __restrict__ act) {
   const int t = blockIdx.x;
@@ -143,24 +144,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int I = gate.N, H = gate.K;
   const int n = blockIdx.y * kCols + lane;
   const bool col_ok = n < I;
-  const T* xrow[kTokenTile];
-  int slot[kTokenTile];
+  const T* xrow[MT];
+  int slot[MT];
 #pragma unroll
-  for (int j = 0; j < kTokenTile; ++j) {
+  for (int j = 0; j < MT; ++j) {
     slot[j] = j < tn ? tiles.order[first + j] : 0;
     xrow[j] = x + size_t(slot[j] / k_top) * H;
   }
-  float acc[2][kTokenTile];
+  float acc[2][MT];
 #pragma unroll
-  for (int j = 0; j < kTokenTile; ++j) acc[0][j] = acc[1][j] = 0.0f;
+  for (int j = 0; j < MT; ++j) acc[0][j] = acc[1][j] = 0.0f;
   const ExpertView w[2] = {gate, up};
   const int kp0 = warp * plan.words_per_warp;
-  warp_range_dot<2, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn, gate.sym,
+  warp_range_dot<2, MT, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn, gate.sym,
                        acc);
 
-  __shared__ float partial[kWarps][2][kTokenTile][kCols];
+  __shared__ float partial[kWarps][2][MT][kCols];
 #pragma unroll
-  for (int j = 0; j < kTokenTile; ++j) {
+  for (int j = 0; j < MT; ++j) {
     partial[warp][0][j][lane] = acc[0][j];
     partial[warp][1][j][lane] = acc[1][j];
   }
@@ -176,7 +177,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 }
 
-__global__ void __launch_bounds__(kWarps * 32)
+template <int MT>
+__global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
     gptq_down_kernel(const float* __restrict__ act, TileList tiles, ExpertView down, RangePlan plan,
                      float* __restrict__ y) {
   const int t = blockIdx.x;
@@ -186,24 +188,24 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int H = down.N, I = down.K;
   const int n = blockIdx.y * kCols + lane;
   const bool col_ok = n < H;
-  const float* xrow[kTokenTile];
-  int slot[kTokenTile];
+  const float* xrow[MT];
+  int slot[MT];
 #pragma unroll
-  for (int j = 0; j < kTokenTile; ++j) {
+  for (int j = 0; j < MT; ++j) {
     slot[j] = j < tn ? tiles.order[first + j] : 0;
     xrow[j] = act + size_t(slot[j]) * I;
   }
-  float acc[1][kTokenTile];
+  float acc[1][MT];
 #pragma unroll
-  for (int j = 0; j < kTokenTile; ++j) acc[0][j] = 0.0f;
+  for (int j = 0; j < MT; ++j) acc[0][j] = 0.0f;
   const ExpertView w[1] = {down};
   const int kp0 = warp * plan.words_per_warp;
-  warp_range_dot<1, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
+  warp_range_dot<1, MT, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
                            down.sym, acc);
 
-  __shared__ float partial[kWarps][kTokenTile][kCols];
+  __shared__ float partial[kWarps][MT][kCols];
 #pragma unroll
-  for (int j = 0; j < kTokenTile; ++j) partial[warp][j][lane] = acc[0][j];
+  for (int j = 0; j < MT; ++j) partial[warp][j][lane] = acc[0][j];
   __syncthreads();
   if (warp == 0 && col_ok)
     for (int j = 0; j < tn; ++j) {
@@ -224,22 +226,30 @@ bool gptq_fast_path(const DeviceExperts& ex) { return proj_ok(ex.gate) && proj_o
 
 template <typename T>
 void gptq_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
-                  float* act, cudaStream_t stream) {
+                  int tile, float* act, cudaStream_t stream) {
   const dim3 grid(unsigned(grid_tiles), unsigned((s.intermediate + kCols - 1) / kCols));
-  gptq_gate_up_kernel<T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up),
-                                                           plan_for(s.hidden, int(ex.gate.group_size)), act);
+  const RangePlan plan = plan_for(s.hidden, int(ex.gate.group_size));
+  if (tile <= kSmallTile)
+    gptq_gate_up_kernel<kSmallTile, T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
+                                                                        view_of(ex.up), plan, act);
+  else
+    gptq_gate_up_kernel<kTokenTile, T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
+                                                                        view_of(ex.up), plan, act);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
-template void gptq_gate_up<float>(const float*, const MoeShape&, const DeviceExperts&, const TileList&, int, float*,
-                                  cudaStream_t);
-template void gptq_gate_up<bf16>(const bf16*, const MoeShape&, const DeviceExperts&, const TileList&, int, float*,
+template void gptq_gate_up<float>(const float*, const MoeShape&, const DeviceExperts&, const TileList&, int, int,
+                                  float*, cudaStream_t);
+template void gptq_gate_up<bf16>(const bf16*, const MoeShape&, const DeviceExperts&, const TileList&, int, int, float*,
                                  cudaStream_t);
 
 void gptq_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
-               float* y, cudaStream_t stream) {
+               int tile, float* y, cudaStream_t stream) {
   const dim3 grid(unsigned(grid_tiles), unsigned((s.hidden + kCols - 1) / kCols));
-  gptq_down_kernel<<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down),
-                                                     plan_for(s.intermediate, int(ex.down.group_size)), y);
+  const RangePlan plan = plan_for(s.intermediate, int(ex.down.group_size));
+  if (tile <= kSmallTile)
+    gptq_down_kernel<kSmallTile><<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
+  else
+    gptq_down_kernel<kTokenTile><<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,7 +12,8 @@ namespace moeserve::cuda::moe_detail {
 
 // Tokens of one expert that share one pass over its weights (decode: one tile per selected
 // expert). A token's sums never depend on the tile it lands in (batch invariance).
-constexpr int kTokenTile = 8;
+constexpr int kTokenTile = 8;  // the largest tile
+constexpr int kSmallTile = 2;  // decode-sized steps (<= 8 tokens): fewer registers, more warps
 constexpr int kMaxTopK = 32;
 constexpr int kMaxExperts = 1024;
 
@@ -45,9 +46,10 @@ struct TileList {
   const int32_t* order;
 };
 
-// Upper bound of the tile count: every active expert adds at most one partial tile.
-inline int max_tiles(int slots, int num_experts) {
-  return (slots + kTokenTile - 1) / kTokenTile + (slots < num_experts ? slots : num_experts);
+// Upper bound of the tile count for tiles of `tile` slots: every active expert adds at most
+// one partial tile.
+inline int max_tiles(int slots, int num_experts, int tile = kSmallTile) {
+  return (slots + tile - 1) / tile + (slots < num_experts ? slots : num_experts);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -100,11 +102,12 @@ __device__ __forceinline__ float expert_weight_at(const ExpertView& w, int e, in
 // Launchers of the expert kernels (ops_moe_gptq.cu, ops_moe_rows.cu). gate_up writes
 // act[slot, I] = silu(gate·x)·(up·x); down writes y[slot, H] = down·act[slot].
 bool gptq_fast_path(const DeviceExperts& ex);
+// tile: the tile size the grouping used (kSmallTile or kTokenTile).
 template <typename T>
 void gptq_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
-                  float* act, cudaStream_t stream);
+                  int tile, float* act, cudaStream_t stream);
 void gptq_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
-               float* y, cudaStream_t stream);
+               int tile, float* y, cudaStream_t stream);
 template <typename T>
 void rows_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
                   float* act, cudaStream_t stream);

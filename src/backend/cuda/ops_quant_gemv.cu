@@ -7,10 +7,11 @@
 // GPTQ (qweight [K/8, N] i32): a block is 8 warps x 32 lanes; lane = column n (a warp reads
 // 32 consecutive words = 128 B per packed row, coalesced), warp w takes packed rows
 // kp ≡ w (mod 8); the 8 partial sums are added in warp order through shared memory.
-// FP8 / INT8 / BF16 ([N, K]): K % 16 == 0: one warp per 2 output rows (row_gemv_vec_kernel,
-// 16-byte weight and x loads, FP8 converted in pairs); otherwise one warp per row, element
-// by element (row_gemv_kernel). Each lane takes 16 weights per step (a warp covers 512 k),
-// scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
+// FP8 / INT8 / BF16 ([N, K]): K % 16 == 0: one warp per R output rows for a tile of MT rows of
+// x (row_gemv_vec_kernel, 16-byte weight and x loads, FP8 converted in pairs; R and MT picked
+// by M, and at M = 1 R = 4, 2 or 1 keeps >= 2 CTAs per SM busy); otherwise one warp per row,
+// element by element (row_gemv_kernel). Each lane takes 16 weights per step (a warp covers
+// 512 k), scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
 // Roofline (decode): the weight bytes (N·K·elem) once per call; x re-reads hit L1/L2.
 #include <cuda_fp8.h>
 
@@ -409,11 +410,32 @@ void launch_vec_variant(const TX* x, int M, RowJobs jobs, const int* rows_per_jo
   row_gemv_vec_kernel<kKind, TX, MT, R><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
 template <RowKind kKind, typename TX>
 void launch_vec_kind(const TX* x, int M, const RowJobs& jobs, const int* rows_per_job, int K, bool y_f32,
                      bool accumulate, cudaStream_t stream) {
-  if (M == 1)
-    launch_vec_variant<kKind, TX, 1, 4>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+  if (M == 1) {
+    // As many rows per warp as keep >= 2 CTAs per SM busy: few-row, long-K weights (o_proj,
+    // out_proj: 3072 x 8192) need more warps, not more rows per warp.
+    int rows = 0;
+    for (int i = 0; i < jobs.count; ++i) rows += rows_per_job[i];
+    const int want = 2 * sm_count();
+    if (rows / 32 >= want)
+      launch_vec_variant<kKind, TX, 1, 4>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+    else if (rows / 16 >= want)
+      launch_vec_variant<kKind, TX, 1, 2>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+    else
+      launch_vec_variant<kKind, TX, 1, 1>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
+  }
   else if (M <= 4)
     launch_vec_variant<kKind, TX, 4, 2>(x, M, jobs, rows_per_job, K, y_f32, accumulate, stream);
   else if (M <= 8)
