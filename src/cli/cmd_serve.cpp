@@ -43,6 +43,11 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
                  "with --load-format dummy: bf16 | gptq-int4 | fp8-block | hybrid-int4-fp8")
       ->capture_default_str();
   app.add_flag("--int8-lm-head", o->int8_lm_head, "Quantise the LM head to INT8 row-wise at load");
+  app.add_option("--sampling-device", o->sampling_device,
+                 "auto: the GPU picks sampled tokens for requests that need no host-only processing; "
+                 "host: every sampled row's logits are copied to the host and sampled there")
+      ->check(CLI::IsMember({"auto", "host"}))
+      ->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
   app.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: MODEL_DIR)");
   app.add_option("--generation-config", o->generation_config,

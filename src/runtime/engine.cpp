@@ -58,7 +58,7 @@ struct Engine::Impl {
         blocks(plan.num_kv_blocks),
         slots(plan.num_state_slots),
         scheduler(scheduler_config(config, plan), blocks, slots),
-        executor(*model, model_config.eos_token_ids, config.sampler_threads),
+        executor(*model, model_config.eos_token_ids, config.sampler_threads, config.device_sampling),
         seed_source(config.seed ? *config.seed : std::random_device{}()) {
     MOESERVE_CHECK(model_config.vocab_size > 0, "the model config has no vocabulary (vocab_size {})",
                    model_config.vocab_size);

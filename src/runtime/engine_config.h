@@ -32,6 +32,9 @@ struct EngineConfig {
   std::optional<uint64_t> seed;
   // Threads that sample the sequences of one step in parallel (1: the engine thread only).
   int sampler_threads = 1;
+  // Let a model that can (the CUDA model) pick sampled tokens on the device for requests
+  // with no host-only processing; false copies every sampled row's logits to the host.
+  bool device_sampling = true;
 };
 
 }  // namespace moeserve::runtime

@@ -61,6 +61,8 @@ void validate(const ServeOptions& o) {
                  o.cpu_kv_cache_space_gib);
   MOESERVE_CHECK(o.max_n >= 1, "--max-n must be at least 1, got {}", o.max_n);
   MOESERVE_CHECK(o.max_logprobs >= 0, "--max-logprobs must not be negative, got {}", o.max_logprobs);
+  MOESERVE_CHECK(o.sampling_device == "auto" || o.sampling_device == "host",
+                 "--sampling-device must be auto or host, got '{}'", o.sampling_device);
   MOESERVE_CHECK(o.max_request_body_bytes >= 1024, "--max-request-body-bytes must be at least 1024, got {}",
                  o.max_request_body_bytes);
   MOESERVE_CHECK(o.shutdown_timeout_s >= 0, "--shutdown-timeout must not be negative, got {}",
@@ -221,6 +223,7 @@ int run_serve(const ServeOptions& o) {
   engine_config.max_waiting_requests = o.max_waiting_requests;
   engine_config.max_logprobs = o.max_logprobs;
   engine_config.seed = o.seed;
+  engine_config.device_sampling = o.sampling_device == "auto";
   runtime::Engine engine(std::move(model), engine_config);
   RuntimeEngineClient engine_client(engine);
 

@@ -342,6 +342,30 @@ TEST(DeviceSampling, EngineResultsEqualTheHostSamplersRngStreamIncluded) {
   EXPECT_GT(model->host_rows(), 40);  // prefill chunks, penalties, logit_bias, 21 logprobs
 }
 
+// EngineConfig::device_sampling = false (serve --sampling-device host): the engine never asks
+// the model to sample, and the results are still the host sampler's.
+TEST(DeviceSampling, EngineConfigCanKeepSamplingOnTheHost) {
+  HashModel::Options o;
+  o.vocab = kVocab;
+  auto owned = std::make_unique<DeviceSamplingHashModel>(o);
+  DeviceSamplingHashModel* model = owned.get();
+  EngineConfig config = small_config();
+  config.device_sampling = false;
+  Engine engine(std::move(owned), config);
+  SamplingParams p;
+  p.max_tokens = 16;
+  p.ignore_eos = true;
+  p.temperature = 0.8;
+  p.seed = 7;
+  auto rec = Recorder::create();
+  engine.submit(make_prompt(9, 3), p, rec->callback());
+  ASSERT_TRUE(rec->wait());
+  const auto want = testing::reference_run(make_prompt(9, 3), p, kVocab, o.eos, 128);
+  EXPECT_EQ(rec->tokens(), want.tokens);
+  EXPECT_EQ(model->device_rows(), 0);
+  EXPECT_GT(model->host_rows(), 15);
+}
+
 TEST(DeviceSampling, NothingToChooseOnTheDeviceFailsOnlyThatRequest) {
   HashModel::Options o;
   o.vocab = kVocab;
