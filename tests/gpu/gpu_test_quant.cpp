@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "quant/quantize_fp8_block.h"
 
 namespace moeserve::gputest {
 
@@ -118,7 +119,9 @@ TestWeight make_fp8_block(Rng& rng, int64_t N, int64_t K, float scale, bool bf16
   for (int64_t n = 0; n < N; ++n)
     for (int64_t k = 0; k < K; ++k) {
       const float sv = s[size_t((n / 128) * kb + k / 128)];
-      const uint8_t b = f32_to_fp8_e4m3(w[size_t(n * K + k)] / sv);
+      // quant::round_to_fp8_e4m3 equals core's f32_to_fp8_e4m3 (a scan of all codes; tested in
+      // tools-convert) and is ~50x faster: 16 experts at the 122B shape quantise in seconds.
+      const uint8_t b = quant::round_to_fp8_e4m3(w[size_t(n * K + k)] / sv);
       q.data<uint8_t>()[n * K + k] = b;
       t.dequant[size_t(n * K + k)] = fp8_e4m3_to_f32(b) * sv;
     }
