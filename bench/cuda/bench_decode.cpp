@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_check.h"
+#include "bench_util.h"
 #include "backend/cuda/qwen35_cuda.h"
 
 using namespace moeserve;
@@ -26,40 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) v.push_back(std::stoi(item));
-  return v;
-}
 
-double measure_copy_bandwidth() {
-  const size_t bytes = size_t(4) << 30;
-  void *a, *b;
-  MOESERVE_CUDA_CHECK(cudaMalloc(&a, bytes));
-  MOESERVE_CUDA_CHECK(cudaMalloc(&b, bytes));
-  MOESERVE_CUDA_CHECK(cudaMemset(a, 1, bytes));
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < 2; ++i) MOESERVE_CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-  std::vector<float> ms;
-  for (int i = 0; i < 10; ++i) {
-    cudaEventRecord(e0);
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaFree(a);
-  cudaFree(b);
-  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3);
-}
 
 struct ByteCounts {
   double dense = 0;         // read by every step regardless of batch
@@ -106,11 +74,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout in a pipe
   try {
-    const auto batch_list = parse_list(batches);
-    const auto prefill_list = parse_list(prefills);
+    const auto batch_list = bench::parse_int_list(batches);
+    const auto prefill_list = bench::parse_int_list(prefills);
     const int max_batch = *std::max_element(batch_list.begin(), batch_list.end());
     const int max_prefill = prefill_list.empty() ? 0 : *std::max_element(prefill_list.begin(), prefill_list.end());
-    const double bw = measure_copy_bandwidth();
+    const double bw = bench::measure_copy_bandwidth();
     std::printf("device-to-device copy bandwidth: %.2f TB/s (read + write)\n", bw / 1e12);
 
     cuda::CudaModelOptions o;

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "bench_util.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_linear.h"
 #include "backend/cuda/dummy_fill.h"
@@ -68,38 +69,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) v.push_back(std::stoi(item));
-  return v;
-}
 
-double measure_copy_bandwidth() {  // as bench_decode: (read + write) bytes / time of a 4 GiB copy
-  const size_t bytes = size_t(4) << 30;
-  DeviceBuffer<uint8_t> a(bytes), b(bytes);
-  MOESERVE_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
-  cudaEvent_t e0, e1;
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 2; ++i) MOESERVE_CUDA_CHECK(cudaMemcpy(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice));
-  std::vector<float> ms;
-  for (int i = 0; i < 10; ++i) {
-    cudaEventRecord(e0);
-    cudaMemcpy(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float t;
-    cudaEventElapsedTime(&t, e0, e1);
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3);
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -735,8 +705,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
-    o.batches = parse_list(batches);
-    o.contexts = parse_list(contexts);
+    o.batches = bench::parse_int_list(batches);
+    o.contexts = bench::parse_int_list(contexts);
     if (o.batches.empty()) throw Error("--batch is empty");
     o.iters = std::max(o.iters, 50);
     o.rotate_bytes = rotate_mb * 1e6;
@@ -747,7 +717,7 @@ int main(int argc, char** argv) {
     MOESERVE_CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop{};
     MOESERVE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    const double bw = measure_copy_bandwidth();
+    const double bw = bench::measure_copy_bandwidth();
     std::printf("%s%s, L2 %.0f MB; device-to-device copy bandwidth %.2f TB/s (read + write)\n", csv ? "# " : "",
                 prop.name, prop.l2CacheSize / 1e6, bw / 1e12);
     std::printf("%sconfig %s, weights %s, LM head %s, %d timed launches per op, rotation over >= %.0f MB\n",

@@ -174,22 +174,6 @@ __global__ void row_gemv_kernel(const TX* __restrict__ x, int M, const uint8_t* 
   }
 }
 
-__device__ __forceinline__ void load8_x(const float* p, float (&x)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-}
-__device__ __forceinline__ void load8_x(const bf16* p, float (&x)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    x[2 * i] = f.x;
-    x[2 * i + 1] = f.y;
-  }
-}
-
 // Vector path (K % 16 == 0): each warp computes R consecutive output rows, so one x load
 // serves R rows; lane L takes k in [16L + 512s, 16L + 512s + 16) for steps s, and loads step
 // s+1's weights before it computes step s (two steps of R·16 B per lane in flight).
@@ -337,8 +321,8 @@ __global__ void __launch_bounds__(256, kMinBlocks<MT, R>)
         for (int m = 0; m < MT; ++m) {
           if (m >= M) break;
           float xa[8], xb[8];
-          load8_x(x + size_t(m) * K + k0, xa);
-          load8_x(x + size_t(m) * K + k0 + 8, xb);
+          load8(x + size_t(m) * K + k0, xa);
+          load8(x + size_t(m) * K + k0 + 8, xb);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             float c = 0.0f;
@@ -364,7 +348,7 @@ __global__ void __launch_bounds__(256, kMinBlocks<MT, R>)
           for (int m = 0; m < MT; ++m) {
             if (m >= M) break;
             float xv[8];
-            load8_x(x + size_t(m) * K + k0 + 8 * h, xv);
+            load8(x + size_t(m) * K + k0 + 8 * h, xv);
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll

@@ -13,6 +13,36 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRows = 4;  // rows of x per warp
 
+// acc[r] += Σ_{i<8} x[m0 + r, k + i] · w_i (in i order) for the 8 bf16 weights in `raw`.
+__device__ __forceinline__ void accumulate8(const uint4& raw, const float* __restrict__ x, int M, int K, int m0, int k,
+                                            float (&acc)[kRows]) {
+  const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  float wf[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(w2[i]);
+    wf[2 * i] = f.x;
+    wf[2 * i + 1] = f.y;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (m0 + r >= M) break;
+    const float* xr = x + size_t(m0 + r) * K + k;
+    const float4 a = *reinterpret_cast<const float4*>(xr);
+    const float4 b = *reinterpret_cast<const float4*>(xr + 4);
+    float s = acc[r];
+    s = fmaf(a.x, wf[0], s);
+    s = fmaf(a.y, wf[1], s);
+    s = fmaf(a.z, wf[2], s);
+    s = fmaf(a.w, wf[3], s);
+    s = fmaf(b.x, wf[4], s);
+    s = fmaf(b.y, wf[5], s);
+    s = fmaf(b.z, wf[6], s);
+    s = fmaf(b.w, wf[7], s);
+    acc[r] = s;
+  }
+}
+
 __global__ void linear_f32_input_kernel(const float* __restrict__ x, int M, int K, const bf16* __restrict__ w,
                                         int N, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
@@ -24,31 +54,7 @@ __global__ void linear_f32_input_kernel(const float* __restrict__ x, int M, int 
   // Chunks of 8 weights (one 16-byte load); K % 8 == 0 is checked on the host.
   for (int k = lane * 8; k < K; k += 32 * 8) {
     const uint4 raw = *reinterpret_cast<const uint4*>(wr + k);
-    const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    float wf[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(w2[i]);
-      wf[2 * i] = f.x;
-      wf[2 * i + 1] = f.y;
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (m0 + r >= M) break;
-      const float* xr = x + size_t(m0 + r) * K + k;
-      const float4 a = *reinterpret_cast<const float4*>(xr);
-      const float4 b = *reinterpret_cast<const float4*>(xr + 4);
-      float s = acc[r];
-      s = fmaf(a.x, wf[0], s);
-      s = fmaf(a.y, wf[1], s);
-      s = fmaf(a.z, wf[2], s);
-      s = fmaf(a.w, wf[3], s);
-      s = fmaf(b.x, wf[4], s);
-      s = fmaf(b.y, wf[5], s);
-      s = fmaf(b.z, wf[6], s);
-      s = fmaf(b.w, wf[7], s);
-      acc[r] = s;
-    }
+    accumulate8(raw, x, M, K, m0, k, acc);
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -87,31 +93,7 @@ __global__ void linear_f32_input_split_kernel(const float* __restrict__ x, int M
   float acc[kRows] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int k = warp * span + lane * 8; k < (warp + 1) * span; k += 32 * 8) {
     const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + k));
-    const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    float wf[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(w2[i]);
-      wf[2 * i] = f.x;
-      wf[2 * i + 1] = f.y;
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (m0 + r >= M) break;
-      const float* xr = x + size_t(m0 + r) * K + k;
-      const float4 a = *reinterpret_cast<const float4*>(xr);
-      const float4 b = *reinterpret_cast<const float4*>(xr + 4);
-      float s = acc[r];
-      s = fmaf(a.x, wf[0], s);
-      s = fmaf(a.y, wf[1], s);
-      s = fmaf(a.z, wf[2], s);
-      s = fmaf(a.w, wf[3], s);
-      s = fmaf(b.x, wf[4], s);
-      s = fmaf(b.y, wf[5], s);
-      s = fmaf(b.z, wf[6], s);
-      s = fmaf(b.w, wf[7], s);
-      acc[r] = s;
-    }
+    accumulate8(raw, x, M, K, m0, k, acc);
   }
   __shared__ float partial[kSplitWarps][kRows];
 #pragma unroll
