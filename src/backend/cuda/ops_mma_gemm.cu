@@ -1,0 +1,454 @@
+// Kernels of ops_mma_gemm.h: Y[M, N] f32 = X[M, K] f32 · Wᵀ on bf16 tensor cores
+// (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, ldmatrix; sm_80+, so the same code runs on
+// the H200 (sm_90) and the DGX Spark (sm_121, <= 99 KB of shared memory per block)).
+//
+// Data layout. x: f32 [M, K] row-major (16-byte aligned rows: K % 16 == 0). W: [N, K] row-major,
+// bf16 (DeviceLinear::dense), e4m3 bytes (fp8, with f32 scale [ceil(N/128)][ceil(K/128)]) or
+// int8 (with f32 scale[N]). y: f32 [M, N] row-major.
+//
+// Parallelisation. One CTA per (BM rows of X) x (BN rows of W) output tile; the 1-D grid is
+// rasterised in groups of 8 row tiles (all column tiles of a group before the next group), so
+// the CTAs resident together share their X and W tiles through L2. A CTA walks K in tiles of BK:
+//   - each thread loads its share of the next k tile from global memory into registers (X as
+//     float4, W as 16-byte chunks) before it computes the current one (one tile in flight);
+//   - after computing, it converts that share and stores it into the other of two shared-memory
+//     buffers: X split into bf16 hi and lo planes, W converted to bf16 (exact for e4m3 / int8);
+//     one __syncthreads per k tile separates the buffers' reads and writes;
+//   - the warps (WM x WN, warp tile (BM/WM) x (BN/WN)) read fragments with ldmatrix (rows padded
+//     to BK + 8 bf16: conflict-free) and issue the MMAs.
+// Rows >= M and columns >= N are zero-filled in shared memory and never stored; k16 steps at or
+// beyond K are not executed (K % 16 == 0), so a partial last k tile adds nothing.
+//
+// Exact arithmetic of one output (m, n) (ops_mma_gemm.h): for each k16 step in ascending k,
+// C = mma(hi(x[m, k..k+15]), w[n, k..k+15], C), then C = mma(lo(...), w[...], C). A tensor-core
+// MMA computes each element of C from that element's row of A, column of B and old value only,
+// so C(m, n) sees the same operands in the same order whatever the tiling, the row's position in
+// its tile, M, or the other rows: the result is bit-identical for every M and every MmaTiling
+// (batch invariance; chunked prefill equals token-by-token decode). FP8: C is flushed into
+// acc = fma(C, s, acc) at every 128-k block boundary (BN divides 128, so one scale per CTA and
+// block); INT8: y = C ⊗ s[n]; accumulate: y = y_old ⊕ v. Explicit __fmaf_rn / __fmul_rn /
+// __fadd_rn keep the compiler from contracting these differently in different instantiations.
+//
+// Tilings (all give the same bits; picked by M, and by N for the grid size):
+//   Small  BM=16,  BN=32,  BK=128, 4 warps (1x4), warp tile 16x8   M <= 16
+//   Medium BM=64,  BN=64,  BK=64,  4 warps (2x2), warp tile 32x32  M <= 64, or when Large would
+//                                                                  launch fewer CTAs than SMs
+//   Large  BM=128, BN=128, BK=32,  8 warps (4x2), warp tile 32x64  otherwise
+// Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB.
+//
+// Roofline. Useful work 2·M·N·K FLOP; the tensor cores execute twice that (hi and lo MMAs) plus
+// the zero rows of a partial M tile (a Small tile at M = 1 is 1/16 useful). Against the H200's
+// dense bf16 peak (~990 TFLOP/s, quoted for wgmma; mma.sync reaches only part of it) the useful
+// ceiling is therefore at most ~half. Minimum HBM traffic: W once (N·K·{2,1,1} bytes) + X once
+// (M·K·4) + Y (M·N·4, twice with accumulate); X and W tiles are re-read by the other CTAs of their
+// row / column from L2. The kernel is weight-bandwidth-bound while
+// 4·M·N·K / peak < N·K·elem / bandwidth, i.e. for M below about peak·elem / (4·bandwidth)
+// (bf16 weights: ~2x the FP8 / INT8 crossover); above that, compute-bound.
+#include <cuda_fp8.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_mma_gemm.h"
+
+namespace moeserve::cuda {
+namespace {
+
+enum class WKind { Bf16, Fp8, Int8 };
+
+constexpr int kGroupM = 8;  // row tiles per raster group
+
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int MinBlocks_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, kMinBlocks = MinBlocks_;
+  static constexpr int kThreads = WM * WN * 32;
+  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // warp tile
+  static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;   // m16 / n8 fragments per warp
+  static constexpr int S = BK + 8;                          // bf16 elements per shared-memory row
+  static constexpr int kBufElems = (2 * BM + BN) * S;       // X hi, X lo, W
+  static constexpr int kSmemBytes = 2 * kBufElems * 2;      // two buffers of bf16
+  static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0, "warp tile");
+  static_assert(NI == 1 || NI % 2 == 0, "B fragments are loaded in pairs of n8 tiles");
+  static_assert(BK % 32 == 0, "k tile");
+  // Row stride S·2 bytes = 16·(BK/8 + 1): an odd number of 16-byte units, so the 8 row addresses
+  // of one ldmatrix 8x8 matrix fall in 8 different 16-byte bank groups.
+  static_assert(((BK / 8 + 1) % 2) == 1, "conflict-free padding");
+  static_assert(128 % BN == 0, "one FP8 scale row per CTA");
+  static_assert((BM * BK / 4) % kThreads == 0 && (BN * BK / 16) % kThreads == 0, "loader shares");
+  static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
+};
+
+using SmallTile = Tile<16, 32, 128, 1, 4, 4>;
+using MediumTile = Tile<64, 64, 64, 2, 2, 2>;
+using LargeTile = Tile<128, 128, 32, 4, 2, 1>;
+
+// ---- device helpers ---------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// hi = bf16_rn(a), lo = bf16_rn(a − hi) for a pair (a, b); a − hi is exact in f32.
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  hi = bits(h);
+  lo = bits(__floats2bfloat162_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y)));
+}
+
+// Two e4m3 bytes (low byte first) -> bf16x2, exactly (e4m3 -> f16 -> f32 -> bf16 are all exact).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t v) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xFFFFu), __NV_E4M3);
+  return bits(__float22bfloat162_rn(__half22float2(__half2(raw))));
+}
+
+// Two int8 bytes (low byte first) -> bf16x2, exactly (|q| <= 128 has <= 8 significant bits).
+__device__ __forceinline__ uint32_t i8x2_to_bf16x2(uint32_t v) {
+  return bits(__floats2bfloat162_rn(float(int8_t(v & 0xFFu)), float(int8_t((v >> 8) & 0xFFu))));
+}
+
+// 16 weight bytes (k ascending) -> 16 bf16 in two uint4 (k .. k+7, k+8 .. k+15).
+template <WKind kKind>
+__device__ __forceinline__ void convert16(uint4 raw, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if constexpr (kKind == WKind::Fp8) {
+      o[2 * q] = fp8x2_to_bf16x2(w[q]);
+      o[2 * q + 1] = fp8x2_to_bf16x2(w[q] >> 16);
+    } else {
+      o[2 * q] = i8x2_to_bf16x2(w[q]);
+      o[2 * q + 1] = i8x2_to_bf16x2(w[q] >> 16);
+    }
+  }
+  lo = make_uint4(o[0], o[1], o[2], o[3]);
+  hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t addr, uint32_t (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// c += a · b over one 16x8x16 step (f32 accumulate). Registers only (not volatile: the
+// compiler may schedule it; the data dependence on c keeps each output's MMA order).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---- the kernel -------------------------------------------------------------------------------
+
+template <class T, WKind kKind>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
+    mma_gemm_kernel(const float* __restrict__ x, int M, const uint8_t* __restrict__ w, const float* __restrict__ scale,
+                    int N, int K, float* __restrict__ y, bool accumulate) {
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, S = T::S, MI = T::MI, NI = T::NI;
+  constexpr int kElemBytes = kKind == WKind::Bf16 ? 2 : 1;
+  constexpr int kXPerRow = BK / 4;                      // float4 chunks per X row
+  constexpr int kXLoads = BM * kXPerRow / T::kThreads;  // per thread per k tile
+  constexpr int kWElems = 16 / kElemBytes;              // weights per 16-byte chunk
+  constexpr int kWPerRow = BK / kWElems;                // chunks per W row
+  constexpr int kWLoads = BN * kWPerRow / T::kThreads;  // per thread per k tile
+  static_assert(BM * kXPerRow % T::kThreads == 0 && BN * kWPerRow % T::kThreads == 0, "loader shares");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* smem = reinterpret_cast<bf16*>(smem_raw);
+  const uint32_t sbase = uint32_t(__cvta_generic_to_shared(smem_raw));
+
+  const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / T::WN, warp_n = warp % T::WN;
+
+  // Grouped raster: kGroupM row tiles x all column tiles, row tile fastest inside a group.
+  const int mt = (M + BM - 1) / BM, nt = (N + BN - 1) / BN;
+  const int pid = int(blockIdx.x), per_group = kGroupM * nt;
+  const int first_m = (pid / per_group) * kGroupM;
+  const int gsize = min(mt - first_m, kGroupM);
+  const int m0 = (first_m + (pid % per_group) % gsize) * BM;
+  const int n0 = ((pid % per_group) / gsize) * BN;
+
+  // ---- global -> registers -> shared memory (one k tile in flight) ----
+  float4 xr[kXLoads];
+  uint4 wr[kWLoads];
+  auto load_tile = [&](int k0) {
+#pragma unroll
+    for (int i = 0; i < kXLoads; ++i) {
+      const int c = tid + i * T::kThreads, m = m0 + c / kXPerRow, k = k0 + (c % kXPerRow) * 4;
+      xr[i] = m < M && k < K ? __ldg(reinterpret_cast<const float4*>(x + size_t(m) * K + k))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < kWLoads; ++i) {
+      const int c = tid + i * T::kThreads, n = n0 + c / kWPerRow, k = k0 + (c % kWPerRow) * kWElems;
+      wr[i] = n < N && k < K ? __ldg(reinterpret_cast<const uint4*>(w + (size_t(n) * K + k) * kElemBytes))
+                             : make_uint4(0u, 0u, 0u, 0u);
+    }
+  };
+  auto store_tile = [&](int buf) {
+    bf16* xhi = smem + buf * T::kBufElems;
+    bf16* xlo = xhi + BM * S;
+    bf16* ws = xlo + BM * S;
+#pragma unroll
+    for (int i = 0; i < kXLoads; ++i) {
+      const int c = tid + i * T::kThreads, r = c / kXPerRow, col = (c % kXPerRow) * 4;
+      uint2 hi, lo;
+      split2(xr[i].x, xr[i].y, hi.x, lo.x);
+      split2(xr[i].z, xr[i].w, hi.y, lo.y);
+      *reinterpret_cast<uint2*>(xhi + r * S + col) = hi;
+      *reinterpret_cast<uint2*>(xlo + r * S + col) = lo;
+    }
+#pragma unroll
+    for (int i = 0; i < kWLoads; ++i) {
+      const int c = tid + i * T::kThreads, r = c / kWPerRow, col = (c % kWPerRow) * kWElems;
+      if constexpr (kKind == WKind::Bf16) {
+        *reinterpret_cast<uint4*>(ws + r * S + col) = wr[i];
+      } else {
+        uint4 lo, hi;
+        convert16<kKind>(wr[i], lo, hi);
+        *reinterpret_cast<uint4*>(ws + r * S + col) = lo;
+        *reinterpret_cast<uint4*>(ws + r * S + col + 8) = hi;
+      }
+    }
+  };
+
+  // ---- per-lane ldmatrix addresses (bytes from a plane's start, at k step 0) ----
+  // A (x4): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+  // = the m16n8k16 A fragment a0..a3; lanes 8j..8j+7 address matrix j's rows.
+  uint32_t a_off[MI];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+    a_off[mi] =
+        uint32_t(((warp_m * T::kWarpM + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + (lane >> 4) * 8) * 2);
+  // B (W rows = n, k contiguous; x4 covers two n8 tiles): matrices (n 0-7, k 0-7), (n 0-7, k 8-15),
+  // (n 8-15, k 0-7), (n 8-15, k 8-15) = b0, b1 of the first tile, b0, b1 of the second.
+  constexpr int kBLoads = NI == 1 ? 1 : NI / 2;
+  uint32_t b_off[kBLoads];
+#pragma unroll
+  for (int j = 0; j < kBLoads; ++j)
+    b_off[j] = uint32_t(
+        ((warp_n * T::kWarpN + j * 16 + (lane & 7) + (NI == 1 ? 0 : (lane >> 4) * 8)) * S + ((lane >> 3) & 1) * 8) * 2);
+
+  float c[MI][NI][4];    // the running MMA accumulator (FP8: of the current 128-k block)
+  float acc[MI][NI][4];  // FP8 only: the sum of scaled blocks
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[mi][ni][e] = acc[mi][ni][e] = 0.f;
+
+  const int kb_count = (K + 127) / 128;
+  auto flush_block = [&](int kb) {  // FP8: acc = fma(C, s, acc); C = 0
+    const float s = __ldg(scale + size_t(n0 / 128) * kb_count + kb);
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          acc[mi][ni][e] = __fmaf_rn(c[mi][ni][e], s, acc[mi][ni][e]);
+          c[mi][ni][e] = 0.f;
+        }
+  };
+
+  auto compute_tile = [&](int buf, int k0) {
+    const uint32_t xhi = sbase + uint32_t(buf * T::kBufElems * 2);
+    const uint32_t xlo = xhi + uint32_t(BM * S * 2), ws = xlo + uint32_t(BM * S * 2);
+    const int steps = min(BK, K - k0) / 16;
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+      if (ks >= steps) break;  // uniform over the CTA
+      const int k = k0 + ks * 16;
+      if constexpr (kKind == WKind::Fp8) {
+        if (k > 0 && (k & 127) == 0) flush_block(k / 128 - 1);
+      }
+      uint32_t ah[MI][4], al[MI][4], b[NI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        ldmatrix_x4(xhi + a_off[mi] + ks * 32, ah[mi]);
+        ldmatrix_x4(xlo + a_off[mi] + ks * 32, al[mi]);
+      }
+      if constexpr (NI == 1) {
+        ldmatrix_x2(ws + b_off[0] + ks * 32, b[0]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < NI / 2; ++j) {
+          uint32_t r[4];
+          ldmatrix_x4(ws + b_off[j] + ks * 32, r);
+          b[2 * j][0] = r[0], b[2 * j][1] = r[1], b[2 * j + 1][0] = r[2], b[2 * j + 1][1] = r[3];
+        }
+      }
+      // Per output: the hi MMA of this k step, then its lo MMA (all hi first for ILP).
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mi][ni], ah[mi], b[ni]);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mi][ni], al[mi], b[ni]);
+    }
+  };
+
+  // ---- main loop: compute buffer kt&1 while tile kt+1 is in flight, then store it ----
+  const int kt_count = (K + BK - 1) / BK;
+  load_tile(0);
+  store_tile(0);
+  __syncthreads();
+  for (int kt = 0; kt < kt_count; ++kt) {
+    const bool more = kt + 1 < kt_count;  // uniform
+    if (more) load_tile((kt + 1) * BK);
+    compute_tile(kt & 1, kt * BK);
+    if (more) store_tile((kt + 1) & 1);  // the buffer every warp finished reading before the last barrier
+    __syncthreads();
+  }
+  if constexpr (kKind == WKind::Fp8) flush_block(kb_count - 1);
+
+  // ---- epilogue: C fragment element e of (mi, ni) is row g (+8 for e >= 2), column 2t + (e & 1) ----
+  const bool vec2 = (N & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + warp_m * T::kWarpM + mi * 16 + (lane >> 2) + h * 8;
+        const int n = n0 + warp_n * T::kWarpN + ni * 8 + (lane & 3) * 2;
+        if (m >= M || n >= N) continue;
+        const bool two = n + 1 < N;
+        float v0 = kKind == WKind::Fp8 ? acc[mi][ni][2 * h] : c[mi][ni][2 * h];
+        float v1 = kKind == WKind::Fp8 ? acc[mi][ni][2 * h + 1] : c[mi][ni][2 * h + 1];
+        if constexpr (kKind == WKind::Int8) {
+          v0 = __fmul_rn(v0, __ldg(scale + n));
+          if (two) v1 = __fmul_rn(v1, __ldg(scale + n + 1));
+        }
+        float* p = y + size_t(m) * N + n;
+        if (two && vec2) {
+          float2 o = make_float2(v0, v1);
+          if (accumulate) {
+            const float2 old = *reinterpret_cast<const float2*>(p);
+            o = make_float2(__fadd_rn(old.x, v0), __fadd_rn(old.y, v1));
+          }
+          *reinterpret_cast<float2*>(p) = o;
+        } else {
+          p[0] = accumulate ? __fadd_rn(p[0], v0) : v0;
+          if (two) p[1] = accumulate ? __fadd_rn(p[1], v1) : v1;
+        }
+      }
+}
+
+// ---- host side --------------------------------------------------------------------------------
+
+int current_device() {
+  int dev = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+int sm_count() {  // of the current device, cached per device
+  static std::atomic<int> cache[64] = {};
+  const int dev = current_device();
+  if (dev < 64 && cache[dev].load() > 0) return cache[dev].load();
+  int n = 0;
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  if (dev < 64) cache[dev].store(n);
+  return n;
+}
+
+template <class T, WKind kKind>
+void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, int K, float* y, bool accumulate,
+            cudaStream_t stream) {
+  auto* kernel = mma_gemm_kernel<T, kKind>;
+  if constexpr (T::kSmemBytes > 48 * 1024) {  // opt in to > 48 KB of dynamic shared memory, once per device
+    static std::atomic<uint64_t> done{0};
+    const int dev = current_device();
+    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+    if (!bit || !(done.load() & bit)) {
+      MOESERVE_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
+      done.fetch_or(bit);
+    }
+  }
+  const long long tiles = (long long)((M + T::BM - 1) / T::BM) * ((N + T::BN - 1) / T::BN);
+  if (tiles > INT_MAX) throw Error("mma_gemm: too many tiles for the launch grid");
+  kernel<<<unsigned(tiles), T::kThreads, T::kSmemBytes, stream>>>(x, M, w, scale, N, K, y, accumulate);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
+  const int N = int(w.N), K = int(w.K);
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      launch<T, WKind::Fp8>(x, M, w.fp8.data(), w.scale.data(), N, K, y, accumulate, stream);
+      break;
+    case quant::WeightFormat::Int8Rowwise:
+      launch<T, WKind::Int8>(x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, accumulate,
+                             stream);
+      break;
+    default:  // Dense, NVFP4 (bf16 at load)
+      launch<T, WKind::Bf16>(x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, accumulate,
+                             stream);
+      break;
+  }
+}
+
+MmaTiling pick_tiling(int M, int N) {
+  if (M <= SmallTile::BM) return MmaTiling::Small;
+  if (M <= MediumTile::BM) return MmaTiling::Medium;
+  const long long large_tiles =
+      (long long)((M + LargeTile::BM - 1) / LargeTile::BM) * ((N + LargeTile::BN - 1) / LargeTile::BN);
+  return large_tiles >= sm_count() ? MmaTiling::Large : MmaTiling::Medium;
+}
+
+}  // namespace
+
+bool mma_gemm_supported(const DeviceLinear& w) {
+  switch (w.format) {
+    case quant::WeightFormat::Dense:
+    case quant::WeightFormat::Nvfp4:
+    case quant::WeightFormat::Fp8Block:
+    case quant::WeightFormat::Int8Rowwise:
+      return w.K > 0 && w.K % 16 == 0 && w.N > 0 && w.N <= INT_MAX && w.K <= INT_MAX;
+    default:
+      return false;
+  }
+}
+
+void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream,
+              MmaTiling tiling) {
+  if (w.K % 16 != 0)
+    throw Error("mma_gemm: K = " + std::to_string(w.K) + " is not a multiple of 16 (use quant_gemv for this weight)");
+  if (!mma_gemm_supported(w))
+    throw Error("mma_gemm: unsupported weight format or shape (supported: bf16, FP8 block, INT8)");
+  if (M < 0) throw Error("mma_gemm: negative M");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) throw Error("mma_gemm: x must be 16-byte aligned");
+  if (M == 0) return;
+  if (tiling == MmaTiling::Auto) tiling = pick_tiling(M, int(w.N));
+  switch (tiling) {
+    case MmaTiling::Small:
+      launch_format<SmallTile>(x, M, w, y, accumulate, stream);
+      break;
+    case MmaTiling::Medium:
+      launch_format<MediumTile>(x, M, w, y, accumulate, stream);
+      break;
+    default:
+      launch_format<LargeTile>(x, M, w, y, accumulate, stream);
+      break;
+  }
+}
+
+void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
+  mma_gemm(x, M, w, y, accumulate, stream, MmaTiling::Auto);
+}
+
+}  // namespace moeserve::cuda
