@@ -22,7 +22,7 @@
 //   folds the chunk partials in chunk order and applies the output gate.
 //
 // Batch invariance. The arithmetic of one query is a function of its position p alone:
-//   * the visible range [0, p] is cut into chunks of chunk_size(p+1) positions (256,
+//   * the visible range [0, p] is cut into chunks of chunk_size(p+1) positions (kChunk0,
 //     doubled while there would be more than 64 chunks), chunk c = [c·C, (c+1)·C);
 //   * inside a chunk, an online softmax over kTile-aligned tiles in increasing order,
 //     starting empty at the chunk's first tile; positions > p are excluded by selects, never
@@ -157,7 +157,8 @@ constexpr int kTile = 16;           // KV positions per shared-memory tile (redu
 constexpr int kStages = 3;          // cp.async pipeline depth
 constexpr int kRowsPerWarp = 2;     // (token, q head) rows per warp; they share each K/V load
 constexpr int kLaneDims = 8;        // dims per lane: one 16-byte bf16 vector
-constexpr int kChunk0 = 256;        // smallest split-KV chunk, a multiple of kTile
+constexpr int kChunk0 = 64;         // smallest split-KV chunk, a multiple of kTile (64: decode at
+                                    // context 512 spreads over 8 chunks per kv head, not 2)
 constexpr int kMaxChunks = 64;      // chunks per query at most; the chunk size doubles beyond
 constexpr int kSplitMaxTokens = 32;  // steps of at most this many tokens may split over CTAs
 constexpr int kMergeWarps = 4;

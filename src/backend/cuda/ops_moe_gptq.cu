@@ -15,6 +15,7 @@
 // Roofline (decode): the selected experts' packed weights + scales, read once:
 //   slots_distinct · (2·I·H + H·I) / 2 bytes per layer.
 #include <numeric>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_moe_internal.cuh"
@@ -132,11 +133,37 @@ RangePlan plan_for(int K, int group) {
   return {per_warp, block, step};
 }
 
-// Decode tiles (MT = 2) ask for 3 CTAs per SM (<= 85 registers), 8-token tiles for 2.
+// Copies the tile's x rows into shared memory as f32 ([MT][K]); rows j >= tn are left unset.
 template <int MT, typename T>
+__device__ __forceinline__ void stage_x(const T* __restrict__ x, size_t row_stride, const int (&row)[MT], int tn, int K,
+                                        float* xs) {
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+    if (j >= tn) break;
+    const T* src = x + size_t(row[j]) * row_stride;
+    for (int i = threadIdx.x * 4; i < K; i += blockDim.x * 4) {
+      float4 v;
+      if constexpr (std::is_same_v<T, float>) {
+        v = __ldg(reinterpret_cast<const float4*>(src + i));
+      } else {
+        v = make_float4(to_f32(src[i]), to_f32(src[i + 1]), to_f32(src[i + 2]), to_f32(src[i + 3]));
+      }
+      *reinterpret_cast<float4*>(xs + size_t(j) * K + i) = v;
+    }
+  }
+  __syncthreads();
+}
+
+// x rows staged in shared memory when MT·K floats fit in kSmemXBytes (decode tiles): every x
+// read is then a shared-memory broadcast with 32-bit addressing instead of a global one.
+constexpr int kSmemXBytes = 40 * 1024;
+
+// Decode tiles (MT = 2) ask for 3 CTAs per SM (<= 85 registers), 8-token tiles for 2.
+template <int MT, bool kSmemX, typename T>
 __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
     gptq_gate_up_kernel(const T* __restrict__ x, int k_top, TileList tiles, ExpertView gate, ExpertView up,
                         RangePlan plan, float* __restrict__ act) {
+  extern __shared__ float xs[];  // [MT][H] when kSmemX
   const int t = blockIdx.x;
   if (t >= *tiles.num_tiles) return;
   const int e = tiles.expert[t], first = tiles.start[t], tn = tiles.count[t];
@@ -144,20 +171,31 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
   const int I = gate.N, H = gate.K;
   const int n = blockIdx.y * kCols + lane;
   const bool col_ok = n < I;
-  const T* xrow[MT];
-  int slot[MT];
+  int slot[MT], token[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     slot[j] = j < tn ? tiles.order[first + j] : 0;
-    xrow[j] = x + size_t(slot[j] / k_top) * H;
+    token[j] = slot[j] / k_top;
   }
   float acc[2][MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[0][j] = acc[1][j] = 0.0f;
   const ExpertView w[2] = {gate, up};
   const int kp0 = warp * plan.words_per_warp;
-  warp_range_dot<2, MT, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn, gate.sym,
-                       acc);
+  if constexpr (kSmemX) {
+    stage_x<MT, T>(x, size_t(H), token, tn, H, xs);
+    const float* xrow[MT];
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xrow[j] = xs + size_t(j) * H;
+    warp_range_dot<2, MT, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
+                                 gate.sym, acc);
+  } else {
+    const T* xrow[MT];
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xrow[j] = x + size_t(token[j]) * H;
+    warp_range_dot<2, MT, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
+                             gate.sym, acc);
+  }
 
   __shared__ float partial[kWarps][2][MT][kCols];
 #pragma unroll
@@ -166,21 +204,26 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
     partial[warp][1][j][lane] = acc[1][j];
   }
   __syncthreads();
-  if (warp == 0 && col_ok)
-    for (int j = 0; j < tn; ++j) {
+  if (warp == 0 && col_ok) {
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      if (j >= tn) break;
       float g = 0.0f, u = 0.0f;
+#pragma unroll
       for (int v = 0; v < kWarps; ++v) {
         g += partial[v][0][j][lane];
         u += partial[v][1][j][lane];
       }
       act[size_t(slot[j]) * I + n] = silu_mul(g, u);
     }
+  }
 }
 
-template <int MT>
+template <int MT, bool kSmemX>
 __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
     gptq_down_kernel(const float* __restrict__ act, TileList tiles, ExpertView down, RangePlan plan,
                      float* __restrict__ y) {
+  extern __shared__ float xs[];  // [MT][I] when kSmemX
   const int t = blockIdx.x;
   if (t >= *tiles.num_tiles) return;
   const int e = tiles.expert[t], first = tiles.start[t], tn = tiles.count[t];
@@ -188,31 +231,40 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
   const int H = down.N, I = down.K;
   const int n = blockIdx.y * kCols + lane;
   const bool col_ok = n < H;
-  const float* xrow[MT];
   int slot[MT];
 #pragma unroll
-  for (int j = 0; j < MT; ++j) {
-    slot[j] = j < tn ? tiles.order[first + j] : 0;
-    xrow[j] = act + size_t(slot[j]) * I;
-  }
+  for (int j = 0; j < MT; ++j) slot[j] = j < tn ? tiles.order[first + j] : 0;
   float acc[1][MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[0][j] = 0.0f;
   const ExpertView w[1] = {down};
   const int kp0 = warp * plan.words_per_warp;
+  const float* xrow[MT];
+  if constexpr (kSmemX) {
+    stage_x<MT, float>(act, size_t(I), slot, tn, I, xs);
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xrow[j] = xs + size_t(j) * I;
+  } else {
+#pragma unroll
+    for (int j = 0; j < MT; ++j) xrow[j] = act + size_t(slot[j]) * I;
+  }
   warp_range_dot<1, MT, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
-                           down.sym, acc);
+                               down.sym, acc);
 
   __shared__ float partial[kWarps][MT][kCols];
 #pragma unroll
   for (int j = 0; j < MT; ++j) partial[warp][j][lane] = acc[0][j];
   __syncthreads();
-  if (warp == 0 && col_ok)
-    for (int j = 0; j < tn; ++j) {
+  if (warp == 0 && col_ok) {
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      if (j >= tn) break;
       float v = 0.0f;
+#pragma unroll
       for (int u = 0; u < kWarps; ++u) v += partial[u][j][lane];
       y[size_t(slot[j]) * H + n] = v;
     }
+  }
 }
 
 bool proj_ok(const DeviceLinear& d) {
@@ -224,17 +276,27 @@ bool proj_ok(const DeviceLinear& d) {
 
 bool gptq_fast_path(const DeviceExperts& ex) { return proj_ok(ex.gate) && proj_ok(ex.up) && proj_ok(ex.down); }
 
+template <int MT, typename T>
+void launch_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, dim3 grid,
+                    float* act, cudaStream_t stream) {
+  const RangePlan plan = plan_for(s.hidden, int(ex.gate.group_size));
+  const size_t xs_bytes = size_t(MT) * size_t(s.hidden) * sizeof(float);
+  if (xs_bytes <= size_t(kSmemXBytes))
+    gptq_gate_up_kernel<MT, true, T><<<grid, kWarps * 32, xs_bytes, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
+                                                                             view_of(ex.up), plan, act);
+  else
+    gptq_gate_up_kernel<MT, false, T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
+                                                                       view_of(ex.up), plan, act);
+}
+
 template <typename T>
 void gptq_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
                   int tile, float* act, cudaStream_t stream) {
   const dim3 grid(unsigned(grid_tiles), unsigned((s.intermediate + kCols - 1) / kCols));
-  const RangePlan plan = plan_for(s.hidden, int(ex.gate.group_size));
   if (tile <= kSmallTile)
-    gptq_gate_up_kernel<kSmallTile, T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
-                                                                        view_of(ex.up), plan, act);
+    launch_gate_up<kSmallTile, T>(x, s, ex, tiles, grid, act, stream);
   else
-    gptq_gate_up_kernel<kTokenTile, T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
-                                                                        view_of(ex.up), plan, act);
+    launch_gate_up<kTokenTile, T>(x, s, ex, tiles, grid, act, stream);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 template void gptq_gate_up<float>(const float*, const MoeShape&, const DeviceExperts&, const TileList&, int, int,
@@ -242,14 +304,24 @@ template void gptq_gate_up<float>(const float*, const MoeShape&, const DeviceExp
 template void gptq_gate_up<bf16>(const bf16*, const MoeShape&, const DeviceExperts&, const TileList&, int, int, float*,
                                  cudaStream_t);
 
+template <int MT>
+void launch_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, dim3 grid,
+                 float* y, cudaStream_t stream) {
+  const RangePlan plan = plan_for(s.intermediate, int(ex.down.group_size));
+  const size_t xs_bytes = size_t(MT) * size_t(s.intermediate) * sizeof(float);
+  if (xs_bytes <= size_t(kSmemXBytes))
+    gptq_down_kernel<MT, true><<<grid, kWarps * 32, xs_bytes, stream>>>(act, tiles, view_of(ex.down), plan, y);
+  else
+    gptq_down_kernel<MT, false><<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
+}
+
 void gptq_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
                int tile, float* y, cudaStream_t stream) {
   const dim3 grid(unsigned(grid_tiles), unsigned((s.hidden + kCols - 1) / kCols));
-  const RangePlan plan = plan_for(s.intermediate, int(ex.down.group_size));
   if (tile <= kSmallTile)
-    gptq_down_kernel<kSmallTile><<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
+    launch_down<kSmallTile>(act, s, ex, tiles, grid, y, stream);
   else
-    gptq_down_kernel<kTokenTile><<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
+    launch_down<kTokenTile>(act, s, ex, tiles, grid, y, stream);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

@@ -246,8 +246,19 @@ __device__ __forceinline__ void convert8(const RawChunk& c, int h, float (&w)[8]
   }
 }
 
+// Steps of weights in flight per lane: a warp streams a row of K bytes in K/512 dependent
+// steps, so long rows (o_proj, out_proj: K = 8192) need several in flight, not one.
+// Deeper rings only where registers allow (one row of x, few rows per warp).
+template <int MT, int R>
+inline constexpr int kDepth = MT == 1 && R == 1 ? 4 : MT == 1 && R == 2 ? 3 : 2;
+
+// CTAs per SM the register budget is set for: 3 at one row of x and <= 2 rows per warp
+// (latency-bound decode), 2 otherwise.
+template <int MT, int R>
+inline constexpr int kMinBlocks = MT == 1 && R < 4 ? 3 : 2;
+
 template <RowKind kKind, typename TX, int MT, int R>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, kMinBlocks<MT, R>)
     row_gemv_vec_kernel(const TX* __restrict__ x, int M, RowJobs jobs, int K, bool y_f32, bool accumulate) {
   constexpr size_t kElemBytes = kKind == RowKind::Bf16 ? 2 : 1;
   int j = 0;
@@ -273,49 +284,86 @@ __global__ void __launch_bounds__(256)
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
-  RawChunk cur[R], nxt[R];
-  if (lane * 16 < K) {
+  // A ring of D steps of weights in flight per lane: step k0 + 512·D is loaded into the slot
+  // that step k0 just used. The arithmetic per step is unchanged.
+  constexpr int D = kDepth<MT, R>;
+  constexpr int kStep = 32 * 16;
+  RawChunk ring[D][R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) load_chunk<kKind>(rows[r], lane * 16, cur[r]);
-  }
-  for (int k0 = lane * 16; k0 < K; k0 += 32 * 16) {
-    const bool more = k0 + 32 * 16 < K;
-    if (more) {
+  for (int d = 0; d < D; ++d)
+    if (lane * 16 + d * kStep < K) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) load_chunk<kKind>(rows[r], k0 + 32 * 16, nxt[r]);
+      for (int r = 0; r < R; ++r) load_chunk<kKind>(rows[r], lane * 16 + d * kStep, ring[d][r]);
     }
-    float s[R];
+  for (int k00 = lane * 16; k00 < K; k00 += D * kStep) {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      s[r] = kKind == RowKind::Fp8 ? __ldg(scale + size_t(min(n0 + r, N - 1) / 128) * kb + k0 / 128) : 1.0f;
-    float c[R][MT];
+    for (int d = 0; d < D; ++d) {
+      const int k0 = k00 + d * kStep;
+      if (k0 >= K) break;
+      float s[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r)
+        s[r] = kKind == RowKind::Fp8 ? __ldg(scale + size_t(min(n0 + r, N - 1) / 128) * kb + k0 / 128) : 1.0f;
+      if constexpr (MT > 8) {
+        // Large x tiles: all 16 weights of each row first, then one chunk sum per (row, token)
+        // at a time (no [R][MT] partial sums held: registers for 2 CTAs per SM). The same fma
+        // sequence per (row, token) as the branch below.
+        float wv[R][16];
 #pragma unroll
-      for (int m = 0; m < MT; ++m) c[r][m] = 0.0f;
+        for (int r = 0; r < R; ++r) {
+          float lo[8], hi[8];
+          convert8<kKind>(ring[d][r], 0, lo);
+          convert8<kKind>(ring[d][r], 1, hi);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float wv[R][8];
+          for (int q = 0; q < 8; ++q) wv[r][q] = lo[q], wv[r][8 + q] = hi[q];
+        }
 #pragma unroll
-      for (int r = 0; r < R; ++r) convert8<kKind>(cur[r], h, wv[r]);
+        for (int m = 0; m < MT; ++m) {
+          if (m >= M) break;
+          float xa[8], xb[8];
+          load8(x + size_t(m) * K + k0, xa);
+          load8(x + size_t(m) * K + k0 + 8, xb);
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if (m >= M) break;
-        float xv[8];
-        load8(x + size_t(m) * K + k0 + 8 * h, xv);
+          for (int r = 0; r < R; ++r) {
+            float c = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; ++q) c = fmaf(wv[r][q], xa[q], c);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) c = fmaf(wv[r][8 + q], xb[q], c);
+            acc[r][m] = fmaf(c, s[r], acc[r][m]);
+          }
+        }
+      } else {
+        float c[R][MT];
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int q = 0; q < 8; ++q) c[r][m] = fmaf(wv[r][q], xv[q], c[r][m]);
+          for (int m = 0; m < MT; ++m) c[r][m] = 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float wv[R][8];
+#pragma unroll
+          for (int r = 0; r < R; ++r) convert8<kKind>(ring[d][r], h, wv[r]);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            if (m >= M) break;
+            float xv[8];
+            load8(x + size_t(m) * K + k0 + 8 * h, xv);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+              for (int q = 0; q < 8; ++q) c[r][m] = fmaf(wv[r][q], xv[q], c[r][m]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(c[r][m], s[r], acc[r][m]);
       }
-    }
+      if (k0 + D * kStep < K) {
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < MT; ++m) acc[r][m] = fmaf(c[r][m], s[r], acc[r][m]);
-    if (more) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) cur[r] = nxt[r];
+        for (int r = 0; r < R; ++r) load_chunk<kKind>(rows[r], k0 + D * kStep, ring[d][r]);
+      }
     }
   }
 #pragma unroll
