@@ -54,7 +54,8 @@ __device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, 
 // is computed (software pipelining: two chunks in flight per lane).
 constexpr int kChunk = 8;
 
-template <int NP, int MT, typename T>
+// kXShared: the x rows live in shared memory (read with plain loads; __ldg is global-only).
+template <int NP, int MT, typename T, bool kXShared = false>
 __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e, int n, bool col_ok, int kp0, int kp1,
                                                int block, int step, const T* const (&xrow)[MT], int tn, bool sym,
                                                float (&acc)[NP][MT]) {
@@ -94,7 +95,13 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
       for (int j = 0; j < MT; ++j) {
         if (j >= tn) break;
         float xv[8];
-        load8(xrow[j] + (kq + u) * 8, xv);
+        if constexpr (kXShared) {
+          const float4* xp = reinterpret_cast<const float4*>(xrow[j] + (kq + u) * 8);
+          const float4 a = xp[0], b = xp[1];
+          xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w, xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+        } else {
+          load8(xrow[j] + (kq + u) * 8, xv);
+        }
 #pragma unroll
         for (int p = 0; p < NP; ++p) {
           float a = bs[p][j];
@@ -187,8 +194,8 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
     const float* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = xs + size_t(j) * H;
-    warp_range_dot<2, MT, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
-                                 gate.sym, acc);
+    warp_range_dot<2, MT, float, true>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
+                                       tn, gate.sym, acc);
   } else {
     const T* xrow[MT];
 #pragma unroll
@@ -248,8 +255,8 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = act + size_t(slot[j]) * I;
   }
-  warp_range_dot<1, MT, float>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
-                               down.sym, acc);
+  warp_range_dot<1, MT, float, kSmemX>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
+                                       tn, down.sym, acc);
 
   __shared__ float partial[kWarps][MT][kCols];
 #pragma unroll
