@@ -364,20 +364,33 @@ int sm_count() {  // of the current device, cached per device
   return n;
 }
 
+// Opts the kernel in to > 48 KB of dynamic shared memory, once per device.
 template <class T, WKind kKind>
-void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, int K, float* y, bool accumulate,
-            cudaStream_t stream) {
-  auto* kernel = mma_gemm_kernel<T, kKind>;
-  if constexpr (T::kSmemBytes > 48 * 1024) {  // opt in to > 48 KB of dynamic shared memory, once per device
+void ensure_smem_opt_in() {
+  if constexpr (T::kSmemBytes > 48 * 1024) {
     static std::atomic<uint64_t> done{0};
     const int dev = current_device();
     const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
     if (!bit || !(done.load() & bit)) {
-      MOESERVE_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(T::kSmemBytes)));
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_kernel<T, kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(T::kSmemBytes)));
       done.fetch_or(bit);
     }
   }
+}
+
+template <class T>
+void ensure_smem_opt_in_all_kinds() {
+  ensure_smem_opt_in<T, WKind::Bf16>();
+  ensure_smem_opt_in<T, WKind::Fp8>();
+  ensure_smem_opt_in<T, WKind::Int8>();
+}
+
+template <class T, WKind kKind>
+void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, int K, float* y, bool accumulate,
+            cudaStream_t stream) {
+  auto* kernel = mma_gemm_kernel<T, kKind>;
+  ensure_smem_opt_in<T, kKind>();
   const long long tiles = (long long)((M + T::BM - 1) / T::BM) * ((N + T::BN - 1) / T::BN);
   if (tiles > INT_MAX) throw Error("mma_gemm: too many tiles for the launch grid");
   kernel<<<unsigned(tiles), T::kThreads, T::kSmemBytes, stream>>>(x, M, w, scale, N, K, y, accumulate);
@@ -449,6 +462,12 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
 
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
   mma_gemm(x, M, w, y, accumulate, stream, MmaTiling::Auto);
+}
+
+void mma_gemm_prepare() {
+  ensure_smem_opt_in_all_kinds<SmallTile>();
+  ensure_smem_opt_in_all_kinds<MediumTile>();
+  ensure_smem_opt_in_all_kinds<LargeTile>();
 }
 
 }  // namespace moeserve::cuda

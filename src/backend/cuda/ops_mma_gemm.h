@@ -29,6 +29,10 @@ bool mma_gemm_supported(const DeviceLinear& w);
 // call per device (cudaFuncSetAttribute): make that first call outside CUDA-graph capture.
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream);
 
+// Does the first-call set-up (the shared-memory opt-ins) for the current device now, so that a
+// later first call may happen inside CUDA-graph capture.
+void mma_gemm_prepare();
+
 // The CTA tilings (ops_mma_gemm.cu). Auto picks by M and N; the others force one, for the tests
 // (every tiling must give bit-identical results) and the benchmark.
 enum class MmaTiling { Auto, Small, Medium, Large };
