@@ -13,6 +13,8 @@
 //   For steps of <= 64 tokens and E <= 256 the same CTA routes first (one launch, not two).
 // combine_kernel: residual[m] += Σ_r w[m,r]·y[m,r] in rank order (deterministic), float4, then
 //   (optionally) + sigmoid(gate[m])·shared[m], the shared expert, in the same pass.
+// route_and_group / combine_routed (moe_detail) launch these for moe_routed_experts and for the
+// tensor-core path (ops_moe_mma.cu), so both route and combine with the same kernels.
 #include <cfloat>
 
 #include "backend/cuda/cuda_check.h"
@@ -256,6 +258,38 @@ size_t moe_workspace_bytes(const MoeShape& s, int max_tokens) {
          round256(slots * size_t(s.hidden) * 4) + round256(4) + 3 * round256(tiles * 4);
 }
 
+namespace moe_detail {
+
+void route_and_group(const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids, float* weights,
+                     int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
+                     int32_t* order, cudaStream_t stream) {
+  const bool fused_route = M <= kFusedRouteTokens && s.num_experts <= 256;
+  if (!fused_route) {
+    moe_route_kernel<<<(M + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream>>>(
+        router_logits, M, s.num_experts, s.top_k, ids, weights);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
+  group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(fused_route ? router_logits : nullptr, M, s.top_k, ids,
+                                                          weights, M * s.top_k, s.num_experts, tile, num_tiles,
+                                                          tile_expert, tile_start, tile_count, order);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+void combine_routed(const float* y, const float* weights, const MoeShape& s, int M, float* residual,
+                    const float* shared_out, const float* shared_gate_logit, cudaStream_t stream) {
+  if (s.hidden % 4 == 0) {
+    const dim3 grid(unsigned((s.hidden / 4 + 63) / 64), unsigned(M));  // many small CTAs: latency-bound at M = 1
+    combine_kernel<<<grid, 64, 0, stream>>>(y, weights, s.top_k, s.hidden, residual, shared_out, shared_gate_logit);
+  } else {
+    const dim3 grid(unsigned((s.hidden + 255) / 256), unsigned(M));
+    combine_scalar_kernel<<<grid, 256, 0, stream>>>(y, weights, s.top_k, s.hidden, residual, shared_out,
+                                                    shared_gate_logit);
+  }
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace moe_detail
+
 namespace {
 
 template <typename T>
@@ -269,21 +303,13 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
   if (s.num_experts > kMaxExperts) throw Error("moe: more than 1024 experts are not supported");
   if (workspace_bytes < moe_workspace_bytes(s, M)) throw Error("moe: workspace too small");
   Workspace w = carve(workspace, s, M);
-  const bool fused_route = M <= kFusedRouteTokens && s.num_experts <= 256;
-  if (!fused_route) {
-    moe_route_kernel<<<(M + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream>>>(
-        router_logits, M, s.num_experts, s.top_k, w.ids, w.weights);
-    MOESERVE_CUDA_CHECK_LAUNCH();
-  }
-  const int slots = M * s.top_k;
   // Decode-sized steps: tiles of 2 (an expert rarely has more tokens; the 2-token kernels
   // use fewer registers, so more warps hide the weight loads). A token's sums are the same
   // in either tile size.
   const int tile = M <= 8 ? kSmallTile : kTokenTile;
-  group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(fused_route ? router_logits : nullptr, M, s.top_k, w.ids,
-                                                          w.weights, slots, s.num_experts, tile, w.num_tiles,
-                                                          w.tile_expert, w.tile_start, w.tile_count, w.order);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  const int slots = M * s.top_k;
+  route_and_group(router_logits, s, M, tile, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
+                  w.order, stream);
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
   const int grid_tiles = max_tiles(slots, s.num_experts, tile);
   if (gptq_fast_path(experts)) {
@@ -293,16 +319,7 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
     rows_gate_up(x, s, experts, tiles, grid_tiles, w.act, stream);
     rows_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);
   }
-  if (s.hidden % 4 == 0) {
-    const dim3 grid(unsigned((s.hidden / 4 + 63) / 64), unsigned(M));  // many small CTAs: latency-bound at M = 1
-    combine_kernel<<<grid, 64, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual, shared_out,
-                                             shared_gate_logit);
-  } else {
-    const dim3 grid(unsigned((s.hidden + 255) / 256), unsigned(M));
-    combine_scalar_kernel<<<grid, 256, 0, stream>>>(w.y, w.weights, s.top_k, s.hidden, residual, shared_out,
-                                                    shared_gate_logit);
-  }
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
 }
 
 }  // namespace

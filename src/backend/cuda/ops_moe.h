@@ -57,4 +57,16 @@ void moe_routed_experts(const float* x, const float* router_logits, const MoeSha
                         float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                         const float* shared_gate_logit = nullptr);
 
+// Same contract as moe_routed_experts (f32 overload), expert GEMMs on tensor cores (mma.sync
+// bf16, f32 activations split hi + lo; ops_moe_mma.cu). A token's result is bit-identical for any
+// M and any other tokens in the launch (not equal to moe_routed_experts' bits). Returns false (and
+// does nothing) when the experts' format is not supported (GPTQ act-order g_idx, a group other
+// than 32/64/128, H or I not a multiple of 16, an x not 16-byte aligned, INT8 experts), so the
+// caller falls back to moe_routed_experts. workspace: moe_mma_workspace_bytes(shape, >= M).
+bool moe_routed_experts_mma(const float* x, const float* router_logits, const MoeShape& shape,
+                            const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
+                            float* residual, cudaStream_t stream, const float* shared_out = nullptr,
+                            const float* shared_gate_logit = nullptr);
+size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= max_tokens (up to 2048+)
+
 }  // namespace moeserve::cuda

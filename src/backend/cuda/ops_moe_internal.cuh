@@ -97,4 +97,16 @@ void rows_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const 
 void rows_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
                float* y, cudaStream_t stream);
 
+// Routing and grouping (ops_moe.cu): ids / weights [M·k] from the router logits (routed inside
+// the grouping CTA when M <= 64 and E <= 256, else by moe_route_kernel first: the same
+// route_token either way), then the step's tiles of up to `tile` slots of one expert
+// (TileList arrays sized for max_tiles(M·k, E, tile); order [M·k]).
+void route_and_group(const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids, float* weights,
+                     int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
+                     int32_t* order, cudaStream_t stream);
+// The combine (ops_moe.cu): residual[m] += Σ_r weights[m·k + r]·y[m·k + r] in rank order, then
+// (when shared_out) + sigmoid(shared_gate_logit[m])·shared_out[m]. y: f32 [M·k, H] by slot.
+void combine_routed(const float* y, const float* weights, const MoeShape& s, int M, float* residual,
+                    const float* shared_out, const float* shared_gate_logit, cudaStream_t stream);
+
 }  // namespace moeserve::cuda::moe_detail

@@ -1,0 +1,75 @@
+// Register-level helpers of the bf16 tensor-core kernels (mma.sync.m16n8k16, ldmatrix; sm_80+,
+// so the H200 (sm_90) and the DGX Spark (sm_121)): the f32 -> bf16 hi/lo split of activations,
+// exact weight -> bf16 conversions and the MMA itself. The arithmetic is that of ops_mma_gemm.h
+// (ops_mma_gemm.cu keeps its own copy in its anonymous namespace). Device code; include from .cu
+// files only.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace moeserve::cuda::mma_frag {
+
+__device__ __forceinline__ uint32_t bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+// hi = bf16_rn(a), lo = bf16_rn(a − hi) for a pair (a, b); a − hi is exact in f32.
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  hi = bits(h);
+  lo = bits(__floats2bfloat162_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y)));
+}
+
+// Two e4m3 bytes (low byte first) -> bf16x2, exactly (e4m3 -> f16 -> f32 -> bf16 are all exact).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t v) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xFFFFu), __NV_E4M3);
+  return bits(__float22bfloat162_rn(__half22float2(__half2(raw))));
+}
+
+// 16 e4m3 bytes (k ascending) -> 16 bf16 in two uint4 (k .. k+7, k+8 .. k+15).
+__device__ __forceinline__ void fp8x16_to_bf16(uint4 raw, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+  uint32_t o[8];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    o[2 * q] = fp8x2_to_bf16x2(w[q]);
+    o[2 * q + 1] = fp8x2_to_bf16x2(w[q] >> 16);
+  }
+  lo = make_uint4(o[0], o[1], o[2], o[3]);
+  hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+// One GPTQ word (nibble j = q[k + j], low nibble first) -> the 8 bf16 values q − zero (k ascending),
+// exactly: nibble pair (2p, 2p+1) or 0x4300 is the bf16 pair (128 + q) (bf16 spacing at 128 is 1),
+// minus the bf16 (128 + zero) gives q − zero, an integer in [−16, 15], exactly.
+__device__ __forceinline__ uint4 gptq_word_to_bf16x8(uint32_t word, int zero) {
+  const uint32_t z = 0x4300u + uint32_t(zero);  // bf16(128 + zero), zero in [0, 16]
+  const uint32_t z2 = z | (z << 16);
+  const __nv_bfloat162 zz = *reinterpret_cast<const __nv_bfloat162*>(&z2);
+  uint32_t o[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    const uint32_t v = ((word >> (8 * p)) & 0xFu) | (((word >> (8 * p + 4)) & 0xFu) << 16) | 0x43004300u;
+    o[p] = bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), zz));
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a · b over one 16x8x16 step (f32 accumulate). Not volatile: the data dependence on c
+// keeps each output's MMA order.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace moeserve::cuda::mma_frag
