@@ -57,6 +57,7 @@ int run_generate(const GenerateOptions& o) {
   runtime::Sampler sampler;
 
   moeserve::model::SequenceRunner runner(*model, int64_t(o.prompt_ids.size()) + o.max_tokens);
+  runner.set_prompt_length(int64_t(o.prompt_ids.size()));
   const auto t0 = Clock::now();
   std::vector<float> logits = runner.append(o.prompt_ids, o.chunk_size, false);
   const auto t1 = Clock::now();

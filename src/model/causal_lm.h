@@ -7,6 +7,7 @@
 // for the linear-attention layers. The runtime owns the allocation of blocks and slots.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <utility>
@@ -74,6 +75,12 @@ struct SeqStep {
   // samples the last row itself; StepOutput::samples gets the token and no logits row is
   // returned for this sequence (num_rows 0).
   std::optional<DeviceSampleParams> device_sample;
+  // Positions below prompt_len hold prompt tokens (prefill, chunked prefill, teacher-forced
+  // scoring); positions at or past it hold generated tokens. A backend may compute the two
+  // kinds with different kernels (CUDA: tensor cores for prompt tokens, bandwidth-bound GEMVs
+  // for generated ones). The kind belongs to the token, not to the step, so a request's
+  // results never depend on the batch it shares. Default: every token is a prompt token.
+  int64_t prompt_len = std::numeric_limits<int64_t>::max();
 };
 
 struct StepOutput {

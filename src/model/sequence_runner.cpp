@@ -36,6 +36,7 @@ std::vector<float> SequenceRunner::append(std::span<const int32_t> tokens, int64
     step.kv_blocks = blocks_;
     step.state_slot = 0;
     step.all_logits = all_logits;
+    step.prompt_len = prompt_len_;
     model_.forward(std::span<const SeqStep>(&step, 1), out_);
     length_ += int64_t(n);
     if (all_logits || last_chunk) logits.insert(logits.end(), out_.logits.begin(), out_.logits.end());

@@ -3,6 +3,7 @@
 // sequences through the runtime's engine instead.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -21,6 +22,10 @@ class SequenceRunner {
   std::vector<float> append(std::span<const int32_t> tokens, int64_t chunk_size, bool all_logits,
                             std::vector<float>* hidden = nullptr);
 
+  // Positions below n are prompt tokens, the rest generated ones (SeqStep::prompt_len); until
+  // called, every token counts as a prompt token.
+  void set_prompt_length(int64_t n) { prompt_len_ = n; }
+
   int64_t length() const { return length_; }
   int64_t max_tokens() const { return max_tokens_; }
   std::span<const int32_t> block_table() const { return blocks_; }
@@ -29,6 +34,7 @@ class SequenceRunner {
   CausalLM& model_;
   int64_t max_tokens_;
   int64_t length_ = 0;
+  int64_t prompt_len_ = std::numeric_limits<int64_t>::max();
   std::vector<int32_t> blocks_;
   StepOutput out_;
 };

@@ -31,6 +31,7 @@ void StepExecutor::forward(const SchedulerOutput& plan) {
     step.kv_blocks = seq.block_table;
     step.state_slot = seq.state_slot;
     step.all_logits = chunk.all_logits;
+    step.prompt_len = seq.num_prompt_tokens;
     if (on_device && chunk.samples && !chunk.all_logits) {
       SampleInput in;
       in.params = &seq.params;

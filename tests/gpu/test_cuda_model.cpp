@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -39,8 +40,10 @@ cuda::CudaModelOptions small_options(int max_tokens_per_step = 64, bool graphs =
   return o;
 }
 
-// Teacher-forced logits of `ids` as one sequence, fed in chunks of `chunk` tokens.
-std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, int chunk) {
+// Teacher-forced logits of `ids` as one sequence, fed in chunks of `chunk` tokens; positions
+// below prompt_len count as prompt tokens (tensor-core kernels), the rest as generated ones.
+std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, int chunk,
+                         int64_t prompt_len = std::numeric_limits<int64_t>::max()) {
   const int bs = m.cache_geometry().kv_block_size;
   std::vector<int32_t> blocks((ids.size() + size_t(bs) - 1) / size_t(bs));
   std::iota(blocks.begin(), blocks.end(), 0);
@@ -56,6 +59,7 @@ std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, in
     s.kv_blocks = blocks;
     s.state_slot = 1;
     s.all_logits = true;
+    s.prompt_len = prompt_len;
     model::StepOutput out;
     m.forward(std::span<const model::SeqStep>(&s, 1), out);
     all.insert(all.end(), out.logits.begin(), out.logits.end());
@@ -95,6 +99,7 @@ std::vector<std::vector<int32_t>> greedy_batch(model::CausalLM& m, const std::ve
       batch[i].start_pos = pos[i];
       batch[i].kv_blocks = tables[i];
       batch[i].state_slot = int32_t(i);
+      batch[i].prompt_len = int64_t(prompts[i].size());  // decode steps: generated tokens
     }
     if (step == n) break;
     model::StepOutput out;
@@ -160,10 +165,47 @@ TEST(CudaModel, ChunkedPrefillEqualsTokenByToken) {
     const auto whole = score(*m, ids, 1000);
     const auto chunked = score(*m, ids, 7);
     const auto single = score(*m, ids, 1);
-    const double e1 = rel_diff(chunked, whole), e2 = rel_diff(single, whole);
-    std::printf("[gpu-chunking] %-28s chunk7 vs whole %.3e, token-by-token vs whole %.3e\n", name, e1, e2);
+    // Prompt tokens take the same kernels however they are fed: bit-equal.
+    EXPECT_EQ(chunked, whole) << "chunks of 7 differ from one pass";
+    EXPECT_EQ(single, whole) << "token by token differs from one pass";
+    // The same tokens as generated ones (the GEMV kernels, one token per step) and half and
+    // half: a different summation order, equal to rounding.
+    const auto as_generated = score(*m, ids, 1, /*prompt_len=*/0);
+    const auto half = score(*m, ids, 7, /*prompt_len=*/int64_t(ids.size() / 2));
+    const double e1 = rel_diff(as_generated, whole), e2 = rel_diff(half, whole);
+    std::printf("[gpu-chunking] %-28s generated-token kernels vs prompt kernels %.3e, half and half %.3e\n", name, e1,
+                e2);
     EXPECT_LT(e1, 2e-2);
     EXPECT_LT(e2, 2e-2);
+    EXPECT_GT(top1_agreement(as_generated, whole, size_t(m->config().vocab_size)), 0.9);
+  }
+}
+
+TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& name : {"hybrid_int4_fp8", "composite_bf16_fused_sharded"}) {
+    SCOPED_TRACE(name);
+    Reference ref(name);
+    const auto prompt = ref.ids("greedy_prompt_ids");
+    const int n = int(ref.ids("greedy_output_ids").size());
+    auto o = small_options();
+    auto gemv = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
+    const auto by_gemv = greedy_batch(*gemv, {prompt}, n)[0];
+    gemv.reset();
+    o.tensor_core_decode = true;
+    auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
+    const auto alone = greedy_batch(*m, {prompt}, n)[0];
+    std::vector<std::vector<int32_t>> prompts{prompt};
+    for (int i = 1; i < 6; ++i) {
+      auto p = prompt;
+      std::rotate(p.begin(), p.begin() + i, p.end());
+      prompts.push_back(p);
+    }
+    const auto batched = greedy_batch(*m, prompts, n)[0];
+    int same = 0;
+    while (same < n && alone[size_t(same)] == by_gemv[size_t(same)]) ++same;
+    std::printf("[gpu-greedy-mma] %-28s first %d of %d tokens equal the GEMV decode's\n", name, same, n);
+    EXPECT_EQ(alone, batched) << "tensor-core decode: a request's greedy output changed with its batch";
   }
 }
 

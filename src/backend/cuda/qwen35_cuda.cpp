@@ -9,6 +9,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_basic.h"
+#include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "core/log.h"
@@ -43,10 +44,12 @@ struct Qwen35CudaModel::SubStep {
     int64_t num_tokens;
     bool emit_all;           // logits for every token of the slice
     bool emit_last;          // logits for the slice's last token (the sequence's last)
+    bool tensor_cores;       // prompt tokens (or tensor_core_decode): the tensor-core kernels
   };
-  std::vector<Entry> entries;
+  std::vector<Entry> entries;  // at run time: the GEMV entries first, then the tensor-core ones
   int num_tokens = 0;
   int num_logit_rows = 0;
+  int gemv_tokens = 0;         // tokens of the GEMV entries (the step's first rows)
   bool decode_only = false;
 };
 
@@ -98,6 +101,7 @@ std::unique_ptr<Qwen35CudaModel> Qwen35CudaModel::load(const std::filesystem::pa
 Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, const CudaModelOptions& options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  mma_gemm_prepare();
   linear_ = std::make_unique<LinearRunner>(options_.batch_invariant ? 0 : weights_.max_quantized_linear_elems(),
                                            options_.batch_invariant);
   inv_freq_host_ = rope_inv_freq(config_);
@@ -291,7 +295,9 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
   }
 
   // Greedy packing into sub-steps of at most T tokens and S sequences; a sequence longer
-  // than T continues in the next sub-step (its slices run in order).
+  // than T continues in the next sub-step (its slices run in order). A slice holds tokens of
+  // one kind (prompt or generated: a sequence re-prefilled after preemption is cut at its
+  // prompt length), and one sequence has at most one slice per sub-step.
   std::vector<int64_t> token_base(batch.size(), 0);
   for (size_t i = 1; i < batch.size(); ++i) token_base[i] = token_base[i - 1] + int64_t(batch[i - 1].tokens.size());
   SubStep cur;
@@ -299,6 +305,9 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
     if (cur.entries.empty()) return;
     cur.decode_only = true;
     for (const auto& e : cur.entries) cur.decode_only = cur.decode_only && e.num_tokens == 1 && !e.emit_all;
+    // GEMV slices first: every kernel then sees its rows (and sequences) as one range.
+    std::stable_partition(cur.entries.begin(), cur.entries.end(), [](const SubStep::Entry& e) { return !e.tensor_cores; });
+    for (const auto& e : cur.entries) cur.gemv_tokens += e.tensor_cores ? 0 : int(e.num_tokens);
     run_substep(batch, token_base, cur, out);
     cur = SubStep{};
   };
@@ -307,9 +316,15 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
     int64_t off = 0;
     const int64_t n = int64_t(s.tokens.size());
     while (off < n) {
-      if (cur.num_tokens == T || int(cur.entries.size()) == S) flush();
-      const int64_t take = std::min<int64_t>(n - off, T - cur.num_tokens);
-      SubStep::Entry e{i, off, take, s.all_logits, !s.all_logits && off + take == n};
+      if (cur.num_tokens == T || int(cur.entries.size()) == S ||
+          (!cur.entries.empty() && cur.entries.back().batch_index == i))
+        flush();
+      const int64_t pos = s.start_pos + off;
+      const bool prompt = pos < s.prompt_len;
+      int64_t take = std::min<int64_t>(n - off, T - cur.num_tokens);
+      if (prompt && s.prompt_len - pos < take) take = s.prompt_len - pos;  // the prompt ends inside
+      SubStep::Entry e{i, off, take, s.all_logits, !s.all_logits && off + take == n,
+                       prompt || options_.tensor_core_decode};
       cur.entries.push_back(e);
       cur.num_tokens += int(take);
       cur.num_logit_rows += int(e.emit_all ? take : (e.emit_last ? 1 : 0));
@@ -343,10 +358,12 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   const int chunk = std::max(1, options_.lm_head_chunk_rows);
   const int nseq = int(sub.entries.size());
 
-  // Decode-only steps run as a CUDA graph of a padded batch size.
+  // Decode-only steps whose rows all take one kind of kernel run as a CUDA graph of a padded
+  // batch size (the padding rows take the same kind).
   int padded = sub.num_tokens;
   bool use_graph = false;
-  if (options_.cuda_graphs && sub.decode_only) {
+  const bool one_kind = sub.gemv_tokens == 0 || sub.gemv_tokens == sub.num_tokens;
+  if (options_.cuda_graphs && sub.decode_only && one_kind) {
     const int b = graph_bucket(sub.num_tokens);
     if (b > 0 && b <= options_.max_graph_batch && b <= T && b <= S && b <= chunk) {
       padded = b;
@@ -416,13 +433,15 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
                          batch, logits_host_, out, stream_);
   };
 
+  const int gemv_rows = use_graph && sub.gemv_tokens == sub.num_tokens ? padded : sub.gemv_tokens;
   if (use_graph) {
-    auto it = graphs_.find(padded);
+    const std::pair<int, bool> key{padded, gemv_rows == 0};
+    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph;
       MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
-        enqueue_layers(padded);
+        enqueue_layers(padded, gemv_rows);
         enqueue_lm_head_rows(0, padded);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
@@ -432,12 +451,12 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
       cudaGraphExec_t exec;
       MOESERVE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       cudaGraphDestroy(graph);
-      it = graphs_.emplace(padded, exec).first;
+      it = graphs_.emplace(key, exec).first;
     }
     MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     fetch_logits(0, r);
   } else {
-    enqueue_layers(padded);
+    enqueue_layers(padded, gemv_rows);
     for (int row0 = 0; row0 < r; row0 += chunk) {
       const int n = std::min(chunk, r - row0);
       enqueue_lm_head_rows(row0, n);
@@ -461,27 +480,79 @@ void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows) {
   linear_->run(head_in_.data(), rows, weights_.lm_head, logits_.data(), /*y_f32=*/true, stream_);
 }
 
-// Router, DeltaNet gate and shared-expert gate projections read the unrounded f32 norm output
-// (ops_small_linear.h) when their weight is dense bf16; other formats take the bf16 input.
-void Qwen35CudaModel::project_f32(const DeviceLinear& w, int M, float* y) {
-  if (small_linear_supported(w))
-    linear_f32_input(x32_.data(), M, w, y, stream_);
-  else
-    linear_->run(x32_.data(), M, w, y, true, stream_);
-}
-
-// Two such projections of x32_, in one launch when both take the f32-input path.
-void Qwen35CudaModel::project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M) {
-  if (small_linear_supported(w1) && small_linear_supported(w2)) {
-    const SmallLinearOut outs[] = {{&w1, y1}, {&w2, y2}};
-    linear_f32_input_multi(x32_.data(), M, outs, stream_);
+// y [M, N] (=, or += with accumulate) x [M, K] · Wᵀ: rows [0, gemv_rows) on the row-tiled
+// CUDA-core kernels, the rest on the tensor cores (ops_mma_gemm.h) when the format has them
+// (GPTQ INT4 dense projections stay on the row-tiled kernels for every row).
+void Qwen35CudaModel::linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y,
+                                  bool accumulate) {
+  if (gemv_rows >= M || !mma_gemm_supported(w)) {
+    linear_->run(x, M, w, y, true, stream_, accumulate);
     return;
   }
-  project_f32(w1, M, y1);
-  project_f32(w2, M, y2);
+  if (gemv_rows > 0) linear_->run(x, gemv_rows, w, y, true, stream_, accumulate);
+  mma_gemm(x + size_t(gemv_rows) * size_t(w.K), M - gemv_rows, w, y + size_t(gemv_rows) * size_t(w.N), accumulate,
+           stream_);
 }
 
-void Qwen35CudaModel::enqueue_layers(int M) {
+// Several projections of the same x: the GEMV rows in one launch (quant_gemv_multi), the
+// tensor-core rows one GEMM per weight.
+void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows) {
+  if (gemv_rows >= M) {
+    quant_gemv_multi(x, M, outs, stream_);
+    return;
+  }
+  if (gemv_rows > 0) quant_gemv_multi(x, gemv_rows, outs, stream_);
+  for (const auto& o : outs) {
+    const DeviceLinear& w = *o.w;
+    const size_t xo = size_t(gemv_rows) * size_t(w.K), yo = size_t(gemv_rows) * size_t(w.N);
+    if (mma_gemm_supported(w))
+      mma_gemm(x + xo, M - gemv_rows, w, o.y + yo, false, stream_);
+    else
+      linear_->run(x + xo, M - gemv_rows, w, o.y + yo, true, stream_);
+  }
+}
+
+// Router, DeltaNet gate and shared-expert gate projections of the f32 norm output: the GEMV
+// rows through the f32-input kernels (ops_small_linear.h) when the weight is dense bf16, the
+// tensor-core rows through mma_gemm (which splits x into bf16 hi + lo, so x is not rounded).
+// Formats without a tensor-core kernel take the GEMV kernels for every row.
+void Qwen35CudaModel::project_f32(const DeviceLinear& w, int M, int gemv_rows, float* y) {
+  project_f32_pair(w, y, w, nullptr, M, gemv_rows);
+}
+
+// Two such projections of x32_ (w2 may be skipped with y2 = nullptr); the GEMV rows of both
+// in one launch when both take the f32-input path.
+void Qwen35CudaModel::project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M,
+                                       int gemv_rows) {
+  struct Proj {
+    const DeviceLinear* w;
+    float* y;
+    int g;  // rows [0, g) on the GEMV kernels, [g, M) on the tensor cores
+  };
+  Proj p[2] = {{&w1, y1, 0}, {&w2, y2, 0}};
+  const int n = y2 ? 2 : 1;
+  for (int i = 0; i < n; ++i) p[i].g = mma_gemm_supported(*p[i].w) ? std::min(gemv_rows, M) : M;
+  const bool fused = n == 2 && p[0].g == p[1].g && p[0].g > 0 && small_linear_supported(w1) &&
+                     small_linear_supported(w2);
+  if (fused) {
+    const SmallLinearOut outs[] = {{&w1, y1}, {&w2, y2}};
+    linear_f32_input_multi(x32_.data(), p[0].g, outs, stream_);
+  }
+  for (int i = 0; i < n; ++i) {
+    const DeviceLinear& w = *p[i].w;
+    if (!fused && p[i].g > 0) {
+      if (small_linear_supported(w))
+        linear_f32_input(x32_.data(), p[i].g, w, p[i].y, stream_);
+      else
+        linear_->run(x32_.data(), p[i].g, w, p[i].y, true, stream_);
+    }
+    if (p[i].g < M)
+      mma_gemm(x32_.data() + size_t(p[i].g) * size_t(w.K), M - p[i].g, w, p[i].y + size_t(p[i].g) * size_t(w.N),
+               false, stream_);
+  }
+}
+
+void Qwen35CudaModel::enqueue_layers(int M, int G) {  // G: the GEMV rows (enqueue_layers in the header)
   const auto& c = config_;
   const int H = int(c.hidden_size);
   const float eps = float(c.rms_norm_eps);
@@ -502,34 +573,41 @@ void Qwen35CudaModel::enqueue_layers(int M) {
       KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
                      int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
       const LinearOut qkv[] = {{&a.q_proj, qg_.data()}, {&a.k_proj, k_.data()}, {&a.v_proj, v_.data()}};
-      quant_gemv_multi(x32_.data(), M, qkv, s);  // one launch when the formats allow
+      linear_multi_rows(qkv, x32_.data(), M, G);
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
       paged_attention(q_.data(), gate_.data(), as, meta_, kv, 1.0f / std::sqrt(float(c.head_dim)), attn_ws_.data(),
                       attn_ws_.bytes(), attn_out_.data(), s);
-      linear_->run(attn_out_.data(), M, a.o_proj, residual_.data(), true, s, /*accumulate=*/true);
+      linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true);
     } else {
       const auto& g = *L.gdn;
       const int idx = cache_index_[li];
       GdnLayerParams p{g.conv1d.data(), g.dt_bias.data(), g.a_log.data(), g.norm.data(),
                        conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
       const LinearOut qkvz[] = {{&g.in_proj_qkv, qkv_.data()}, {&g.in_proj_z, z_.data()}};
-      quant_gemv_multi(x32_.data(), M, qkvz, s);
-      project_f32_pair(g.in_proj_b, b_.data(), g.in_proj_a, a_.data(), M);
+      linear_multi_rows(qkvz, x32_.data(), M, G);
+      project_f32_pair(g.in_proj_b, b_.data(), g.in_proj_a, a_.data(), M, G);
       gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                       gdn_out_.data(), s);
-      linear_->run(gdn_out_.data(), M, g.out_proj, residual_.data(), true, s, /*accumulate=*/true);
+      linear_rows(g.out_proj, gdn_out_.data(), M, G, residual_.data(), /*accumulate=*/true);
     }
     add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
-    project_f32_pair(moe.router, router_logits_.data(), moe.shared_expert_gate, shared_gate_logit_.data(), M);
+    project_f32_pair(moe.router, router_logits_.data(), moe.shared_expert_gate, shared_gate_logit_.data(), M, G);
     const LinearOut gate_up[] = {{&moe.shared_gate, shared_g_.data()}, {&moe.shared_up, shared_u_.data()}};
-    quant_gemv_multi(x32_.data(), M, gate_up, s);
+    linear_multi_rows(gate_up, x32_.data(), M, G);
     silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), s);
-    linear_->run(shared_act_.data(), M, moe.shared_down, shared_down_.data(), true, s);
-    // residual = (residual + routed) + sigmoid(gate)·shared, in the routed combine's pass.
-    moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, M, moe_ws_.data(), moe_ws_.bytes(),
-                       residual_.data(), s, shared_down_.data(), shared_gate_logit_.data());
+    linear_rows(moe.shared_down, shared_act_.data(), M, G, shared_down_.data(), false);
+    // residual = (residual + routed) + sigmoid(gate)·shared, in the routed combine's pass; the
+    // GEMV rows and the tensor-core rows route and group their experts separately.
+    const int E = int(c.num_experts);
+    for (const auto& [r0, rows] : {std::pair{0, G}, std::pair{G, M - G}}) {
+      if (rows <= 0) continue;
+      const size_t xo = size_t(r0) * size_t(H);
+      moe_routed_experts(x32_.data() + xo, router_logits_.data() + size_t(r0) * size_t(E), ms, moe.experts, rows,
+                         moe_ws_.data(), moe_ws_.bytes(), residual_.data() + xo, s, shared_down_.data() + xo,
+                         shared_gate_logit_.data() + r0);
+    }
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
 }

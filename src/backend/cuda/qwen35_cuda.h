@@ -14,6 +14,7 @@
 #include "backend/cuda/ops_attention.h"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/qwen35_cuda_weights.h"
 #include "backend/cuda/step_meta.h"
 #include "model/causal_lm.h"
@@ -35,6 +36,10 @@ struct CudaModelOptions {
   // Every matmul through kernels whose per-row result does not depend on the batch
   // (linear_runner.h); off: cuBLASLt for large M (faster prefill, batch-dependent bits).
   bool batch_invariant = true;
+  // Generated tokens on the tensor-core kernels too (by default they take the GEMVs, which read
+  // weights faster at one row; prompt tokens always take the tensor cores where the format has
+  // them). Either way a token's kernels depend only on the token, not on its batch.
+  bool tensor_core_decode = false;
 };
 
 class Qwen35CudaModel final : public model::CausalLM {
@@ -63,9 +68,13 @@ class Qwen35CudaModel final : public model::CausalLM {
   struct SubStep;  // a slice of the batch that fits the step workspaces
   void run_substep(std::span<const model::SeqStep> batch, const std::vector<int64_t>& token_base,
                    const SubStep& sub, model::StepOutput& out);
-  void enqueue_layers(int M);
-  void project_f32(const DeviceLinear& w, int M, float* y);
-  void project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M);
+  // Rows [0, gemv_rows) of a step hold generated tokens (CUDA-core GEMV kernels), rows
+  // [gemv_rows, M) prompt tokens (tensor-core kernels); see SeqStep::prompt_len.
+  void enqueue_layers(int M, int gemv_rows);
+  void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate);
+  void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows);
+  void project_f32(const DeviceLinear& w, int M, int gemv_rows, float* y);
+  void project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M, int gemv_rows);
   void enqueue_lm_head_rows(int row_begin, int rows);
   void allocate_workspaces();
 
@@ -104,8 +113,8 @@ class Qwen35CudaModel final : public model::CausalLM {
   float* logits_host_ = nullptr;  // pinned [lm_head_chunk_rows, V]
   std::unique_ptr<DeviceRowSampler> row_sampler_;  // samples device_sample rows, copies the others
 
-  // CUDA graphs of decode steps, per padded batch size.
-  std::map<int, cudaGraphExec_t> graphs_;
+  // CUDA graphs of decode steps, per (padded batch size, rows on the tensor cores or not).
+  std::map<std::pair<int, bool>, cudaGraphExec_t> graphs_;
   void clear_graphs();
 };
 

@@ -122,6 +122,7 @@ class HashModel : public model::CausalLM {
       record.slots.push_back(s.state_slot);
       record.start_pos.push_back(s.start_pos);
       record.num_tokens.push_back(int64_t(s.tokens.size()));
+      record.prompt_len.push_back(s.prompt_len);
     }
     record.seqs = int(batch.size());
     steps_.push_back(std::move(record));
@@ -174,6 +175,7 @@ class HashModel : public model::CausalLM {
     int64_t tokens = 0;
     std::vector<int32_t> slots;
     std::vector<int64_t> start_pos, num_tokens;
+    std::vector<int64_t> prompt_len;  // SeqStep::prompt_len of each sequence
   };
   std::vector<StepRecord> steps() const {
     std::lock_guard lock(mutex_);
