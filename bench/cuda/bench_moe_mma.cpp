@@ -1,0 +1,136 @@
+// moe_routed_experts (CUDA cores) against moe_routed_experts_mma (tensor cores, ops_moe_mma.cu)
+// on the same inputs, at the Qwen3.5-122B-A10B routed-expert shape: 256 experts, top-8,
+// hidden 3072, moe_intermediate 1024, INT4 GPTQ sym group 128 (random weights on the GPU).
+//
+//   bench_moe_mma                          (M = 1,8,64,512,1024,2048)
+//   bench_moe_mma --m 1024 --iters 50
+//
+// Timing: two warm-up launches, then --iters launches of each entry point, each between two CUDA
+// events with a synchronisation after it; the median is reported. The router logits rotate over
+// 8 random sets, so the selected experts change from launch to launch. The weights (1.2 GB) are
+// far larger than the L2, so the experts come from HBM as in the model.
+//
+// Columns: us (median); GB/s = the expected bytes of the distinct selected experts
+// (E·(1 − (1 − k/E)^M) experts, each 3·H·I/2 bytes + scales) / t; TFLOP/s = 2·3·H·I·M·k / t (useful
+// FLOPs; the tensor-core path executes twice that: hi and lo MMAs); speedup = cores us / mma us.
+// Roofline references: HBM bandwidth (H200 ~4.8 TB/s) for GB/s, dense bf16 tensor-core peak
+// (H200 ~990 TFLOP/s for wgmma, mma.sync reaches part of it, halved by hi/lo) for TFLOP/s.
+#include <cuda_runtime.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/device_linear.h"
+#include "backend/cuda/dummy_fill.h"
+#include "backend/cuda/ops_moe.h"
+#include "bench_util.h"
+
+using namespace moeserve;
+using namespace moeserve::cuda;
+
+namespace {
+
+// E stacked GPTQ INT4 sym experts of N x K, group g (random words, scales in [0.001, 0.002)).
+DeviceLinear gptq_experts(int E, int N, int K, int g, uint64_t seed, cudaStream_t s) {
+  DeviceLinear d;
+  d.format = quant::WeightFormat::GptqInt4;
+  d.N = N;
+  d.K = K;
+  d.group_size = g;
+  d.sym = true;
+  d.qweight = DeviceBuffer<int32_t>(size_t(E) * (K / 8) * N);
+  d.scales = DeviceBuffer<__half>(size_t(E) * (K / g) * N);
+  d.qzeros = DeviceBuffer<int32_t>(size_t(E) * (K / g) * (N / 8));
+  fill_random_words(d.qweight.data(), d.qweight.size(), seed, s);
+  fill_uniform_f16(d.scales.data(), d.scales.size(), seed + 1, 0.001f, 0.002f, s);
+  fill_constant_words(d.qzeros.data(), d.qzeros.size(), 0x77777777, s);  // stored zero − 1 = 7
+  return d;
+}
+
+template <class F>
+double median_us(F&& launch, int iters, cudaStream_t s) {
+  cudaEvent_t e0, e1;
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < 2; ++i) launch(i);
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    MOESERVE_CUDA_CHECK(cudaEventRecord(e0, s));
+    launch(i);
+    MOESERVE_CUDA_CHECK(cudaEventRecord(e1, s));
+    MOESERVE_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0.f;
+    MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return double(ms[ms.size() / 2]) * 1e3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moe_routed_experts vs moe_routed_experts_mma (122B-A10B experts, INT4 GPTQ sym g128)"};
+  std::string m_list = "1,8,64,512,1024,2048";
+  int iters = 20;
+  app.add_option("--m", m_list, "token counts, comma-separated");
+  app.add_option("--iters", iters, "timed launches per entry point");
+  CLI11_PARSE(app, argc, argv);
+
+  const int E = 256, k = 8, H = 3072, I = 1024, g = 128;
+  constexpr int kSets = 8;
+  cudaStream_t s;
+  MOESERVE_CUDA_CHECK(cudaStreamCreate(&s));
+  DeviceExperts ex;
+  ex.format = quant::WeightFormat::GptqInt4;
+  ex.num_experts = E;
+  ex.hidden = H;
+  ex.intermediate = I;
+  ex.group_size = g;
+  ex.sym = true;
+  ex.gate = gptq_experts(E, I, H, g, 11, s);
+  ex.up = gptq_experts(E, I, H, g, 22, s);
+  ex.down = gptq_experts(E, H, I, g, 33, s);
+  const double per_expert = double(ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) / E;
+  const MoeShape shape{E, k, H, I};
+
+  std::printf("%6s %12s %12s %9s %9s %9s %9s %8s\n", "M", "cores us", "mma us", "cores GB/s", "mma GB/s",
+              "cores TF/s", "mma TF/s", "speedup");
+  for (int M : bench::parse_int_list(m_list)) {
+    DeviceBuffer<float> x(size_t(M) * H), logits(size_t(kSets) * M * E), residual(size_t(M) * H);
+    fill_uniform_f32(x.data(), x.size(), 100 + M, -1.f, 1.f, s);
+    fill_uniform_f32(logits.data(), logits.size(), 200 + M, -2.f, 2.f, s);
+    fill_uniform_f32(residual.data(), residual.size(), 300 + M, -1.f, 1.f, s);
+    DeviceBuffer<uint8_t> ws(std::max(moe_workspace_bytes(shape, M), moe_mma_workspace_bytes(shape, M)));
+    const float* lg = logits.data();
+    const double t_cores = median_us(
+        [&](int i) {
+          moe_routed_experts(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
+                             residual.data(), s);
+        },
+        iters, s);
+    const double t_mma = median_us(
+        [&](int i) {
+          if (!moe_routed_experts_mma(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
+                                      residual.data(), s))
+            throw Error("moe_routed_experts_mma refused the experts");
+        },
+        iters, s);
+    const double distinct = E * (1.0 - std::pow(1.0 - double(k) / E, M));
+    const double bytes = distinct * per_expert;
+    const double flops = 2.0 * 3.0 * H * I * double(M) * k;
+    std::printf("%6d %12.1f %12.1f %9.0f %9.0f %9.1f %9.1f %8.2f\n", M, t_cores, t_mma, bytes / (t_cores * 1e3),
+                bytes / (t_mma * 1e3), flops / (t_cores * 1e6), flops / (t_mma * 1e6), t_cores / t_mma);
+  }
+  MOESERVE_CUDA_CHECK(cudaStreamDestroy(s));
+  return 0;
+}
