@@ -187,6 +187,8 @@ void Qwen35CudaModel::allocate_workspaces() {
   MoeShape ms{int(c.num_experts), int(c.num_experts_per_tok), int(c.hidden_size), int(c.moe_intermediate_size)};
   moe_ws_.resize(std::max<size_t>(1, moe_workspace_bytes(ms, int(T))));
   total += moe_ws_.bytes();
+  moe_mma_ws_.resize(std::max<size_t>(1, moe_mma_workspace_bytes(ms, int(T))));
+  total += moe_mma_ws_.bytes();
 
   // Metadata: token_seq, token_pos, token_ids, logit_rows [T]; seq_token_start [S+1];
   // seq_start_pos, seq_state_slot [S]; block_tables [S][max_blocks].
@@ -601,12 +603,18 @@ void Qwen35CudaModel::enqueue_layers(int M, int G) {  // G: the GEMV rows (enque
     // residual = (residual + routed) + sigmoid(gate)·shared, in the routed combine's pass; the
     // GEMV rows and the tensor-core rows route and group their experts separately.
     const int E = int(c.num_experts);
-    for (const auto& [r0, rows] : {std::pair{0, G}, std::pair{G, M - G}}) {
-      if (rows <= 0) continue;
-      const size_t xo = size_t(r0) * size_t(H);
-      moe_routed_experts(x32_.data() + xo, router_logits_.data() + size_t(r0) * size_t(E), ms, moe.experts, rows,
-                         moe_ws_.data(), moe_ws_.bytes(), residual_.data() + xo, s, shared_down_.data() + xo,
-                         shared_gate_logit_.data() + r0);
+    if (G > 0)
+      moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G, moe_ws_.data(), moe_ws_.bytes(),
+                         residual_.data(), s, shared_down_.data(), shared_gate_logit_.data());
+    if (G < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
+      const size_t xo = size_t(G) * size_t(H);
+      const float* x = x32_.data() + xo;
+      const float* logits = router_logits_.data() + size_t(G) * size_t(E);
+      float* res = residual_.data() + xo;
+      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - G, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s,
+                                  shared_down_.data() + xo, shared_gate_logit_.data() + G))
+        moe_routed_experts(x, logits, ms, moe.experts, M - G, moe_ws_.data(), moe_ws_.bytes(), res, s,
+                           shared_down_.data() + xo, shared_gate_logit_.data() + G);
     }
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
