@@ -377,7 +377,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   int32_t* h = meta_host_;
   std::vector<LogitRowTarget> out_row;  // per logit row: its sequence and the row of out.logits it fills
   std::vector<int64_t> hidden_row(size_t(sub.num_tokens));
-  int m = 0, r = 0;
+  int m = 0, r = 0, gemv_logit_rows = 0;  // logit rows of GEMV slices come first, like their tokens
   const int32_t pad_block = num_kv_blocks_, pad_slot = num_state_slots_;
   for (int j = 0; j < nseq; ++j) {
     const auto& e = sub.entries[size_t(j)];
@@ -397,6 +397,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
       const bool last = t == e.num_tokens - 1;
       if (e.emit_all || (e.emit_last && last)) {
         h[L.logit_rows + size_t(r++)] = m;
+        if (!e.tensor_cores) gemv_logit_rows = r;
         out_row.push_back({e.batch_index, s.device_sample ? -1 : out.first_row[e.batch_index] + (e.emit_all ? e.token_offset + t : 0)});
       }
     }
@@ -444,7 +445,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
       MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
         enqueue_layers(padded, gemv_rows);
-        enqueue_lm_head_rows(0, padded);
+        enqueue_lm_head_rows(0, padded, gemv_rows == 0 ? 0 : padded);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         throw;
@@ -461,7 +462,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
     enqueue_layers(padded, gemv_rows);
     for (int row0 = 0; row0 < r; row0 += chunk) {
       const int n = std::min(chunk, r - row0);
-      enqueue_lm_head_rows(row0, n);
+      enqueue_lm_head_rows(row0, n, std::clamp(gemv_logit_rows - row0, 0, n));
       fetch_logits(row0, n);
     }
   }
@@ -477,9 +478,9 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows) {
+void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows, int gemv_rows) {
   gather_rows(x32_.data(), logit_rows_ptr_ + row0, rows, int(config_.hidden_size), head_in_.data(), stream_);
-  linear_->run(head_in_.data(), rows, weights_.lm_head, logits_.data(), /*y_f32=*/true, stream_);
+  linear_rows(weights_.lm_head, head_in_.data(), rows, gemv_rows, logits_.data(), false);
 }
 
 // y [M, N] (=, or += with accumulate) x [M, K] · Wᵀ: rows [0, gemv_rows) on the row-tiled
