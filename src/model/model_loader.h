@@ -26,6 +26,9 @@ struct ModelLoadOptions {
   int max_num_batched_tokens = 2048; // CUDA: sizes the step workspaces
   int max_num_seqs = 256;            // CUDA: largest batch
   int max_model_len = 4096;          // CUDA: block-table width
+  // CUDA: kernels of generated tokens: "gemv" (CUDA-core GEMVs, fastest at batch 1) or
+  // "tensor-cores" (the prompt tokens' kernels). Prompt tokens always take the tensor cores.
+  std::string decode_kernels = "gemv";
 };
 
 // "cpu" or "cuda" for a requested device; throws for an unknown or unavailable one.
