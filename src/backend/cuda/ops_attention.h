@@ -59,4 +59,22 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream);
 
+// Prompt-class tokens on tensor cores (ops_attention_mma.cu): paged_attention for the tokens of
+// sequences [seq_begin, seq_end) only, which are rows row_begin .. row_begin + row_count of q /
+// gate / out (the host knows both ranges). Same math as paged_attention (causal over the cache
+// including the step's own tokens, which attention_prepare has already written; GQA; softmax in
+// fp32; out = o * sigmoid(gate)), different bits: q·Kᵀ and P·V on bf16 MMAs with f32 operands
+// split hi + lo. A token's output bits depend only on its position and data (any M, any company,
+// any chunking of the prompt). head_dim 64, 128 or 256; q, gate, out 16-byte aligned. The first
+// call per device opts the kernel in to > 48 KB of shared memory: make it outside graph capture,
+// or call paged_attention_prefill_prepare() first. q, gate and out point at the step's row 0.
+// The workspace is not used (size 0); the parameters keep the door open for a KV split.
+void paged_attention_prefill(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
+                             KvCacheView cache, float scale, int seq_begin, int seq_end, int row_begin, int row_count,
+                             void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream);
+size_t paged_attention_prefill_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
+// Does the first-call set-up (the shared-memory opt-in) for the current device now, so that a
+// later first call may happen inside CUDA-graph capture.
+void paged_attention_prefill_prepare();
+
 }  // namespace moeserve::cuda
