@@ -44,12 +44,13 @@ struct Qwen35CudaModel::SubStep {
     int64_t num_tokens;
     bool emit_all;           // logits for every token of the slice
     bool emit_last;          // logits for the slice's last token (the sequence's last)
-    bool tensor_cores;       // prompt tokens (or tensor_core_decode): the tensor-core kernels
+    bool prompt;             // prompt tokens (SeqStep::prompt_len), else generated ones
   };
-  std::vector<Entry> entries;  // at run time: the GEMV entries first, then the tensor-core ones
+  std::vector<Entry> entries;  // at run time: the generated-token slices first, then the prompt ones
   int num_tokens = 0;
   int num_logit_rows = 0;
-  int gemv_tokens = 0;         // tokens of the GEMV entries (the step's first rows)
+  int generated_tokens = 0;    // tokens of the generated-token slices (the step's first rows)
+  int generated_seqs = 0;      // and their number
   bool decode_only = false;
 };
 
@@ -102,6 +103,7 @@ Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, c
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   mma_gemm_prepare();
+  paged_attention_prefill_prepare();
   linear_ = std::make_unique<LinearRunner>(options_.batch_invariant ? 0 : weights_.max_quantized_linear_elems(),
                                            options_.batch_invariant);
   inv_freq_host_ = rope_inv_freq(config_);
@@ -307,9 +309,14 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
     if (cur.entries.empty()) return;
     cur.decode_only = true;
     for (const auto& e : cur.entries) cur.decode_only = cur.decode_only && e.num_tokens == 1 && !e.emit_all;
-    // GEMV slices first: every kernel then sees its rows (and sequences) as one range.
-    std::stable_partition(cur.entries.begin(), cur.entries.end(), [](const SubStep::Entry& e) { return !e.tensor_cores; });
-    for (const auto& e : cur.entries) cur.gemv_tokens += e.tensor_cores ? 0 : int(e.num_tokens);
+    // Generated-token slices first: each kind of kernel then sees its rows (and sequences) as
+    // one range.
+    std::stable_partition(cur.entries.begin(), cur.entries.end(), [](const SubStep::Entry& e) { return !e.prompt; });
+    for (const auto& e : cur.entries)
+      if (!e.prompt) {
+        cur.generated_tokens += int(e.num_tokens);
+        ++cur.generated_seqs;
+      }
     run_substep(batch, token_base, cur, out);
     cur = SubStep{};
   };
@@ -325,8 +332,7 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
       const bool prompt = pos < s.prompt_len;
       int64_t take = std::min<int64_t>(n - off, T - cur.num_tokens);
       if (prompt && s.prompt_len - pos < take) take = s.prompt_len - pos;  // the prompt ends inside
-      SubStep::Entry e{i, off, take, s.all_logits, !s.all_logits && off + take == n,
-                       prompt || options_.tensor_core_decode};
+      SubStep::Entry e{i, off, take, s.all_logits, !s.all_logits && off + take == n, prompt};
       cur.entries.push_back(e);
       cur.num_tokens += int(take);
       cur.num_logit_rows += int(e.emit_all ? take : (e.emit_last ? 1 : 0));
@@ -364,7 +370,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   // batch size (the padding rows take the same kind).
   int padded = sub.num_tokens;
   bool use_graph = false;
-  const bool one_kind = sub.gemv_tokens == 0 || sub.gemv_tokens == sub.num_tokens;
+  const bool one_kind = sub.generated_tokens == 0 || sub.generated_tokens == sub.num_tokens;
   if (options_.cuda_graphs && sub.decode_only && one_kind) {
     const int b = graph_bucket(sub.num_tokens);
     if (b > 0 && b <= options_.max_graph_batch && b <= T && b <= S && b <= chunk) {
@@ -397,7 +403,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
       const bool last = t == e.num_tokens - 1;
       if (e.emit_all || (e.emit_last && last)) {
         h[L.logit_rows + size_t(r++)] = m;
-        if (!e.tensor_cores) gemv_logit_rows = r;
+        if (!e.prompt) gemv_logit_rows = r;
         out_row.push_back({e.batch_index, s.device_sample ? -1 : out.first_row[e.batch_index] + (e.emit_all ? e.token_offset + t : 0)});
       }
     }
@@ -436,16 +442,21 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
                          batch, logits_host_, out, stream_);
   };
 
-  const int gemv_rows = use_graph && sub.gemv_tokens == sub.num_tokens ? padded : sub.gemv_tokens;
+  // Rows of generated tokens (the padding of a graph batch takes the kind of its rows); the
+  // matmuls take the GEMVs for them unless tensor_core_decode.
+  const bool all_generated = sub.generated_tokens == sub.num_tokens;
+  const RowSplit split{use_graph && all_generated ? padded : sub.generated_tokens,
+                       use_graph && all_generated ? padded_seqs : sub.generated_seqs};
+  const int lm_gemv_rows = options_.tensor_core_decode ? 0 : (use_graph && all_generated ? padded : gemv_logit_rows);
   if (use_graph) {
-    const std::pair<int, bool> key{padded, gemv_rows == 0};
+    const std::pair<int, bool> key{padded, all_generated};
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       cudaGraph_t graph;
       MOESERVE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       try {
-        enqueue_layers(padded, gemv_rows);
-        enqueue_lm_head_rows(0, padded, gemv_rows == 0 ? 0 : padded);
+        enqueue_layers(padded, split);
+        enqueue_lm_head_rows(0, padded, lm_gemv_rows);
       } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         throw;
@@ -459,10 +470,10 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
     MOESERVE_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     fetch_logits(0, r);
   } else {
-    enqueue_layers(padded, gemv_rows);
+    enqueue_layers(padded, split);
     for (int row0 = 0; row0 < r; row0 += chunk) {
       const int n = std::min(chunk, r - row0);
-      enqueue_lm_head_rows(row0, n, std::clamp(gemv_logit_rows - row0, 0, n));
+      enqueue_lm_head_rows(row0, n, std::clamp(lm_gemv_rows - row0, 0, n));
       fetch_logits(row0, n);
     }
   }
@@ -555,7 +566,9 @@ void Qwen35CudaModel::project_f32_pair(const DeviceLinear& w1, float* y1, const 
   }
 }
 
-void Qwen35CudaModel::enqueue_layers(int M, int G) {  // G: the GEMV rows (enqueue_layers in the header)
+void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
+  // G: rows on the matmul GEMVs; the attention kernels split at the generated rows instead.
+  const int G = options_.tensor_core_decode ? 0 : split.generated_rows;
   const auto& c = config_;
   const int H = int(c.hidden_size);
   const float eps = float(c.rms_norm_eps);
@@ -579,8 +592,17 @@ void Qwen35CudaModel::enqueue_layers(int M, int G) {  // G: the GEMV rows (enque
       linear_multi_rows(qkv, x32_.data(), M, G);
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
-      paged_attention(q_.data(), gate_.data(), as, meta_, kv, 1.0f / std::sqrt(float(c.head_dim)), attn_ws_.data(),
-                      attn_ws_.bytes(), attn_out_.data(), s);
+      const float scale = 1.0f / std::sqrt(float(c.head_dim));
+      if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention on CUDA cores
+        StepMeta gen = meta_;          // their sequences and rows are the step's first ones
+        gen.num_tokens = split.generated_rows;
+        gen.num_seqs = split.generated_seqs;
+        paged_attention(q_.data(), gate_.data(), as, gen, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
+                        attn_out_.data(), s);
+      }
+      if (split.generated_rows < M)  // prompt tokens: flash-style attention on the tensor cores
+        paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,
+                                split.generated_rows, M - split.generated_rows, nullptr, 0, attn_out_.data(), s);
       linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true);
     } else {
       const auto& g = *L.gdn;

@@ -68,9 +68,15 @@ class Qwen35CudaModel final : public model::CausalLM {
   struct SubStep;  // a slice of the batch that fits the step workspaces
   void run_substep(std::span<const model::SeqStep> batch, const std::vector<int64_t>& token_base,
                    const SubStep& sub, model::StepOutput& out);
-  // Rows [0, gemv_rows) of a step hold generated tokens (CUDA-core GEMV kernels), rows
-  // [gemv_rows, M) prompt tokens (tensor-core kernels); see SeqStep::prompt_len.
-  void enqueue_layers(int M, int gemv_rows);
+  // Rows [0, generated_rows) of a step (sequences [0, generated_seqs)) hold generated tokens,
+  // the rest prompt tokens (SeqStep::prompt_len). Prompt tokens take the tensor-core kernels;
+  // generated ones the CUDA-core GEMVs and split-KV attention (the matmuls on the tensor cores
+  // too with tensor_core_decode).
+  struct RowSplit {
+    int generated_rows = 0;
+    int generated_seqs = 0;
+  };
+  void enqueue_layers(int M, RowSplit split);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate);
   void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows);
   void project_f32(const DeviceLinear& w, int M, int gemv_rows, float* y);
