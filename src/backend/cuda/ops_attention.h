@@ -73,6 +73,9 @@ void paged_attention_prefill(const float* q, const float* gate, const AttentionS
                              KvCacheView cache, float scale, int seq_begin, int seq_end, int row_begin, int row_count,
                              void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream);
 size_t paged_attention_prefill_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
+// Whether paged_attention_prefill takes this shape (head_dim 64, 128 or 256; nq a multiple of
+// nkv); callers fall back to paged_attention for the others.
+bool paged_attention_prefill_supported(const AttentionShape& shape);
 // Does the first-call set-up (the shared-memory opt-in) for the current device now, so that a
 // later first call may happen inside CUDA-graph capture.
 void paged_attention_prefill_prepare();

@@ -419,6 +419,12 @@ size_t paged_attention_prefill_workspace_bytes(const AttentionShape&, int, int) 
   return 0;  // no split over the KV length: every CTA walks its whole range
 }
 
+bool paged_attention_prefill_supported(const AttentionShape& shape) {
+  const int hd = shape.head_dim;
+  return (hd == 64 || hd == 128 || hd == 256) && shape.num_kv_heads > 0 && shape.num_q_heads > 0 &&
+         shape.num_q_heads % shape.num_kv_heads == 0;
+}
+
 void paged_attention_prefill(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
                              KvCacheView cache, float scale, int seq_begin, int seq_end, int row_begin, int row_count,
                              void* /*workspace*/, size_t /*workspace_bytes*/, float* out, cudaStream_t stream) {

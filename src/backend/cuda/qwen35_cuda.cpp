@@ -593,14 +593,17 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
       const float scale = 1.0f / std::sqrt(float(c.head_dim));
-      if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention on CUDA cores
+      if (!paged_attention_prefill_supported(as)) {  // e.g. head_dim 24: every token on CUDA cores
+        paged_attention(q_.data(), gate_.data(), as, meta_, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
+                        attn_out_.data(), s);
+      } else if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention on CUDA cores
         StepMeta gen = meta_;          // their sequences and rows are the step's first ones
         gen.num_tokens = split.generated_rows;
         gen.num_seqs = split.generated_seqs;
         paged_attention(q_.data(), gate_.data(), as, gen, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
                         attn_out_.data(), s);
       }
-      if (split.generated_rows < M)  // prompt tokens: flash-style attention on the tensor cores
+      if (paged_attention_prefill_supported(as) && split.generated_rows < M)  // prompt tokens: tensor cores
         paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,
                                 split.generated_rows, M - split.generated_rows, nullptr, 0, attn_out_.data(), s);
       linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true);
