@@ -223,10 +223,15 @@ void diagnose(const std::string& name) {  // GTEST_SKIP inside: returns void
                   config.layer_types[size_t(l)] == io::LayerType::FullAttention ? "attn" : "gdn", gc.rel, gc.rms_rel,
                   ge.rel, ge.rms_rel, ec.rel, ec.rms_rel, flips, ids.size());
       // Unexplained: the GPU strays from the fp32 CPU model more than twice as far as the
-      // bf16 storage points of Bf16Points::cuda_model() explain (and above fp32 noise). Now
+      // bf16 storage points of Bf16Points::cuda_model() explain (and above a floor). Now
       // that activations are f32 the emulation slightly over-rounds (it rounds q with the
       // cache), so "GPU closer to the emulation than to the CPU" is no longer the test.
-      if (first_unexplained.empty() && gc.rms_rel > std::max(2.0 * ec.rms_rel, 1e-5))
+      // The floor: the fixtures' tokens are prompt tokens, whose matmuls run on the tensor
+      // cores with each f32 input split into bf16 hi + lo (docs/CUDA_BACKEND.md), which keeps
+      // 16 of its 24 significant bits (relative error <= 2^-17 per element). Measured on the
+      // H200 before any attention layer: 5e-6 rms after one sub-block, 2e-5 after six; a
+      // kernel fault shows up at 1e-3 and above.
+      if (first_unexplained.empty() && gc.rms_rel > std::max(2.0 * ec.rms_rel, 5e-5))
         first_unexplained = cut.label();
     }
   }

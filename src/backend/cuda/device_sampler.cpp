@@ -88,12 +88,17 @@ void DeviceRowSampler::finish(const float* logits, std::span<const LogitRowTarge
       std::memcpy(out.logits.data() + size_t(t.out_row) * V, staging + i * V, V * sizeof(float));
       continue;
     }
+    const bool wants_logprobs = params_host_[k].num_logprobs >= 0;
     const SampleRowResult& r = results_host_[k++];
     model::DeviceSampleResult& s = out.samples[t.batch_index];
     s.token = r.token;
-    s.logprob = r.logprob;
     s.top.clear();
-    for (int j = 0; j < std::min(r.num_top, kSampleMaxLogprobs); ++j) s.top.emplace_back(r.top_ids[j], r.top_logprobs[j]);
+    // The kernels fill logprob and top only for rows that ask for them (the other rows' fields
+    // hold whatever the buffer held before): report nothing for those.
+    s.logprob = wants_logprobs ? r.logprob : 0.0f;
+    if (wants_logprobs)
+      for (int j = 0; j < std::clamp(r.num_top, 0, kSampleMaxLogprobs); ++j)
+        s.top.emplace_back(r.top_ids[j], r.top_logprobs[j]);
   }
 }
 
