@@ -42,8 +42,8 @@
 //   - a ring of `stages` shared-memory buffers, filled with cp.async 16-byte copies straight from
 //     global memory (no registers): the raw X tile (f32, rows padded to BK + 8 floats) and the raw
 //     W tile (bytes as stored, rows padded by 16 bytes); stages - 1 k tiles are in flight while
-//     one is computed; one __syncthreads per k tile. Rows >= M / >= N are never copied (they are
-//     zeroed once, while the first tiles are in flight), k >= K is never copied nor executed;
+//     one is computed; one __syncthreads per k tile. Rows >= M / >= N are never copied (the ring
+//     is zeroed once), k >= K is never copied nor executed;
 //   - fragments are read from the raw tiles with plain shared loads (conflict-free strides) and
 //     converted in registers: X pairs split into hi / lo bf16x2, W pairs converted to bf16x2;
 //   - split == 1: the CTA walks all of K and adds the segments in registers; split = nseg: the
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(T::kThreads)
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK, MI = T::MI, NI = T::NI, XS = T::XS;
   constexpr int kElem = kKind == WKind::Bf16 ? 2 : 1;
   constexpr int WS = T::ws_row(kElem), kStages = T::stages(kElem);
-  constexpr int kStageBytes = T::stage_bytes(kElem);
+  constexpr int kStageBytes = T::stage_bytes(kElem), kSmemBytes = T::smem_bytes(kElem);
   constexpr int kXChunks = BM * BK / 4;            // 16-byte chunks of an X tile
   constexpr int kWChunks = BN * BK * kElem / 16;   // 16-byte chunks of a W tile
   constexpr int kWChunksPerRow = BK * kElem / 16;
@@ -497,6 +497,11 @@ __global__ void __launch_bounds__(T::kThreads)
   const int k_begin = split > 1 ? seg * kSegK : 0;
   const int k_end = split > 1 ? min(K, k_begin + kSegK) : K;
   const int ntiles = (k_end - k_begin + BK - 1) / BK;
+
+  // Zero the ring once: rows >= M / >= N are never loaded and stay 0 (their outputs are not
+  // stored anyway; this keeps every value the MMAs see defined).
+  for (int i = tid; i < kSmemBytes / 16; i += T::kThreads) reinterpret_cast<uint4*>(smem_raw)[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
 
   auto load_tile = [&](int stage, int kt) {
     const int k0 = k_begin + kt * BK;
@@ -619,19 +624,6 @@ __global__ void __launch_bounds__(T::kThreads)
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < ntiles) load_tile(s, s);
     cp_async_commit();  // always commit (possibly empty): the group count stays uniform
-  }
-  // Zero the rows no copy ever fills (X rows >= M, W rows >= N) in every stage, while the first
-  // tiles are in flight. Their outputs are never stored; this keeps every value the MMAs see
-  // defined. Disjoint from the copies; the main loop's first barrier orders it before any read.
-  {
-    const int x_rows = min(BM, M - m0), w_rows = min(BN, N - n0);
-    const int x_zero = (BM - x_rows) * XS * 4 / 16, w_zero = (BN - w_rows) * WS / 16;  // uint4s per stage
-    for (int st = 0; st < kStages; ++st) {
-      uint4* xz = reinterpret_cast<uint4*>(smem_raw + st * kStageBytes + x_rows * XS * 4);
-      uint4* wz = reinterpret_cast<uint4*>(smem_raw + st * kStageBytes + T::kXBytes + w_rows * WS);
-      for (int i = tid; i < x_zero; i += T::kThreads) xz[i] = make_uint4(0u, 0u, 0u, 0u);
-      for (int i = tid; i < w_zero; i += T::kThreads) wz[i] = make_uint4(0u, 0u, 0u, 0u);
-    }
   }
   for (int kt = 0; kt < ntiles; ++kt) {
     cp_async_wait<kStages - 2>();  // this thread's copies of tile kt have landed
