@@ -3,7 +3,6 @@
 //
 //   bench_mma_gemm                                   (M = 1,16,64,1024,8192; bf16, fp8, int8)
 //   bench_mma_gemm --m 64,1024 --formats fp8 --tiling large --csv
-//   bench_mma_gemm --m 1,16,64 --formats fp8 --tiling stream16 --split off   (split-K off / on / auto)
 //
 // Built by bench/CMakeLists.txt (every bench/cuda/*.cpp is a program when MOESERVE_CUDA is on).
 // Both kernels get f32 x [M, K] and write f32 y [M, N] (no accumulate), as the model calls them.
@@ -63,16 +62,7 @@ MmaTiling parse_tiling(const std::string& t) {
   if (t == "small") return MmaTiling::Small;
   if (t == "medium") return MmaTiling::Medium;
   if (t == "large") return MmaTiling::Large;
-  if (t == "stream16") return MmaTiling::Stream16;
-  if (t == "stream64") return MmaTiling::Stream64;
-  throw Error("unknown tiling '" + t + "' (auto, small, medium, large, stream16, stream64)");
-}
-
-MmaSplitK parse_split(const std::string& t) {
-  if (t == "auto") return MmaSplitK::Auto;
-  if (t == "off") return MmaSplitK::Off;
-  if (t == "on") return MmaSplitK::On;
-  throw Error("unknown split '" + t + "' (auto, off, on)");
+  throw Error("unknown tiling '" + t + "' (auto, small, medium, large)");
 }
 
 size_t elem_bytes(WeightFormat f) { return f == WeightFormat::Dense ? 2 : 1; }
@@ -146,16 +136,14 @@ double max_rel_diff(const DeviceBuffer<float>& a, const DeviceBuffer<float>& b, 
 
 int main(int argc, char** argv) {
   CLI::App app{"mma_gemm (tensor cores) vs quant_gemv (CUDA cores) at the 122B dense projection shapes"};
-  std::string ms_arg = "1,16,64,1024,8192", formats_arg = "bf16,fp8,int8", shapes_arg, tiling_arg = "auto",
-              split_arg = "auto";
+  std::string ms_arg = "1,16,64,1024,8192", formats_arg = "bf16,fp8,int8", shapes_arg, tiling_arg = "auto";
   int iters = 20, gemv_max_m = 8192, diff_max_m = 1024;
   double rotate_mb = 256;
   bool csv = false;
   app.add_option("--m", ms_arg, "rows of x (tokens), comma-separated");
   app.add_option("--formats", formats_arg, "weight formats: bf16, fp8, int8");
   app.add_option("--shapes", shapes_arg, "NxK list, e.g. 16384x3072,3072x8192 (default: the 122B projections)");
-  app.add_option("--tiling", tiling_arg, "mma_gemm tiling: auto, small, medium, large, stream16, stream64");
-  app.add_option("--split", split_arg, "split-K of the stream tilings: auto, off, on");
+  app.add_option("--tiling", tiling_arg, "mma_gemm tiling: auto, small, medium, large");
   app.add_option("--iters", iters, "timed launches per kernel and shape (median reported)");
   app.add_option("--gemv-max-m", gemv_max_m, "time quant_gemv only up to this M (it is slow at large M)");
   app.add_option("--diff-max-m", diff_max_m, "compare the two outputs only up to this M");
@@ -178,7 +166,6 @@ int main(int argc, char** argv) {
       }
     }
     const MmaTiling tiling = parse_tiling(tiling_arg);
-    const MmaSplitK split = parse_split(split_arg);
     iters = std::max(iters, 1);
     if (ms.empty() || formats.empty()) throw Error("nothing to run");
 
@@ -186,10 +173,9 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop{};
     MOESERVE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf(
-        "%s%s, %d SMs, L2 %.0f MB; mma_gemm tiling %s, split-K %s; median of %d launches; weights rotated over >= "
-        "%.0f MB\n",
-        csv ? "# " : "", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, tiling_arg.c_str(),
-        split_arg.c_str(), iters, rotate_mb);
+        "%s%s, %d SMs, L2 %.0f MB; mma_gemm tiling %s; median of %d launches; weights rotated over >= %.0f MB\n",
+        csv ? "# " : "", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, tiling_arg.c_str(), iters,
+        rotate_mb);
     if (csv)
       std::printf("format,N,K,M,mma_us,mma_tflops,mma_w_gbs,gemv_us,gemv_tflops,gemv_w_gbs,speedup,diff\n");
     else
@@ -221,7 +207,7 @@ int main(int argc, char** argv) {
         for (int M : ms) {
           const double flops = 2.0 * double(M) * double(N) * double(K);
           const double t_mma = time_us(s, iters, [&](int i) {
-            mma_gemm(x.data(), M, ws[size_t(i) % ws.size()], y_mma.data(), false, s, tiling, split);
+            mma_gemm(x.data(), M, ws[size_t(i) % ws.size()], y_mma.data(), false, s, tiling);
           });
           double t_gemv = std::nan(""), diff = std::nan("");
           if (M <= gemv_max_m) {
@@ -230,7 +216,7 @@ int main(int argc, char** argv) {
             });
             if (M <= diff_max_m) {  // both kernels on the first weight copy
               const DeviceLinear& w = ws[0];
-              mma_gemm(x.data(), M, w, y_mma.data(), false, s, tiling, split);
+              mma_gemm(x.data(), M, w, y_mma.data(), false, s, tiling);
               quant_gemv(x.data(), M, w, y_gemv.data(), true, false, s);
               MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s));
               diff = max_rel_diff(y_mma, y_gemv, size_t(M) * size_t(N));

@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
   ex.down = gptq_experts(E, H, I, g, 33, s);
   const double per_expert = double(ex.gate.bytes() + ex.up.bytes() + ex.down.bytes()) / E;
   const MoeShape shape{E, k, H, I};
+  moe_mma_prepare();  // the shared-memory opt-ins, as the model does at construction
 
   std::printf("%6s %12s %12s %9s %9s %9s %9s %8s\n", "M", "cores us", "mma us", "cores GB/s", "mma GB/s",
               "cores TF/s", "mma TF/s", "speedup");

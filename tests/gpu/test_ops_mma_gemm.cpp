@@ -9,13 +9,9 @@
 // miss this bound by orders of magnitude. x is f32 (not bf16-representable), rows scaled by
 // 2^-4 .. 2^4. The reference covers rows 0..99 and a spread of rows up to 1023 (CPU time).
 //
-// Batch invariance (exact, bit for bit): every row of the results at M = 3, 7, 16, 17, 64, 65,
-// 100, 300 and 1024 equals the same x row run alone (M = 1) and in chunks of 7 rows; every forced
-// tiling (Small, Medium, Large, Stream16, Stream64) and, for the stream tilings, split-K forced
-// off and on, equals the automatic one at M = 1, 3, 16, 17, 64, 65, 100, 300 and 1024; y += X·Wᵀ
-// equals fl(y_old + y) of the plain run (automatic, and the stream tilings with split-K on).
-// Shapes include K = 8192 (8 K segments, split at small M), K = 1040 (a last segment of one k16
-// step) and odd N (264, 200, 37: partial column tiles).
+// Batch invariance (exact, bit for bit): every row of the M = 7, 16, 100 and 1024 results equals
+// the same x row run alone (M = 1) and in chunks of 7 rows; every forced tiling (Small, Medium,
+// Large) equals the automatic one; y += X·Wᵀ equals fl(y_old + y) of the plain run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -202,10 +198,6 @@ const char* tiling_name(MmaTiling t) {
       return "medium";
     case MmaTiling::Large:
       return "large";
-    case MmaTiling::Stream16:
-      return "stream16";
-    case MmaTiling::Stream64:
-      return "stream64";
     default:
       return "auto";
   }
@@ -239,15 +231,13 @@ void check_weight(const TestWeight& t, Rng& rng) {
   const Reference ref = reference(x, K, exact, N);
 
   DeviceBuffer<float> d_y(size_t(kRows) * size_t(N));
-  auto run = [&](int M, int row0, float* y, MmaTiling tiling, bool accumulate = false,
-                 cuda::MmaSplitK split = cuda::MmaSplitK::Auto) {
-    cuda::mma_gemm(d_x.data() + size_t(row0) * size_t(K), M, w, y, accumulate, nullptr, tiling, split);
+  auto run = [&](int M, int row0, float* y, MmaTiling tiling, bool accumulate = false) {
+    cuda::mma_gemm(d_x.data() + size_t(row0) * size_t(K), M, w, y, accumulate, nullptr, tiling);
   };
-  const std::vector<int> kMs = {1, 3, 7, 16, 17, 64, 65, 100, 300, kRows};
 
   // Accuracy at each M (automatic tiling).
   std::map<int, std::vector<float>> out;
-  for (int M : kMs) {
+  for (int M : {1, 7, 16, 100, kRows}) {
     run(M, 0, d_y.data(), MmaTiling::Auto);
     out[M] = download(d_y, size_t(M) * size_t(N));
     EXPECT_TRUE(check_accuracy("mma_gemm " + label + " M=" + std::to_string(M), out[M], M, N, ref));
@@ -259,58 +249,34 @@ void check_weight(const TestWeight& t, Rng& rng) {
   for (int r = 0; r < kRows; r += 7)
     run(std::min(7, kRows - r), r, d_y.data() + size_t(r) * size_t(N), MmaTiling::Auto);
   const std::vector<float> by7 = download(d_y, size_t(kRows) * size_t(N));
-  for (int M : kMs) {
-    if (M == 1) continue;
+  for (int M : {7, 16, 100, kRows}) {
     EXPECT_TRUE(
         same_bits("batch invariance: M=" + std::to_string(M) + " vs each row alone (M=1)", out[M], alone, M, N));
     EXPECT_TRUE(same_bits("batch invariance: M=" + std::to_string(M) + " vs chunks of 7 rows", out[M], by7, M, N));
   }
 
-  // Every tiling (and, for the stream tilings, split-K off and on) gives the same bits.
-  struct Variant {
-    MmaTiling tiling;
-    cuda::MmaSplitK split;
-    const char* split_name;
-  };
-  const std::vector<Variant> variants = {
-      {MmaTiling::Small, cuda::MmaSplitK::Auto, ""},           {MmaTiling::Medium, cuda::MmaSplitK::Auto, ""},
-      {MmaTiling::Large, cuda::MmaSplitK::Auto, ""},           {MmaTiling::Stream16, cuda::MmaSplitK::Off, " split off"},
-      {MmaTiling::Stream16, cuda::MmaSplitK::On, " split on"}, {MmaTiling::Stream64, cuda::MmaSplitK::Off, " split off"},
-      {MmaTiling::Stream64, cuda::MmaSplitK::On, " split on"}};
-  for (int M : kMs) {
-    if (M == 7) continue;
-    for (const Variant& v : variants) {
-      const std::vector<float> sentinel(size_t(M) * size_t(N), 7.0f);  // every output must be written
-      d_y.upload(sentinel.data(), sentinel.size());
-      run(M, 0, d_y.data(), v.tiling, false, v.split);
-      EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(v.tiling) + v.split_name + " vs auto, M=" +
-                                std::to_string(M),
+  // Every tiling gives the same bits.
+  for (int M : {1, 100, kRows})
+    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large}) {
+      run(M, 0, d_y.data(), tiling);
+      EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " vs auto, M=" + std::to_string(M),
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
-  }
 
-  // y += X·Wᵀ: exactly fl(y_old + y) (automatic; the stream tilings with split-K on, whose last
-  // CTA per tile does the accumulate).
-  const std::vector<std::pair<int, Variant>> acc_runs = {
-      {7, {MmaTiling::Auto, cuda::MmaSplitK::Auto, ""}},
-      {100, {MmaTiling::Auto, cuda::MmaSplitK::Auto, ""}},
-      {3, {MmaTiling::Stream16, cuda::MmaSplitK::On, " split on"}},
-      {17, {MmaTiling::Stream64, cuda::MmaSplitK::On, " split on"}}};
-  for (const auto& [M, v] : acc_runs) {
+  // y += X·Wᵀ: exactly fl(y_old + y).
+  for (int M : {7, 100}) {
     const std::vector<float> init = random_f32(rng, size_t(M) * size_t(N), 1.0f);
     d_y.upload(init.data(), init.size());
-    run(M, 0, d_y.data(), v.tiling, /*accumulate=*/true, v.split);
+    run(M, 0, d_y.data(), MmaTiling::Auto, /*accumulate=*/true);
     std::vector<float> expect(init.size());
     for (size_t i = 0; i < init.size(); ++i) expect[i] = init[i] + out[M][i];
-    EXPECT_TRUE(same_bits(std::string("accumulate ") + tiling_name(v.tiling) + v.split_name + " M=" +
-                              std::to_string(M),
-                          download(d_y, init.size()), expect, M, N));
+    EXPECT_TRUE(same_bits("accumulate M=" + std::to_string(M), download(d_y, init.size()), expect, M, N));
   }
 }
 
 // (N, K): 122B projections, then odd shapes (partial tiles and FP8 blocks, K not a multiple of 32).
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{16384, 3072}, {3072, 8192}, {12288, 3072}, {1024, 3072},
-                                                          {1000, 1040},  {264, 384},   {200, 144},   {37, 64}};
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{16384, 3072}, {3072, 8192}, {12288, 3072},
+                                                          {1024, 3072},  {200, 144},   {37, 64}};
 
 }  // namespace
 
@@ -350,26 +316,4 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   y.upload(sentinel.data(), sentinel.size());
   cuda::mma_gemm(x.data(), 0, dense, y.data(), false, nullptr);
   EXPECT_TRUE(same_bits("M=0 leaves y untouched", download(y, y.size()), sentinel, 4, 64));
-}
-
-// The split-K path is really taken where it matters: K = 8192 (8 segments of 1024) at decode
-// sizes, whatever the SM count (3072 / 64 = 48 and 3072 / 128 = 24 column tiles are fewer than
-// 2 per SM on any GPU this runs on); never above M = 64 (mma_gemm_kernel walks all of K).
-TEST(GpuOpsMmaGemm, SplitKIsTakenAtSmallM) {
-  MOESERVE_REQUIRE_GPU();
-  cuda::mma_gemm_prepare();
-  EXPECT_EQ(cuda::mma_gemm_k_segments(8192), 8);
-  EXPECT_EQ(cuda::mma_gemm_k_segments(3072), 3);
-  EXPECT_EQ(cuda::mma_gemm_k_segments(1040), 2);
-  EXPECT_EQ(cuda::mma_gemm_k_segments(1024), 1);
-  EXPECT_EQ(cuda::mma_gemm_k_segments(144), 1);
-  int sms = 0;
-  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  if (sms > 24) {  // Stream16: 48 column tiles < 2 per SM
-    for (int M : {1, 3, 16, 17, 64}) EXPECT_EQ(cuda::mma_gemm_split_segments(3072, 8192, M), 8) << "M=" << M;
-    EXPECT_EQ(cuda::mma_gemm_split_segments(1000, 1040, 1), 2);
-  }
-  EXPECT_EQ(cuda::mma_gemm_split_segments(3072, 8192, 65), 1);
-  EXPECT_EQ(cuda::mma_gemm_split_segments(3072, 8192, 300), 1);
-  EXPECT_EQ(cuda::mma_gemm_split_segments(264, 384, 1), 1);  // one segment
 }

@@ -143,17 +143,24 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
   }
 }
 
-// A token's residual row is bit-identical alone (M = 1), at position 17 of 64 tokens and at
-// position 250 of 300 tokens (the others random), for every supported format.
+// A token's residual row is bit-identical alone (M = 1), at position 5 of 32 tokens, at position 17
+// of 64 tokens and at position 250 / 0 of 300 tokens (the others random), for every supported format.
+// ops_moe_mma.cu picks its tiling by slots per expert (small tiles of 16 slots up to 4 per expert
+// on average, prefill tiles of 64 above): E = 16 runs M = 1 small and the others prefill; E = 64
+// runs M = 1 and M = 32 (256 slots, tiles of up to 16) small and M = 64 / 300 prefill, so both
+// tilings, partial and full tiles must give the token's bits.
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
+  cuda::moe_mma_prepare();  // the model's construction-time opt-ins (MatchesCpuMoe relies on the first call's)
   Rng rng(72);
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
                                       {16, 8, 1024, 512, "gptq-asym-g32"},
                                       {16, 8, 1024, 512, "gptq-sym-g64"},
                                       {16, 8, 1024, 512, "fp8"},
                                       {16, 8, 1024, 256, "bf16"},
-                                      {8, 3, 256, 96, "gptq-asym-g32"}};
+                                      {8, 3, 256, 96, "gptq-asym-g32"},
+                                      {64, 8, 512, 256, "gptq-asym-g64"},
+                                      {64, 8, 512, 256, "fp8"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c, false);
@@ -164,7 +171,7 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
     bool ran = false;
     const auto alone = run_mma(d, xt, lt, rt, 1, c, &ran);
     ASSERT_TRUE(ran);
-    for (auto [M, pos] : std::vector<std::pair<int, int>>{{64, 17}, {300, 250}, {300, 0}}) {
+    for (auto [M, pos] : std::vector<std::pair<int, int>>{{32, 5}, {64, 17}, {300, 250}, {300, 0}}) {
       auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
       auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
       auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);

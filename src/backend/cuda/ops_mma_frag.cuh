@@ -63,6 +63,29 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
                : "r"(addr));
 }
 
+// One GPTQ word's nibbles 2j, 2j+1 (k = 2j, 2j+1 of the word) -> the bf16 pair (q − zero) exactly;
+// zz = the bf16 pair (128 + zero, 128 + zero) (as gptq_word_to_bf16x8, one pair).
+__device__ __forceinline__ uint32_t gptq_pair_to_bf16x2(uint32_t word, int j, uint32_t zz) {
+  const uint32_t v = ((word >> (8 * j)) & 0xFu) | (((word >> (8 * j + 4)) & 0xFu) << 16) | 0x43004300u;
+  return bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&zz)));
+}
+
+// cp.async (sm_80+): 16 bytes (L2 only) or 4 bytes global -> shared, asynchronously; a commit
+// closes a group, wait_group<N> waits until at most N of this thread's groups are pending.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // c += a · b over one 16x8x16 step (f32 accumulate). Not volatile: the data dependence on c
 // keeps each output's MMA order.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {

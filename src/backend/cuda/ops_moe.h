@@ -71,5 +71,10 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
                             float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                             const float* shared_gate_logit = nullptr);
 size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= max_tokens (up to 2048+)
+// Opts the kernels of moe_routed_experts_mma in to their (> 48 KB) dynamic shared memory on the
+// current device, so that a later first call may happen inside CUDA-graph capture (the first call
+// does it too when this was not called). Call once per device at model construction, not inside
+// capture.
+void moe_mma_prepare();
 
 }  // namespace moeserve::cuda

@@ -1,48 +1,67 @@
 // moe_routed_experts_mma (ops_moe.h): the routed-expert block for prompt-class rows with the
-// expert GEMMs on bf16 tensor cores (mma.sync.m16n8k16 + ldmatrix; sm_80+, no wgmma / TMA, so the
-// same code runs on the H200 and the DGX Spark; 40 KB of static shared memory per CTA).
+// expert GEMMs on bf16 tensor cores (mma.sync.m16n8k16 + ldmatrix + cp.async; sm_80+, no wgmma /
+// TMA, so the same code runs on the H200 and the DGX Spark: <= 96 KB of dynamic shared memory per
+// CTA, opted in by moe_mma_prepare() or the first call).
 //
 // Steps (one stream, no host synchronisation):
 //   1. route_and_group (ops_moe.cu, the same routing as moe_routed_experts): ids / weights per slot
-//      (slot = token·k + rank), then the slots grouped by expert into tiles of up to kBM = 64
-//      slots (TileList; grouping is one CTA that loops over all M·k slots, any M).
-//   2. gate_up kernel: act[p, I] = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), p = the slot's position in the tile order.
-//   3. down kernel:    y[slot, H] = act[p]·Wdᵀ.
-//   4. combine_routed (ops_moe.cu): residual[m] += Σ_r w·y[m·k + r] (+ sigmoid(gate)·shared).
+//      (slot = token·k + rank), then the slots grouped by expert into tiles of up to BM slots
+//      (TileList; BM = 16 when the step has <= 4 slots per expert on average, else 64).
+//   2. split_rows_kernel: x f32 [M, H] -> x_hi, x_lo bf16 [M, H] (hi = bf16_rn(x), lo = bf16_rn(x − hi)),
+//      once per token instead of once per (expert, column block).
+//   3. gate_up kernel: act[p, I] = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), p = the slot's position in the tile order,
+//      written directly as the hi / lo bf16 planes the down kernel reads.
+//   4. down kernel:    y[slot, H] = act[p]·Wdᵀ (f32).
+//   5. combine_routed (ops_moe.cu): residual[m] += Σ_r w·y[m·k + r] (+ sigmoid(gate)·shared).
 //
-// Data layout. x f32 [M, H] (16-byte aligned); act f32 [M·k, I] by order position (so the down
-// kernel's A rows of a tile are contiguous); y f32 [M·k, H] by slot (the combine's layout). Experts:
-// ops_moe.h (GPTQ qweight [E][K/8][N], scales f16 [E][K/g][N], qzeros [E][K/g][N/8]; FP8 e4m3
-// [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)]; bf16 [E][N][K]).
+// Data layout. x f32 [M, H] (16-byte aligned); x_hi / x_lo bf16 [M, H]; act_hi / act_lo bf16
+// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous); y f32 [M·k, H]
+// by slot (the combine's layout). Experts: ops_moe.h (GPTQ qweight [E][K/8][N], scales f16
+// [E][K/g][N], qzeros [E][K/g][N/8]; FP8 e4m3 [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)];
+// bf16 [E][N][K]).
 //
-// Parallelisation. Grid (ceil(N / BN), max_tiles): CTA (nb, t) computes tile t's <= 64 slots x
-// the BN columns nb·BN.. of its expert (gate_up: BN = 64 columns of gate AND of up, so the SwiGLU
-// epilogue is local; down: BN = 128); CTAs with t >= *num_tiles exit at once. 8 warps as 2 (rows)
-// x 4 (columns), warp tile 32 rows x BN/4 columns (per matrix). The CTA walks K in tiles of
-// kBK = 32: each thread loads its share of the next k tile into registers (A rows gathered by slot
-// as float4, weights as 4- or 16-byte words, GPTQ scales / zero points) while the warps compute
-// the current one, then converts and stores it into the other of two shared-memory buffers
-// (A split into bf16 hi and lo planes, weights converted to bf16 exactly); one __syncthreads per k
-// tile. (Register staging instead of cp.async: every weight format needs a conversion before
-// ldmatrix.) m16 row fragments at or past the tile's slot count are skipped (warp-uniform), so a
-// tile of 16 / 32 slots issues 1/4 / 1/2 of the MMAs of a full one.
+// Parallelisation. Grid (ceil(N / BN), max_tiles): CTA (nb, t) computes tile t's <= BM slots x the
+// BN columns nb·BN.. of its expert (gate_up: BN columns of gate AND of up, so the SwiGLU epilogue
+// is local; the column blocks of one tile are adjacent CTAs, so they share its A rows in L2); CTAs
+// with t >= *num_tiles exit at once. Tilings (Tiling below):
+//   prefill (BM 64): gate_up BN 128 + 128, down BN 256; 8 warps 2 (rows) x 4 (columns), warp tile
+//                    32 x 32 (+ 32) / 32 x 64; 1 CTA per SM (the GPTQ / FP8 accumulators: C and
+//                    the scaled sum, 128 registers per thread).
+//   small (BM 16):   gate_up BN 32 + 32, down BN 64; 4 warps 1 x 4; several CTAs per SM, so at
+//                    decode-like sizes (1-4 slots per expert) every SM streams weights.
+// The CTA walks K in k tiles of BK (GPTQ 64 / 128, FP8 and bf16 32 / 128 for prefill / small)
+// through a ring of `stages` shared-memory buffers (2-6, as many as fit 96 KB), filled by cp.async
+// straight from global memory: the A tile's hi and lo rows (bf16, rows padded to BK + 8: ldmatrix
+// conflict-free), the raw weight bytes (GPTQ: packed words [BK/8][B rows] plus the k tile's group
+// scales (f16) and zero words; FP8 / bf16: [B rows][BK·elem + 16 bytes], conflict-free fragment
+// loads); stages − 1 tiles are in flight while one is computed, one __syncthreads per k tile. A
+// fragments come from ldmatrix, B fragments from plain shared loads converted in registers
+// (GPTQ nibbles − zero, e4m3, exactly). A rows past the tile's slot count and B rows past N are
+// never copied (zeroed once); m16 row fragments at or past the slot count are skipped
+// (warp-uniform).
 //
-// Arithmetic of one output (slot, n), fixed by K and the format only (never by the tile, the
-// slot's row in it, M or the other slots: an MMA computes each C element from its own A row,
-// B column and old value), for each k16 step in ascending k: C = mma(hi, B, C), C = mma(lo, B, C);
+// Arithmetic of one output (slot, n), fixed by K and the format only (never by the tiling, the
+// tile, the slot's row in it, M or the other slots: an MMA computes each C element from its own A
+// row, B column and old value), for each k16 step in ascending k: C = mma(hi, B, C), C = mma(lo, B, C);
 //   bf16: y = C;  GPTQ: B = q − zero (exact), C restarts at 0 for each group of g k's and after
 //   the group acc = fma(C, scale[g][n], acc);  FP8: B = e4m3 (exact), the same per 128-k block
 //   with the block scale. Epilogues use explicit __fmaf_rn / __fmul_rn / __fdiv_rn / __fadd_rn.
-// So a token's result is bit-identical for any M and any other tokens (batch invariance; chunked
-// prefill equals one pass), but differs from moe_routed_experts' CUDA-core sums.
+// Both tilings execute exactly these operations, so a token's result is bit-identical for any M
+// and any other tokens (batch invariance; chunked prefill equals one pass), but differs from
+// moe_routed_experts' CUDA-core sums.
 //
-// Roofline. Weights: every expert with at least one slot is read once per tile of its slots (a
-// second tile only past 64 slots); at 1K tokens x top-8 over 256 experts nearly every expert is
-// active: 122B-A10B INT4 g128 experts, 3·3072·1024/2 bytes + scales each, ~1.25 GB per layer,
-// ~0.3 ms at 4.3 TB/s. MMA work: 2·(3·H·I)·slots useful FLOP (155 GFLOP per layer at 1K tokens),
-// executed twice (hi and lo) plus the zero rows of partial m16 fragments. A rows are re-read from
-// L2 by every column block: x by I/64 CTAs per tile, act by H/128 CTAs per tile.
+// Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, INT4 g128). Weights: every expert with a slot
+// is read once per tile of its slots: at 1K tokens nearly every expert, ~1.25 GB per layer (~0.3 ms
+// at 4.3 TB/s); at M = 1 the 8 selected experts, 8 x 4.7 MB. MMA work: 2·(3·H·I)·slots useful FLOP
+// (155 GFLOP per layer at 1K tokens), executed twice (hi and lo) plus the zero rows of partial m16
+// fragments: compute-bound at prefill sizes. L2 -> SM traffic besides the weights: A rows (4 bytes
+// per element, hi + lo) re-read by every column block: x by I/128 CTAs per tile, act by H/256;
+// per k and CTA the prefill tiling reads 64·4 bytes of A against 256·0.5 bytes of INT4 weights.
+// Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2 words per
+// n8 tile per warp (GPTQ), so ~1 wavefront per MMA. At decode-like sizes the weight stream is the
+// bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs per SM.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 
 #include "backend/cuda/cuda_check.h"
@@ -57,54 +76,79 @@ using namespace mma_frag;
 
 enum class BFmt { Bf16, Fp8, Gptq };
 
-constexpr int kBM = 64;      // slots per tile (the grouping's tile size)
-constexpr int kBK = 32;      // k per shared-memory stage
-constexpr int kS = kBK + 8;  // bf16 per shared row: 80 bytes = 5 (odd) 16-byte units, conflict-free ldmatrix
-constexpr int kWM = 2, kWN = 4, kThreads = kWM * kWN * 32;
-constexpr int kWarpM = kBM / kWM;  // 32 rows per warp
-constexpr int kMI = kWarpM / 16;   // m16 fragments per warp
+constexpr int kLargeBM = 64;  // slots per tile, prefill tiling
+constexpr int kSmallBM = 16;  // slots per tile, small tiling
+constexpr int kSmemBudget = 96 * 1024;
 
-// kMats = 2: gate and up (B rows [0, BN) gate, [BN, 2·BN) up); 1: down.
-template <int kMats, int BN>
-struct Cfg {
-  static constexpr int kWarpN = BN / kWN;  // columns per warp, per matrix
-  static constexpr int NI = kWarpN / 8;    // n8 fragments per warp, per matrix
-  static constexpr int kBRows = kMats * BN;
-  static constexpr int kBufElems = (2 * kBM + kBRows) * kS;  // A hi, A lo, B
-  static constexpr int kALoads = kBM * (kBK / 4) / kThreads;  // float4 per thread per k tile
-  static_assert(NI % 2 == 0, "B fragments are loaded in pairs of n8 tiles");
-  static_assert(128 % BN == 0, "FP8: one scale row per CTA");
-  static_assert(kBM * (kBK / 4) % kThreads == 0, "A loader share");
-  static_assert(kBRows * (kBK / 8) % kThreads == 0 && kBRows * (kBK / 16) % kThreads == 0, "B loader share");
-  static_assert(kBRows <= kThreads, "one GPTQ scale per thread");
-  static_assert(2 * kBufElems * 2 + 2 * kBRows * 4 <= 48 * 1024, "static shared memory");
+constexpr int cmin(int a, int b) { return a < b ? a : b; }
+
+// One CTA shape: kMats = 2 (gate and up: B rows [0, BN) gate, [BN, 2·BN) up) or 1 (down); BM slots
+// x BN columns per matrix; WM x WN warps; the k tile and the stage layout of weight format F.
+template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F>
+struct Tiling {
+  static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_;
+  static constexpr int BK = BM >= 64 ? (F == BFmt::Gptq ? 64 : 32) : 128;
+  static constexpr int kThreads = WM * WN * 32;
+  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // warp tile (columns per matrix)
+  static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
+  static constexpr int BR = kMats * BN;                      // B rows (columns of the output)
+  static constexpr int AS = BK + 8;                          // bf16 per A row in shared memory
+  static constexpr int kAPlane = BM * AS * 2;                // bytes of one A plane (hi or lo)
+  static constexpr int kElem = F == BFmt::Bf16 ? 2 : 1;
+  static constexpr int kWRow = BK * kElem + 16;              // bytes per B row (bf16 / FP8)
+  static constexpr int kGS = BK / 32;                        // GPTQ group slots per k tile (g >= 32)
+  static constexpr int kWordsBytes = (BK / 8) * BR * 4;      // GPTQ words [BK/8][BR]
+  static constexpr int kBOff = 2 * kAPlane;
+  static constexpr int kScaleOff = kBOff + kWordsBytes;      // GPTQ scales f16 [kGS][BR]
+  static constexpr int kZeroOff = kScaleOff + kGS * BR * 2;  // GPTQ zero words [kGS][BR/8]
+  static constexpr int kBBytes = F == BFmt::Gptq ? kWordsBytes + kGS * BR * 2 + kGS * BR / 2 : BR * kWRow;
+  static constexpr int kStageBytes = kBOff + kBBytes;
+  static constexpr int kStages = cmin(kMaxStages, kSmemBudget / kStageBytes);
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0, "warp tile");
+  static_assert(BK % 32 == 0 && 128 % BK == 0, "k tiles: GPTQ groups (32/64/128) and 128-k FP8 blocks align");
+  static_assert((BK / 8 + 1) % 2 == 1, "A rows: an odd number of 16-byte units, conflict-free ldmatrix");
+  static_assert((kWRow / 16) % 2 == 1, "B rows: an odd number of 16-byte units, conflict-free fragment loads");
+  static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
+  static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
+  static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
-using GateUpCfg = Cfg<2, 64>;
-using DownCfg = Cfg<1, 128>;
-
-// Weights of one k tile per thread, in registers between the load and the store.
-template <BFmt F>
-struct BStage {
-  // Bf16: 8-bf16 chunks; Fp8: 16-byte chunks; Gptq: words (k .. k+7 of one n) and their zero points.
-  static constexpr int kPerRow = F == BFmt::Fp8 ? kBK / 16 : kBK / 8;
-};
+template <BFmt F> using GateUpLarge = Tiling<2, kLargeBM, 128, 2, 4, 1, 4, F>;
+template <BFmt F> using DownLarge = Tiling<1, kLargeBM, 256, 2, 4, 1, 4, F>;
+template <BFmt F> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F>;
+template <BFmt F> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F>;
 
 __device__ __forceinline__ float silu_mul_rn(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
 }
 
+// x f32 [n4 float4] -> hi, lo bf16 (pairs as uint32).
+__global__ void split_rows_kernel(const float4* __restrict__ x, size_t n4, uint2* __restrict__ hi,
+                                  uint2* __restrict__ lo) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += size_t(gridDim.x) * blockDim.x) {
+    const float4 v = __ldg(x + i);
+    uint2 h, l;
+    split2(v.x, v.y, h.x, l.x);
+    split2(v.z, v.w, h.y, l.y);
+    hi[i] = h;
+    lo[i] = l;
+  }
+}
+
 // One CTA: tile blockIdx.y (slots order[start .. start + count) of expert e) x columns
-// blockIdx.x·BN .. of w0 (and w1). a: gate_up x [M, K] (row = slot / top_k); down act [M·k, K]
-// (row = order position). out: gate_up act [pos, N]; down y [slot, N].
-template <int kMats, int BN, BFmt F>
-__global__ void __launch_bounds__(kThreads)
-    moe_mma_kernel(const float* __restrict__ a, int top_k, TileList tiles, ExpertView w0, ExpertView w1,
-                   float* __restrict__ out) {
-  using C = Cfg<kMats, BN>;
-  constexpr int NI = C::NI, kBRows = C::kBRows, kALoads = C::kALoads;
-  constexpr int kPerRow = BStage<F>::kPerRow;
-  constexpr int kBLoads = kBRows * kPerRow / kThreads;
+// blockIdx.x·BN .. of w0 (and w1). A: hi / lo bf16 planes with K columns; gate_up: x rows
+// (row = slot / top_k), down: act rows (row = order position). Out: gate_up act_hi / act_lo
+// [pos, N]; down y [slot, N] f32.
+template <class T, BFmt F>
+__global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
+    moe_mma_kernel(const bf16* __restrict__ a_hi, const bf16* __restrict__ a_lo, int top_k, TileList tiles,
+                   ExpertView w0, ExpertView w1, bf16* __restrict__ out_hi, bf16* __restrict__ out_lo,
+                   float* __restrict__ out_y) {
+  constexpr int kMats = T::kMats, BM = T::BM, BN = T::BN, BK = T::BK, BR = T::BR, AS = T::AS;
+  constexpr int MI = T::MI, NI = T::NI, kThreads = T::kThreads, kStages = T::kStages;
+  constexpr int kStageBytes = T::kStageBytes, kAPlane = T::kAPlane;
 
   const int t = int(blockIdx.y);
   if (t >= *tiles.num_tiles) return;  // uniform over the CTA, before any barrier
@@ -112,139 +156,133 @@ __global__ void __launch_bounds__(kThreads)
   const int N = w0.N, K = w0.K;
   const int n0 = int(blockIdx.x) * BN;
 
-  __shared__ __align__(16) bf16 smem[2 * C::kBufElems];
-  __shared__ float gscale[2][kBRows];  // GPTQ: the k tile's group scale of each B row
+  extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sbase = uint32_t(__cvta_generic_to_shared(smem));
 
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int warp_m = warp / kWN, warp_n = warp % kWN;
+  const int warp_m = warp / T::WN, warp_n = warp % T::WN;
+  const int g = lane >> 2, t4 = lane & 3;  // fragment row group, thread in group
 
-  // ---- this thread's A rows (fixed over k): chunk c = tid + i·kThreads is row c / 8, k 4·(c % 8) ----
-  const float* arow[kALoads];
+  // Zero the whole ring once: rows that no copy fills (A rows >= count, B rows >= N) stay zero,
+  // so every value an MMA sees is defined (their outputs are never stored). Before any copy.
+  for (int i = tid; i < T::kSmemBytes / 16; i += kThreads) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0u, 0u, 0u, 0u);
+
+  // ---- this thread's A chunks (8 bf16 of one row, both planes), fixed over k ----
+  constexpr int kACPR = BK / 8, kAChunks = BM * kACPR, kAPer = (kAChunks + kThreads - 1) / kThreads;
+  int arow[kAPer];  // A row of chunk tid + i·kThreads, or -1 (past the slot count / the tile)
 #pragma unroll
-  for (int i = 0; i < kALoads; ++i) {
-    const int r = (tid + i * kThreads) / (kBK / 4);
-    arow[i] = nullptr;
-    if (r < count) {
-      const int p = start + r;
-      arow[i] = kMats == 2 ? a + size_t(tiles.order[p] / top_k) * K : a + size_t(p) * K;
-    }
+  for (int i = 0; i < kAPer; ++i) {
+    const int c = tid + i * kThreads, r = c / kACPR;
+    arow[i] = -1;
+    if (c < kAChunks && r < count) arow[i] = kMats == 2 ? tiles.order[start + r] / top_k : start + r;
   }
 
-  // ---- this thread's B chunks: GPTQ chunk c is (k-word c / kBRows, B row c % kBRows) so a warp
-  // reads 32 consecutive n of one packed row; Bf16 / FP8 chunk c is (B row c / kPerRow, part c % kPerRow) ----
-  auto b_row_of = [&](int c) { return F == BFmt::Gptq ? c % kBRows : c / kPerRow; };
-  auto b_part_of = [&](int c) { return F == BFmt::Gptq ? c / kBRows : c % kPerRow; };
-  const int gsize = w0.group;                     // GPTQ group (32 / 64 / 128)
+  const int gsize = w0.group;  // GPTQ group (32 / 64 / 128)
   const int groups = F == BFmt::Gptq ? K / gsize : 1;
+  const int nslots = F == BFmt::Gptq ? (gsize >= BK ? 1 : BK / gsize) : 0;  // groups per k tile
+  const bool sym0 = w0.sym, sym1 = kMats == 2 ? w1.sym : w0.sym;
 
-  float4 ar[kALoads];
-  uint4 br[kBLoads];
-  float bscale = 0.f;  // GPTQ: the scale of B row tid (tid < kBRows)
-  auto load_tile = [&](int k0) {
+  auto load_tile = [&](int stage, int k0) {
+    const uint32_t st = sbase + uint32_t(stage * kStageBytes);
 #pragma unroll
-    for (int i = 0; i < kALoads; ++i) {
-      const int k = k0 + ((tid + i * kThreads) % (kBK / 4)) * 4;
-      ar[i] = arow[i] && k < K ? __ldg(reinterpret_cast<const float4*>(arow[i] + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < kAPer; ++i) {
+      if (arow[i] < 0) continue;
+      const int c = tid + i * kThreads, r = c / kACPR, col = (c % kACPR) * 8, k = k0 + col;
+      if (k < K) {
+        const size_t off = size_t(arow[i]) * K + k;
+        const uint32_t d = st + uint32_t((r * AS + col) * 2);
+        cp_async16(d, a_hi + off);
+        cp_async16(d + kAPlane, a_lo + off);
+      }
     }
+    if constexpr (F == BFmt::Gptq) {
+      constexpr int kWCPR = BR / 4, kWChunks = (BK / 8) * kWCPR;  // 4 columns per 16-byte chunk
 #pragma unroll
-    for (int i = 0; i < kBLoads; ++i) {
-      const int c = tid + i * kThreads, row = b_row_of(c), part = b_part_of(c);
-      const bool m0 = row < BN;  // B row of w0 (gate / down) or of w1 (up)
-      const int n = n0 + (m0 ? row : row - BN);
-      br[i] = make_uint4(0u, 0u, 0u, 0u);
-      if constexpr (F == BFmt::Gptq) {  // K % 32 == 0: the tile is inside K
-        if (n < N) {
-          const int32_t* qw = m0 ? w0.qweight : w1.qweight;
-          br[i].x = uint32_t(__ldg(qw + (size_t(e) * (K / 8) + k0 / 8 + part) * N + n));
-          const int grp = k0 / gsize;  // g >= 32 = kBK: one group per k tile
-          if (m0 ? w0.sym : w1.sym) {
-            br[i].y = 8u;
-          } else {
-            const int32_t* qz = m0 ? w0.qzeros : w1.qzeros;
-            br[i].y = ((uint32_t(__ldg(qz + (size_t(e) * groups + grp) * (N / 8) + n / 8)) >> (4 * (n % 8))) & 0xFu) + 1u;
-          }
+      for (int i = 0; i < (kWChunks + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (c >= kWChunks) break;
+        const int kw = c / kWCPR, col = (c % kWCPR) * 4;
+        const bool m1 = kMats == 2 && col >= BN;
+        const int n = n0 + col - (m1 ? BN : 0);
+        if (n < N && k0 + kw * 8 < K)
+          cp_async16(st + uint32_t(T::kBOff + (kw * BR + col) * 4),
+                     (m1 ? w1.qweight : w0.qweight) + (size_t(e) * (K / 8) + k0 / 8 + kw) * N + n);
+      }
+      constexpr int kSCPR = BR / 8, kSChunks = T::kGS * kSCPR;  // 8 scales per chunk
+#pragma unroll
+      for (int i = 0; i < (kSChunks + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (c >= kSChunks) break;
+        const int s = c / kSCPR, col = (c % kSCPR) * 8, kk = k0 + s * gsize;
+        const bool m1 = kMats == 2 && col >= BN;
+        const int n = n0 + col - (m1 ? BN : 0);
+        if (s < nslots && kk < K && n < N) {
+          const size_t grow = size_t(e) * groups + kk / gsize;
+          cp_async16(st + uint32_t(T::kScaleOff + (s * BR + col) * 2), (m1 ? w1.scales : w0.scales) + grow * N + n);
+          if (!(m1 ? sym1 : sym0))  // the zero word of these 8 columns
+            cp_async4(st + uint32_t(T::kZeroOff + (s * (BR / 8) + col / 8) * 4),
+                      (m1 ? w1.qzeros : w0.qzeros) + grow * (N / 8) + n / 8);
         }
-      } else if constexpr (F == BFmt::Fp8) {
-        const int k = k0 + part * 16;
-        const uint8_t* wp = m0 ? w0.fp8 : w1.fp8;
-        if (n < N && k < K) br[i] = __ldg(reinterpret_cast<const uint4*>(wp + (size_t(e) * N + n) * K + k));
-      } else {
-        const int k = k0 + part * 8;
-        const bf16* wp = m0 ? w0.dense : w1.dense;
-        if (n < N && k < K) br[i] = __ldg(reinterpret_cast<const uint4*>(wp + (size_t(e) * N + n) * K + k));
       }
-    }
-    if constexpr (F == BFmt::Gptq) {
-      if (tid < kBRows) {
-        const bool m0 = tid < BN;
-        const int n = n0 + (m0 ? tid : tid - BN);
-        const __half* sp = m0 ? w0.scales : w1.scales;
-        bscale = n < N ? __half2float(__ldg(sp + (size_t(e) * groups + k0 / gsize) * N + n)) : 0.f;
-      }
-    }
-  };
-  auto store_tile = [&](int buf) {
-    bf16* ahi = smem + buf * C::kBufElems;
-    bf16* alo = ahi + kBM * kS;
-    bf16* bs = alo + kBM * kS;
+    } else {
+      constexpr int kEl = 16 / T::kElem;  // weights per 16-byte chunk
+      constexpr int kWCPR = BK / kEl, kWChunks = BR * kWCPR;
 #pragma unroll
-    for (int i = 0; i < kALoads; ++i) {
-      const int c = tid + i * kThreads, r = c / (kBK / 4), col = (c % (kBK / 4)) * 4;
-      uint2 hi, lo;
-      split2(ar[i].x, ar[i].y, hi.x, lo.x);
-      split2(ar[i].z, ar[i].w, hi.y, lo.y);
-      *reinterpret_cast<uint2*>(ahi + r * kS + col) = hi;
-      *reinterpret_cast<uint2*>(alo + r * kS + col) = lo;
-    }
-#pragma unroll
-    for (int i = 0; i < kBLoads; ++i) {
-      const int c = tid + i * kThreads, row = b_row_of(c), part = b_part_of(c);
-      if constexpr (F == BFmt::Gptq) {
-        *reinterpret_cast<uint4*>(bs + row * kS + part * 8) = gptq_word_to_bf16x8(br[i].x, int(br[i].y));
-      } else if constexpr (F == BFmt::Fp8) {
-        uint4 lo, hi;
-        fp8x16_to_bf16(br[i], lo, hi);
-        *reinterpret_cast<uint4*>(bs + row * kS + part * 16) = lo;
-        *reinterpret_cast<uint4*>(bs + row * kS + part * 16 + 8) = hi;
-      } else {
-        *reinterpret_cast<uint4*>(bs + row * kS + part * 8) = br[i];
+      for (int i = 0; i < (kWChunks + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (c >= kWChunks) break;
+        const int row = c / kWCPR, part = c % kWCPR, k = k0 + part * kEl;
+        const bool m1 = kMats == 2 && row >= BN;
+        const int n = n0 + row - (m1 ? BN : 0);
+        if (n < N && k < K) {
+          const uint32_t d = st + uint32_t(T::kBOff + row * T::kWRow + part * 16);
+          if constexpr (F == BFmt::Fp8)
+            cp_async16(d, (m1 ? w1.fp8 : w0.fp8) + (size_t(e) * N + n) * K + k);
+          else
+            cp_async16(d, (m1 ? w1.dense : w0.dense) + (size_t(e) * N + n) * K + k);
+        }
       }
-    }
-    if constexpr (F == BFmt::Gptq) {
-      if (tid < kBRows) gscale[buf][tid] = bscale;
     }
   };
 
-  // ---- ldmatrix lane addresses (bytes from a plane's start at k step 0), as in ops_mma_gemm.cu ----
-  uint32_t a_off[kMI];
-  bool active[kMI];  // the m16 fragment holds at least one of the tile's slots (warp-uniform)
+  // ---- ldmatrix lane offsets of the A fragments (bytes from a plane's start at k step 0) ----
+  uint32_t a_off[MI];
+  bool active[MI];  // the m16 fragment holds at least one of the tile's slots (warp-uniform)
 #pragma unroll
-  for (int mi = 0; mi < kMI; ++mi) {
-    a_off[mi] = uint32_t(((warp_m * kWarpM + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kS + (lane >> 4) * 8) * 2);
-    active[mi] = warp_m * kWarpM + mi * 16 < count;
+  for (int mi = 0; mi < MI; ++mi) {
+    a_off[mi] = uint32_t(((warp_m * T::kWarpM + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * AS + (lane >> 4) * 8) * 2);
+    active[mi] = warp_m * T::kWarpM + mi * 16 < count;
   }
   const bool any_active = active[0];  // fragments are ordered: mi = 0 is active if any is
-  uint32_t b_off[kMats][NI / 2];
-#pragma unroll
-  for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-    for (int j = 0; j < NI / 2; ++j)
-      b_off[mat][j] = uint32_t(
-          ((mat * BN + warp_n * C::kWarpN + j * 16 + (lane & 7) + (lane >> 4) * 8) * kS + ((lane >> 3) & 1) * 8) * 2);
 
-  float c[kMats][kMI][NI][4];    // the running MMA accumulator (GPTQ / FP8: of the current group / block)
-  float acc[kMats][kMI][NI][4];  // GPTQ / FP8: the sum of scaled groups / blocks
+  // B row (within the stage) of this lane's fragment column for (mat, ni): row g of the n8 tile.
+  auto brow = [&](int mat, int ni) { return mat * BN + warp_n * T::kWarpN + ni * 8 + g; };
+
+  float c[kMats][MI][NI][4];    // the running MMA accumulator (GPTQ / FP8: of the current group / block)
+  float acc[kMats][MI][NI][4];  // GPTQ / FP8: the sum of scaled groups / blocks
 #pragma unroll
   for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-    for (int mi = 0; mi < kMI; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
         for (int q = 0; q < 4; ++q) c[mat][mi][ni][q] = acc[mat][mi][ni][q] = 0.f;
 
-  // acc = fma(C, s, acc); C = 0. s(mat, ni, j): the scale of column warp_n·kWarpN + ni·8 + 2·(lane % 4) + j.
+  // GPTQ: bf16 pair (128 + zero) of this lane's column per (mat, ni), for the current group.
+  uint32_t zz[kMats][NI];
+#pragma unroll
+  for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) zz[mat][ni] = 0x43084308u;  // zero 8 (sym)
+  // FP8: the block scale of each (mat, ni) n8 tile, loaded at the block's first k step.
+  float fsc[kMats][NI];
+#pragma unroll
+  for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+    for (int ni = 0; ni < NI; ++ni) fsc[mat][ni] = 0.f;
+
+  // acc = fma(C, s, acc); C = 0. s(mat, ni, j): the scale of this lane's column 2·t4 + j of (mat, ni).
   auto flush = [&](auto&& scale_of) {
 #pragma unroll
     for (int mat = 0; mat < kMats; ++mat)
@@ -254,7 +292,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int j = 0; j < 2; ++j) {
           const float s = scale_of(mat, ni, j);
 #pragma unroll
-          for (int mi = 0; mi < kMI; ++mi)
+          for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               acc[mat][mi][ni][2 * h + j] = __fmaf_rn(c[mat][mi][ni][2 * h + j], s, acc[mat][mi][ni][2 * h + j]);
@@ -264,31 +302,69 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   const int nb128 = (N + 127) / 128, kb128 = (K + 127) / 128;  // FP8 scale grid
-  auto compute_tile = [&](int buf, int k0) {
-    const uint32_t ahi = sbase + uint32_t(buf * C::kBufElems * 2);
-    const uint32_t alo = ahi + uint32_t(kBM * kS * 2), bs = alo + uint32_t(kBM * kS * 2);
+  auto compute_tile = [&](int stage, int k0) {
+    const unsigned char* st = smem + stage * kStageBytes;
+    const uint32_t ahi = sbase + uint32_t(stage * kStageBytes), alo = ahi + uint32_t(kAPlane);
 #pragma unroll
-    for (int ks = 0; ks < kBK / 16; ++ks) {
+    for (int ks = 0; ks < BK / 16; ++ks) {
       const int k = k0 + ks * 16;
       if (k >= K) break;  // uniform over the CTA
-      uint32_t ah[kMI][4], al[kMI][4], b[kMats][NI][2];
+      if constexpr (F == BFmt::Gptq) {
+        if (k % gsize == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
+          const int slot = (k - k0) / gsize;
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
+          for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+              if (mat == 0 ? sym0 : sym1) continue;
+              const int col = brow(mat, ni);  // col % 8 == g == the column's nibble in its zero word
+              const uint32_t zw = *reinterpret_cast<const uint32_t*>(st + T::kZeroOff + (slot * (BR / 8) + col / 8) * 4);
+              const uint32_t z = 0x4300u + ((zw >> (4 * g)) & 0xFu) + 1u;
+              zz[mat][ni] = z | (z << 16);
+            }
+        }
+      } else if constexpr (F == BFmt::Fp8) {
+        if (k % 128 == 0) {  // a block starts: its scales (used at its last k step)
+#pragma unroll
+          for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+              const int n = min(n0 + warp_n * T::kWarpN + ni * 8, N - 1);
+              fsc[mat][ni] = __ldg((mat == 0 ? w0.scale : w1.scale) + (size_t(e) * nb128 + n / 128) * kb128 + k / 128);
+            }
+        }
+      }
+      // B fragments: register 0 holds W[n = g][k + 2·t4, +1], register 1 the same at k + 8.
+      uint32_t b[kMats][NI][2];
+#pragma unroll
+      for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const int row = brow(mat, ni);
+          if constexpr (F == BFmt::Gptq) {
+            const unsigned char* p = st + T::kBOff + ((ks * 2) * BR + row) * 4;
+            b[mat][ni][0] = gptq_pair_to_bf16x2(*reinterpret_cast<const uint32_t*>(p), t4, zz[mat][ni]);
+            b[mat][ni][1] = gptq_pair_to_bf16x2(*reinterpret_cast<const uint32_t*>(p + BR * 4), t4, zz[mat][ni]);
+          } else if constexpr (F == BFmt::Fp8) {
+            const unsigned char* p = st + T::kBOff + row * T::kWRow + ks * 16;
+            b[mat][ni][0] = fp8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 2 * t4));
+            b[mat][ni][1] = fp8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 8 + 2 * t4));
+          } else {
+            const unsigned char* p = st + T::kBOff + row * T::kWRow + ks * 32;
+            b[mat][ni][0] = *reinterpret_cast<const uint32_t*>(p + 4 * t4);
+            b[mat][ni][1] = *reinterpret_cast<const uint32_t*>(p + 16 + 4 * t4);
+          }
+        }
+      uint32_t ah[MI][4], al[MI][4];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
         if (active[mi]) {
           ldmatrix_x4(ahi + a_off[mi] + ks * 32, ah[mi]);
           ldmatrix_x4(alo + a_off[mi] + ks * 32, al[mi]);
         }
-#pragma unroll
-      for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-        for (int j = 0; j < NI / 2; ++j) {
-          uint32_t r[4];
-          ldmatrix_x4(bs + b_off[mat][j] + ks * 32, r);
-          b[mat][2 * j][0] = r[0], b[mat][2 * j][1] = r[1], b[mat][2 * j + 1][0] = r[2], b[mat][2 * j + 1][1] = r[3];
-        }
       // Per output: this k step's hi MMA, then its lo MMA (all hi first for ILP).
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
+      for (int mi = 0; mi < MI; ++mi)
         if (active[mi]) {
 #pragma unroll
           for (int mat = 0; mat < kMats; ++mat)
@@ -296,7 +372,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], ah[mi], b[mat][ni]);
         }
 #pragma unroll
-      for (int mi = 0; mi < kMI; ++mi)
+      for (int mi = 0; mi < MI; ++mi)
         if (active[mi]) {
 #pragma unroll
           for (int mat = 0; mat < kMats; ++mat)
@@ -304,61 +380,61 @@ __global__ void __launch_bounds__(kThreads)
             for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al[mi], b[mat][ni]);
         }
       if constexpr (F == BFmt::Gptq) {
-        if ((k + 16) % gsize == 0)
+        if ((k + 16) % gsize == 0) {
+          const int slot = (k - k0) / gsize;
+          const __half* sc = reinterpret_cast<const __half*>(st + T::kScaleOff) + slot * BR;
           flush([&](int mat, int ni, int j) {
-            return gscale[buf][mat * BN + warp_n * C::kWarpN + ni * 8 + (lane & 3) * 2 + j];
+            return __half2float(sc[mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4 + j]);
           });
-      } else if constexpr (F == BFmt::Fp8) {
-        if ((k + 16) % 128 == 0 || k + 16 == K) {
-          const float s0 = __ldg(w0.scale + (size_t(e) * nb128 + n0 / 128) * kb128 + k / 128);
-          const float s1 = kMats == 2 ? __ldg(w1.scale + (size_t(e) * nb128 + n0 / 128) * kb128 + k / 128) : 0.f;
-          flush([&](int mat, int, int) { return mat == 0 ? s0 : s1; });
         }
+      } else if constexpr (F == BFmt::Fp8) {
+        if ((k + 16) % 128 == 0 || k + 16 == K) flush([&](int mat, int ni, int) { return fsc[mat][ni]; });
       }
     }
   };
 
-  // ---- main loop: compute buffer kt & 1 while tile kt + 1 is in flight, then store it ----
-  const int kt_count = (K + kBK - 1) / kBK;
-  load_tile(0);
-  store_tile(0);
-  __syncthreads();
-  for (int kt = 0; kt < kt_count; ++kt) {
-    const bool more = kt + 1 < kt_count;  // uniform
-    if (more) load_tile((kt + 1) * kBK);
-    if (any_active) compute_tile(kt & 1, kt * kBK);  // warp-uniform
-    if (more) store_tile((kt + 1) & 1);  // the buffer every warp finished reading before the last barrier
-    __syncthreads();
-  }
-
-  // ---- epilogue: C fragment element q of (mi, ni) is row lane / 4 (+8 for q >= 2), column 2·(lane % 4) + (q & 1) ----
-  auto value = [&](int mat, int mi, int ni, int q) { return F == BFmt::Bf16 ? c[mat][mi][ni][q] : acc[mat][mi][ni][q]; };
-  const bool vec2 = (N & 1) == 0;  // out rows start 8-byte aligned (workspace buffers are 256-byte aligned)
+  // ---- the cp.async ring: kStages − 1 k tiles in flight while one is computed ----
+  __syncthreads();  // the zeroing above is done before any copy lands
+  const int kt_count = (K + BK - 1) / BK;
 #pragma unroll
-  for (int mi = 0; mi < kMI; ++mi) {
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < kt_count) load_tile(s, s * BK);
+    cp_async_commit();  // always commit (possibly empty): the group count stays uniform
+  }
+  for (int kt = 0; kt < kt_count; ++kt) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of tile kt have landed
+    __syncthreads();               // everyone's have; everyone finished computing tile kt − 1
+    const int next = kt + kStages - 1;
+    if (next < kt_count) load_tile(next % kStages, next * BK);  // the stage of tile kt − 1
+    cp_async_commit();
+    if (any_active) compute_tile(kt % kStages, kt * BK);  // warp-uniform
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue: C fragment element q of (mi, ni) is row g (+8 for q >= 2), column 2·t4 + (q & 1) ----
+  auto value = [&](int mat, int mi, int ni, int q) { return F == BFmt::Bf16 ? c[mat][mi][ni][q] : acc[mat][mi][ni][q]; };
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
     if (!active[mi]) continue;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = warp_m * kWarpM + mi * 16 + (lane >> 2) + h * 8;
+      const int r = warp_m * T::kWarpM + mi * 16 + g + h * 8;
       if (r >= count) continue;
-      float* orow = out + size_t(kMats == 2 ? start + r : tiles.order[start + r]) * N;
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
-        const int n = n0 + warp_n * C::kWarpN + ni * 8 + (lane & 3) * 2;
+        const int n = n0 + warp_n * T::kWarpN + ni * 8 + 2 * t4;  // N is even: n < N means n + 1 < N
         if (n >= N) continue;
-        float v0, v1;
         if constexpr (kMats == 2) {
-          v0 = silu_mul_rn(value(0, mi, ni, 2 * h), value(1, mi, ni, 2 * h));
-          v1 = silu_mul_rn(value(0, mi, ni, 2 * h + 1), value(1, mi, ni, 2 * h + 1));
+          const float v0 = silu_mul_rn(value(0, mi, ni, 2 * h), value(1, mi, ni, 2 * h));
+          const float v1 = silu_mul_rn(value(0, mi, ni, 2 * h + 1), value(1, mi, ni, 2 * h + 1));
+          uint32_t hi, lo;
+          split2(v0, v1, hi, lo);
+          const size_t o = size_t(start + r) * N + n;
+          *reinterpret_cast<uint32_t*>(out_hi + o) = hi;
+          *reinterpret_cast<uint32_t*>(out_lo + o) = lo;
         } else {
-          v0 = value(0, mi, ni, 2 * h);
-          v1 = value(0, mi, ni, 2 * h + 1);
-        }
-        if (n + 1 < N && vec2) {
-          *reinterpret_cast<float2*>(orow + n) = make_float2(v0, v1);
-        } else {
-          orow[n] = v0;
-          if (n + 1 < N) orow[n + 1] = v1;
+          float* orow = out_y + size_t(tiles.order[start + r]) * N;
+          *reinterpret_cast<float2*>(orow + n) = make_float2(value(0, mi, ni, 2 * h), value(0, mi, ni, 2 * h + 1));
         }
       }
     }
@@ -375,16 +451,20 @@ struct Workspace {
   int32_t* tile_expert;
   int32_t* tile_start;
   int32_t* tile_count;
-  float* act;
+  bf16* x_hi;
+  bf16* x_lo;
+  bf16* act_hi;
+  bf16* act_lo;
   float* y;
 };
 
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
-// The buffers in order; base == nullptr only sizes them.
+// The buffers in order; base == nullptr only sizes them. The tile arrays are sized for the
+// smaller tile (the larger tile count).
 size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   const size_t slots = size_t(max_tokens) * size_t(s.top_k);
-  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kBM));
+  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kSmallBM));
   size_t off = 0;
   auto take = [&](size_t bytes) {
     void* r = base ? static_cast<uint8_t*>(base) + off : nullptr;
@@ -400,7 +480,10 @@ size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   o.tile_expert = static_cast<int32_t*>(take(tiles * 4));
   o.tile_start = static_cast<int32_t*>(take(tiles * 4));
   o.tile_count = static_cast<int32_t*>(take(tiles * 4));
-  o.act = static_cast<float*>(take(slots * size_t(s.intermediate) * 4));
+  o.x_hi = static_cast<bf16*>(take(size_t(max_tokens) * size_t(s.hidden) * 2));
+  o.x_lo = static_cast<bf16*>(take(size_t(max_tokens) * size_t(s.hidden) * 2));
+  o.act_hi = static_cast<bf16*>(take(slots * size_t(s.intermediate) * 2));
+  o.act_lo = static_cast<bf16*>(take(slots * size_t(s.intermediate) * 2));
   o.y = static_cast<float*>(take(slots * size_t(s.hidden) * 4));
   return off;
 }
@@ -422,21 +505,72 @@ bool projection_ok(const DeviceLinear& d, quant::WeightFormat f, int64_t N, int6
   }
 }
 
+int current_device() {
+  int dev = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+// Opts a kernel in to more than 48 KB of dynamic shared memory, once per device.
+template <class T, BFmt F>
+void ensure_opt_in() {
+  if constexpr (T::kSmemBytes > 48 * 1024) {
+    static std::atomic<uint64_t> done{0};
+    const int dev = current_device();
+    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+    if (!bit || !(done.load() & bit)) {
+      MOESERVE_CUDA_CHECK(
+          cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+      done.fetch_or(bit);
+    }
+  }
+}
+
 template <BFmt F>
-void launch_experts(const float* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
-                    float* act, float* y, cudaStream_t stream) {
-  const dim3 gu_grid(unsigned((s.intermediate + 63) / 64), unsigned(grid_tiles));
-  moe_mma_kernel<2, 64, F><<<gu_grid, kThreads, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up), act);
+void opt_in_all() {
+  ensure_opt_in<GateUpLarge<F>, F>();
+  ensure_opt_in<DownLarge<F>, F>();
+  ensure_opt_in<GateUpSmall<F>, F>();
+  ensure_opt_in<DownSmall<F>, F>();
+}
+
+template <class T, BFmt F>
+void launch_one(const bf16* a_hi, const bf16* a_lo, int N, int top_k, const TileList& tiles, int grid_tiles,
+                const ExpertView& w0, const ExpertView& w1, bf16* out_hi, bf16* out_lo, float* out_y,
+                cudaStream_t stream) {
+  ensure_opt_in<T, F>();
+  const dim3 grid(unsigned((N + T::BN - 1) / T::BN), unsigned(grid_tiles));
+  moe_mma_kernel<T, F><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a_hi, a_lo, top_k, tiles, w0, w1, out_hi, out_lo,
+                                                                      out_y);
   MOESERVE_CUDA_CHECK_LAUNCH();
-  const dim3 down_grid(unsigned((s.hidden + 127) / 128), unsigned(grid_tiles));
-  const ExpertView dv = view_of(ex.down);
-  moe_mma_kernel<1, 128, F><<<down_grid, kThreads, 0, stream>>>(act, s.top_k, tiles, dv, dv, y);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <BFmt F>
+void launch_experts(bool small, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                    const Workspace& w, cudaStream_t stream) {
+  const ExpertView g = view_of(ex.gate), u = view_of(ex.up), d = view_of(ex.down);
+  if (small) {
+    launch_one<GateUpSmall<F>, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, tiles, grid_tiles, g, u, w.act_hi,
+                                  w.act_lo, nullptr, stream);
+    launch_one<DownSmall<F>, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, tiles, grid_tiles, d, d, nullptr, nullptr, w.y,
+                                stream);
+  } else {
+    launch_one<GateUpLarge<F>, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, tiles, grid_tiles, g, u, w.act_hi,
+                                  w.act_lo, nullptr, stream);
+    launch_one<DownLarge<F>, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, tiles, grid_tiles, d, d, nullptr, nullptr, w.y,
+                                stream);
+  }
 }
 
 }  // namespace
 
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
+
+void moe_mma_prepare() {
+  opt_in_all<BFmt::Gptq>();
+  opt_in_all<BFmt::Fp8>();
+  opt_in_all<BFmt::Bf16>();
+}
 
 bool moe_routed_experts_mma(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex,
                             int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream,
@@ -458,22 +592,33 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   if (s.num_experts > kMaxExperts) throw Error("moe_mma: more than 1024 experts are not supported");
   if (workspace_bytes < moe_mma_workspace_bytes(s, M)) throw Error("moe_mma: workspace too small");
   const long long slots = (long long)M * s.top_k;
-  const long long grid_tiles = (slots + kBM - 1) / kBM + std::min<long long>(slots, s.num_experts);
+  // Small tiles while the step has at most ~4 slots per expert on average (decode-like sizes:
+  // more CTAs, weights streamed by all SMs); prefill tiles above. Both give the same bits.
+  const bool small = slots <= 4LL * s.num_experts;
+  const int bm = small ? kSmallBM : kLargeBM;
+  const long long grid_tiles = (slots + bm - 1) / bm + std::min<long long>(slots, s.num_experts);
   if (grid_tiles > 65535) throw Error("moe_mma: too many tokens for one launch");
   Workspace w;
   carve(workspace, s, M, &w);
-  route_and_group(router_logits, s, M, kBM, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
+  route_and_group(router_logits, s, M, bm, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
                   w.order, stream);
+  {  // x -> hi / lo bf16 planes (H % 16 == 0: whole float4s)
+    const size_t n4 = size_t(M) * size_t(H) / 4;
+    const unsigned blocks = unsigned(std::min<size_t>((n4 + 255) / 256, 4096));
+    split_rows_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n4,
+                                                  reinterpret_cast<uint2*>(w.x_hi), reinterpret_cast<uint2*>(w.x_lo));
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
   switch (f) {
     case quant::WeightFormat::GptqInt4:
-      launch_experts<BFmt::Gptq>(x, s, ex, tiles, int(grid_tiles), w.act, w.y, stream);
+      launch_experts<BFmt::Gptq>(small, s, ex, tiles, int(grid_tiles), w, stream);
       break;
     case quant::WeightFormat::Fp8Block:
-      launch_experts<BFmt::Fp8>(x, s, ex, tiles, int(grid_tiles), w.act, w.y, stream);
+      launch_experts<BFmt::Fp8>(small, s, ex, tiles, int(grid_tiles), w, stream);
       break;
     default:
-      launch_experts<BFmt::Bf16>(x, s, ex, tiles, int(grid_tiles), w.act, w.y, stream);
+      launch_experts<BFmt::Bf16>(small, s, ex, tiles, int(grid_tiles), w, stream);
       break;
   }
   combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
