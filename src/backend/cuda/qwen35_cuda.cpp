@@ -104,6 +104,7 @@ Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, c
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   mma_gemm_prepare();
   paged_attention_prefill_prepare();
+  moe_mma_prepare();
   linear_ = std::make_unique<LinearRunner>(options_.batch_invariant ? 0 : weights_.max_quantized_linear_elems(),
                                            options_.batch_invariant);
   inv_freq_host_ = rope_inv_freq(config_);
