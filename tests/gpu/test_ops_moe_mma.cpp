@@ -94,8 +94,9 @@ bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) ==
 }  // namespace
 
 // Every supported format at the 122B-A10B expert shape (E reduced to 16, top-8: at M = 300 each
-// expert has ~150 slots, so several 64-slot tiles) and at small odd shapes (partial column
-// blocks, FP8 edge blocks, GPTQ groups 32 / 64 / 128). Error: max |got − ref| / max |routed|.
+// expert has ~150 slots, so several 64-slot tiles; at M = 64 ~32, the 32-slot tiling; M = 1 / 7
+// the 16-slot one) and at small odd shapes (partial column blocks, FP8 edge blocks, GPTQ groups
+// 32 / 64 / 128; M = 64 takes the 32-slot tiling there too). Error: max |got − ref| / max |routed|.
 TEST(GpuOpsMoeMma, MatchesCpuMoe) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(71);
@@ -145,10 +146,12 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 
 // A token's residual row is bit-identical alone (M = 1), at position 5 of 32 tokens, at position 17
 // of 64 tokens and at position 250 / 0 of 300 tokens (the others random), for every supported format.
-// ops_moe_mma.cu picks its tiling by slots per expert (small tiles of 16 slots up to 4 per expert
-// on average, prefill tiles of 64 above): E = 16 runs M = 1 small and the others prefill; E = 64
-// runs M = 1 and M = 32 (256 slots, tiles of up to 16) small and M = 64 / 300 prefill, so both
-// tilings, partial and full tiles must give the token's bits.
+// ops_moe_mma.cu picks its tiling by the average slots per expert M·k / E (tiles of 16 slots up
+// to 4, of 32 up to 40, of 64 above): E = 16, k = 8 runs M = 1 on 16-slot tiles, M = 32 / 64 on
+// 32-slot tiles (16 / 32 slots per expert: partial, full and several tiles per expert, tiles of
+// <= 16 slots whose second m16 fragment is skipped) and M = 300 on 64-slot tiles; E = 8, k = 3
+// the same; E = 64 runs M = 1 and M = 32 (256 slots) on 16-slot tiles and M = 64 / 300 on
+// 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits.
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
   cuda::moe_mma_prepare();  // the model's construction-time opt-ins (MatchesCpuMoe relies on the first call's)

@@ -6,7 +6,8 @@
 // Steps (one stream, no host synchronisation):
 //   1. route_and_group (ops_moe.cu, the same routing as moe_routed_experts): ids / weights per slot
 //      (slot = token·k + rank), then the slots grouped by expert into tiles of up to BM slots
-//      (TileList; BM = 16 when the step has <= 4 slots per expert on average, else 64).
+//      (TileList; one BM per call, by the average slots per expert M·k / E: BM = 16 up to 4,
+//      32 up to 40, else 64).
 //   2. split_rows_kernel: x f32 [M, H] -> x_hi, x_lo bf16 [M, H] (hi = bf16_rn(x), lo = bf16_rn(x − hi)),
 //      once per token instead of once per (expert, column block).
 //   3. gate_up kernel: act[p, I] = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), p = the slot's position in the tile order,
@@ -27,9 +28,18 @@
 //   prefill (BM 64): gate_up BN 128 + 128, down BN 256; 8 warps 2 (rows) x 4 (columns), warp tile
 //                    32 x 32 (+ 32) / 32 x 64; 1 CTA per SM (the GPTQ / FP8 accumulators: C and
 //                    the scaled sum, 128 registers per thread).
+//                    Used above 40 slots per expert on average (tiles mostly full).
+//   32-slot (BM 32): gate_up BN 128 + 128, down BN 256 (the prefill tiling's weight tile); 8 warps
+//                    1 x 8, warp tile 32 x 16 (+ 16) / 32 x 32; <= 128 registers per thread
+//                    (__launch_bounds__(256, 2); no spills at sm_90 with BK 32 and each m16
+//                    fragment's A loaded next to its MMAs) and <= 75 KB of shared memory, so
+//                    2 CTAs per SM on the H200 (GPTQ: 39 KB, 2 per SM on the DGX Spark too).
+//                    Used at 5-40 slots per expert on average (~32 at 1K tokens on 256 experts,
+//                    top-8), where the prefill tiling's second row of warps (rows 32-63) would
+//                    mostly have no slots and its single CTA per SM nothing to overlap with.
 //   small (BM 16):   gate_up BN 32 + 32, down BN 64; 4 warps 1 x 4; several CTAs per SM, so at
 //                    decode-like sizes (1-4 slots per expert) every SM streams weights.
-// The CTA walks K in k tiles of BK (GPTQ 64 / 128, FP8 and bf16 32 / 128 for prefill / small)
+// The CTA walks K in k tiles of BK (prefill: GPTQ 64, FP8 / bf16 32; 32-slot: 32; small: 128)
 // through a ring of `stages` shared-memory buffers (2-6, as many as fit 96 KB), filled by cp.async
 // straight from global memory: the A tile's hi and lo rows (bf16, rows padded to BK + 8: ldmatrix
 // conflict-free), the raw weight bytes (GPTQ: packed words [BK/8][B rows] plus the k tile's group
@@ -46,8 +56,9 @@
 //   bf16: y = C;  GPTQ: B = q − zero (exact), C restarts at 0 for each group of g k's and after
 //   the group acc = fma(C, scale[g][n], acc);  FP8: B = e4m3 (exact), the same per 128-k block
 //   with the block scale. Epilogues use explicit __fmaf_rn / __fmul_rn / __fdiv_rn / __fadd_rn.
-// Both tilings execute exactly these operations, so a token's result is bit-identical for any M
-// and any other tokens (batch invariance; chunked prefill equals one pass), but differs from
+// All three tilings execute exactly these operations (they differ only in how the MMAs of
+// different outputs interleave), so a token's result is bit-identical for any M and any other
+// tokens (batch invariance; chunked prefill equals one pass), but differs from
 // moe_routed_experts' CUDA-core sums.
 //
 // Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, INT4 g128). Weights: every expert with a slot
@@ -56,9 +67,12 @@
 // (155 GFLOP per layer at 1K tokens), executed twice (hi and lo) plus the zero rows of partial m16
 // fragments: compute-bound at prefill sizes. L2 -> SM traffic besides the weights: A rows (4 bytes
 // per element, hi + lo) re-read by every column block: x by I/128 CTAs per tile, act by H/256;
-// per k and CTA the prefill tiling reads 64·4 bytes of A against 256·0.5 bytes of INT4 weights.
-// Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2 words per
-// n8 tile per warp (GPTQ), so ~1 wavefront per MMA. At decode-like sizes the weight stream is the
+// per k and CTA the prefill tiling reads 64·4 bytes of A against 256·0.5 bytes of INT4 weights,
+// the 32-slot tiling 32·4 against the same 128 (an expert with 33-64 slots has 2 tiles there, so
+// its weights are read twice, the second time mostly from L2: one expert's tiles are adjacent in
+// the grid). Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
+// words per n8 tile per warp (GPTQ), so ~1 wavefront per MMA (32-slot: ~1.5, its warps cover
+// all 32 rows but half the columns). At decode-like sizes the weight stream is the
 // bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs per SM.
 #include <algorithm>
 #include <atomic>
@@ -77,6 +91,7 @@ using namespace mma_frag;
 enum class BFmt { Bf16, Fp8, Gptq };
 
 constexpr int kLargeBM = 64;  // slots per tile, prefill tiling
+constexpr int kMidBM = 32;    // slots per tile, 32-slot prefill tiling
 constexpr int kSmallBM = 16;  // slots per tile, small tiling
 constexpr int kSmemBudget = 96 * 1024;
 
@@ -87,7 +102,12 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F>
 struct Tiling {
   static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_;
-  static constexpr int BK = BM >= 64 ? (F == BFmt::Gptq ? 64 : 32) : 128;
+  // k tile: prefill 64 (GPTQ) / 32; 32-slot 32 (GPTQ too: with BK 64 its gate_up spills at the
+  // 128-register cap of 2 CTAs per SM); small 128. The arithmetic does not depend on it.
+  static constexpr int BK = BM == 64 ? (F == BFmt::Gptq ? 64 : 32) : BM == 32 ? 32 : 128;
+  // Load each m16 fragment's A registers next to its MMAs (one fragment's 8 registers live, not
+  // MI's): the 2-CTA tilings, under the 128-register cap. Same MMAs per output, same order.
+  static constexpr bool kAPerFragment = kMinBlocks >= 2;
   static constexpr int kThreads = WM * WN * 32;
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // warp tile (columns per matrix)
   static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
@@ -117,6 +137,8 @@ struct Tiling {
 
 template <BFmt F> using GateUpLarge = Tiling<2, kLargeBM, 128, 2, 4, 1, 4, F>;
 template <BFmt F> using DownLarge = Tiling<1, kLargeBM, 256, 2, 4, 1, 4, F>;
+template <BFmt F> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, 4, F>;
+template <BFmt F> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, 4, F>;
 template <BFmt F> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F>;
 template <BFmt F> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F>;
 
@@ -355,30 +377,48 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
             b[mat][ni][1] = *reinterpret_cast<const uint32_t*>(p + 16 + 4 * t4);
           }
         }
-      uint32_t ah[MI][4], al[MI][4];
+      // Per output: this k step's hi MMA, then its lo MMA.
+      if constexpr (T::kAPerFragment) {
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-        if (active[mi]) {
-          ldmatrix_x4(ahi + a_off[mi] + ks * 32, ah[mi]);
-          ldmatrix_x4(alo + a_off[mi] + ks * 32, al[mi]);
-        }
-      // Per output: this k step's hi MMA, then its lo MMA (all hi first for ILP).
+        for (int mi = 0; mi < MI; ++mi)
+          if (active[mi]) {
+            uint32_t ah[4], al[4];
+            ldmatrix_x4(ahi + a_off[mi] + ks * 32, ah);
+            ldmatrix_x4(alo + a_off[mi] + ks * 32, al);
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-        if (active[mi]) {
+            for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-          for (int mat = 0; mat < kMats; ++mat)
+              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], ah, b[mat][ni]);
 #pragma unroll
-            for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], ah[mi], b[mat][ni]);
-        }
+            for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-        if (active[mi]) {
+              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al, b[mat][ni]);
+          }
+      } else {  // all fragments' A first, all hi MMAs, then all lo MMAs (ILP)
+        uint32_t ah[MI][4], al[MI][4];
 #pragma unroll
-          for (int mat = 0; mat < kMats; ++mat)
+        for (int mi = 0; mi < MI; ++mi)
+          if (active[mi]) {
+            ldmatrix_x4(ahi + a_off[mi] + ks * 32, ah[mi]);
+            ldmatrix_x4(alo + a_off[mi] + ks * 32, al[mi]);
+          }
 #pragma unroll
-            for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al[mi], b[mat][ni]);
-        }
+        for (int mi = 0; mi < MI; ++mi)
+          if (active[mi]) {
+#pragma unroll
+            for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], ah[mi], b[mat][ni]);
+          }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          if (active[mi]) {
+#pragma unroll
+            for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al[mi], b[mat][ni]);
+          }
+      }
       if constexpr (F == BFmt::Gptq) {
         if ((k + 16) % gsize == 0) {
           const int slot = (k - k0) / gsize;
@@ -530,6 +570,8 @@ template <BFmt F>
 void opt_in_all() {
   ensure_opt_in<GateUpLarge<F>, F>();
   ensure_opt_in<DownLarge<F>, F>();
+  ensure_opt_in<GateUpMid<F>, F>();
+  ensure_opt_in<DownMid<F>, F>();
   ensure_opt_in<GateUpSmall<F>, F>();
   ensure_opt_in<DownSmall<F>, F>();
 }
@@ -545,21 +587,26 @@ void launch_one(const bf16* a_hi, const bf16* a_lo, int N, int top_k, const Tile
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-template <BFmt F>
-void launch_experts(bool small, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
-                    const Workspace& w, cudaStream_t stream) {
+// gate_up then down with one tiling pair (the tiles were grouped for their BM).
+template <class GU, class DN, BFmt F>
+void launch_pair(const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                 const Workspace& w, cudaStream_t stream) {
+  static_assert(GU::BM == DN::BM, "one tile size per call");
   const ExpertView g = view_of(ex.gate), u = view_of(ex.up), d = view_of(ex.down);
-  if (small) {
-    launch_one<GateUpSmall<F>, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, tiles, grid_tiles, g, u, w.act_hi,
-                                  w.act_lo, nullptr, stream);
-    launch_one<DownSmall<F>, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, tiles, grid_tiles, d, d, nullptr, nullptr, w.y,
-                                stream);
-  } else {
-    launch_one<GateUpLarge<F>, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, tiles, grid_tiles, g, u, w.act_hi,
-                                  w.act_lo, nullptr, stream);
-    launch_one<DownLarge<F>, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, tiles, grid_tiles, d, d, nullptr, nullptr, w.y,
-                                stream);
-  }
+  launch_one<GU, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, tiles, grid_tiles, g, u, w.act_hi, w.act_lo, nullptr,
+                    stream);
+  launch_one<DN, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, tiles, grid_tiles, d, d, nullptr, nullptr, w.y, stream);
+}
+
+template <BFmt F>
+void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                    const Workspace& w, cudaStream_t stream) {
+  if (bm == kSmallBM)
+    launch_pair<GateUpSmall<F>, DownSmall<F>, F>(s, ex, tiles, grid_tiles, w, stream);
+  else if (bm == kMidBM)
+    launch_pair<GateUpMid<F>, DownMid<F>, F>(s, ex, tiles, grid_tiles, w, stream);
+  else
+    launch_pair<GateUpLarge<F>, DownLarge<F>, F>(s, ex, tiles, grid_tiles, w, stream);
 }
 
 }  // namespace
@@ -592,10 +639,13 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   if (s.num_experts > kMaxExperts) throw Error("moe_mma: more than 1024 experts are not supported");
   if (workspace_bytes < moe_mma_workspace_bytes(s, M)) throw Error("moe_mma: workspace too small");
   const long long slots = (long long)M * s.top_k;
-  // Small tiles while the step has at most ~4 slots per expert on average (decode-like sizes:
-  // more CTAs, weights streamed by all SMs); prefill tiles above. Both give the same bits.
-  const bool small = slots <= 4LL * s.num_experts;
-  const int bm = small ? kSmallBM : kLargeBM;
+  // The tile size by the average slots per expert (M·k / E; the tiles of one call all have it):
+  //   <= 4  small tiles (decode-like sizes: more CTAs, weights streamed by all SMs);
+  //   <= 40 32-slot tiles (the 64-slot tiling's second row of warps would mostly idle on tiles
+  //         of ~32 slots; 2 CTAs per SM);
+  //   else  64-slot tiles.
+  // All give the same bits.
+  const int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
   const long long grid_tiles = (slots + bm - 1) / bm + std::min<long long>(slots, s.num_experts);
   if (grid_tiles > 65535) throw Error("moe_mma: too many tokens for one launch");
   Workspace w;
@@ -612,13 +662,13 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
   switch (f) {
     case quant::WeightFormat::GptqInt4:
-      launch_experts<BFmt::Gptq>(small, s, ex, tiles, int(grid_tiles), w, stream);
+      launch_experts<BFmt::Gptq>(bm, s, ex, tiles, int(grid_tiles), w, stream);
       break;
     case quant::WeightFormat::Fp8Block:
-      launch_experts<BFmt::Fp8>(small, s, ex, tiles, int(grid_tiles), w, stream);
+      launch_experts<BFmt::Fp8>(bm, s, ex, tiles, int(grid_tiles), w, stream);
       break;
     default:
-      launch_experts<BFmt::Bf16>(small, s, ex, tiles, int(grid_tiles), w, stream);
+      launch_experts<BFmt::Bf16>(bm, s, ex, tiles, int(grid_tiles), w, stream);
       break;
   }
   combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
