@@ -13,7 +13,26 @@
 // (1024+zero) gives q - zero exactly; sums over a block of words inside one group are scaled
 // once: acc += s_g · Σ (q - z)·x. A token's sums depend only on its own row (batch invariant).
 // Roofline (decode): the selected experts' packed weights + scales, read once:
-//   slots_distinct · (2·I·H + H·I) / 2 bytes per layer.
+//   slots_distinct · (2·I·H + H·I) / 2 bytes per layer (+ 1/32 of that for the f16 scales at g128).
+//
+// Decode tiles (MT = kSmallTile) are latency-bound, not bandwidth-bound: a CTA moves only
+// 32 columns x K/8 rows, so the kernel time is the chain of dependent loads. Their kernels
+//   - read the tile's metadata (num_tiles, expert, start, count) in one round, not three;
+//   - prefetch into L2, as soon as the expert is known, every weight row (and scale) the warp
+//     will read, 32 bytes per prefetch spread over the lanes (no registers held), before the
+//     x rows are staged: DRAM sees all of a CTA's bytes at once instead of two chunks per lane;
+//   - gate_up also prefetches the same expert's down projection (qweight, scales, qzeros) into
+//     L2, split over the column blocks, so gptq_down's loads hit L2;
+//   - gate_up walks the warp's range in chunks of up to kChunkDecode (16) packed rows, two in
+//     flight (<= 128 registers, 2 CTAs of 256 threads per SM); down keeps 8-row chunks (its
+//     range is K/64 = 16 rows at I = 1024: both chunks in flight at once) at 4 CTAs per SM.
+// DRAM bytes are unchanged (each byte is still read from DRAM once; the kernels' own loads of
+// prefetched lines are L2 hits); the extra cost is the prefetch instructions (per lane: ~1 per
+// 8 weight words of its range, plus the down expert's bytes / 32 B spread over gate_up's threads).
+// The chunk size only groups loads: the arithmetic (rows in ascending k, one serial f32 chain
+// per scale block, acc = fma(block_sum, scale, acc), warp partials added in warp order) is the
+// same for MT = 2 and MT = 8, so a token's bits do not depend on the tile size or M.
+// L2 footprint of the prefetches: the step's gate/up + down bytes (well under the L2 size).
 #include <numeric>
 #include <type_traits>
 
@@ -52,20 +71,65 @@ __device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, 
 // is walked in chunks of `step` packed rows (a power of two <= kChunk dividing `block`, the
 // packed rows per scale block), and the next chunk's words are loaded before the current one
 // is computed (software pipelining: two chunks in flight per lane).
-constexpr int kChunk = 8;
+constexpr int kChunk = 8;         // 8-token tiles (register bound)
+constexpr int kChunkDecode = 16;  // decode tiles: fewer dependent rounds per warp
+
+// Prefetches the 32-byte sector holding p into L2 (no register, no fault on the data path).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// Prefetches [base, base + bytes) into L2 in 32-byte steps, split over `parts` workers
+// (this one is `part`). base must be readable over the whole span.
+__device__ __forceinline__ void prefetch_span(const void* base, size_t bytes, size_t part, size_t parts) {
+  const char* b = static_cast<const char*>(base);
+  for (size_t off = part * 32; off < bytes; off += parts * 32) prefetch_l2(b + off);
+}
+
+// L2 prefetch of the warp's packed rows [kp0, kp1) of NP projections for the CTA's columns
+// [n0, n0 + 32) ∩ [0, N) (32-byte sectors, ascending rows over the lanes), plus the first
+// and last scale of each (projection, group) those rows touch. n0 % 32 == 0 and N % 8 == 0,
+// so every row's slice starts on a sector.
+template <int NP>
+__device__ __forceinline__ void prefetch_warp_range(const ExpertView (&w)[NP], int e, int n0, int kp0, int kp1,
+                                                    int lane) {
+  const int K = w[0].K, N = w[0].N, groups = K / w[0].group;
+  const int cols = min(kCols, N - n0);
+  const int sectors = cols / 8;  // 8 words per sector
+  const int per_row = NP * sectors;
+  const int items = (kp1 - kp0) * per_row;
+  for (int i = lane; i < items; i += 32) {
+    const int r = i / per_row, p = (i % per_row) / sectors, sec = i % sectors;
+    const int32_t* q = p == 0 ? w[0].qweight : w[NP - 1].qweight;  // no dynamic index: w stays in registers
+    prefetch_l2(q + (size_t(e) * (K / 8) + kp0 + r) * N + n0 + 8 * sec);
+  }
+  const int g0 = kp0 * 8 / w[0].group, ng = (kp1 * 8 - 1) / w[0].group - g0 + 1;
+  for (int i = lane; i < NP * ng * 2; i += 32) {
+    const int p = i / (2 * ng), g = g0 + (i / 2) % ng, end = i % 2;
+    const __half* sc = p == 0 ? w[0].scales : w[NP - 1].scales;
+    prefetch_l2(sc + (size_t(e) * groups + g) * N + n0 + end * (cols - 1));
+  }
+}
+
+// L2 prefetch of expert e's whole down projection (contiguous per expert), split over the
+// gate_up CTAs of one tile (part of parts).
+__device__ __forceinline__ void prefetch_expert(const ExpertView& w, int e, size_t part, size_t parts) {
+  const size_t words = size_t(w.K / 8) * w.N, groups = size_t(w.K / w.group);
+  prefetch_span(w.qweight + size_t(e) * words, words * 4, part, parts);
+  prefetch_span(w.scales + size_t(e) * groups * w.N, groups * w.N * 2, part, parts);
+  if (!w.sym) prefetch_span(w.qzeros + size_t(e) * groups * (w.N / 8), groups * (w.N / 8) * 4, part, parts);
+}
 
 // kXShared: the x rows live in shared memory (read with plain loads; __ldg is global-only).
-template <int NP, int MT, typename T, bool kXShared = false>
+template <int NP, int MT, typename T, bool kXShared = false, int CH = kChunk>
 __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e, int n, bool col_ok, int kp0, int kp1,
                                                int block, int step, const T* const (&xrow)[MT], int tn, bool sym,
                                                float (&acc)[NP][MT]) {
   const int K = w[0].K, N = w[0].N, groups = K / w[0].group;
-  uint32_t cur[NP][kChunk], nxt[NP][kChunk];
-  auto load = [&](int kq, uint32_t (&dst)[NP][kChunk]) {
+  uint32_t cur[NP][CH], nxt[NP][CH];
+  auto load = [&](int kq, uint32_t (&dst)[NP][CH]) {
 #pragma unroll
     for (int p = 0; p < NP; ++p)
 #pragma unroll
-      for (int u = 0; u < kChunk; ++u)
+      for (int u = 0; u < CH; ++u)
         dst[p][u] = (col_ok && u < step) ? uint32_t(__ldg(w[p].qweight + (size_t(e) * (K / 8) + kq + u) * N + n))
                                          : 0x88888888u;
   };
@@ -86,7 +150,7 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
     const bool more = kq + step < kp1;
     if (more) load(kq + step, nxt);
 #pragma unroll
-    for (int u = 0; u < kChunk; ++u) {
+    for (int u = 0; u < CH; ++u) {
       if (u >= step) break;
       float f[NP][8];
 #pragma unroll
@@ -121,7 +185,7 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
 #pragma unroll
       for (int p = 0; p < NP; ++p)
 #pragma unroll
-        for (int u = 0; u < kChunk; ++u) cur[p][u] = nxt[p][u];
+        for (int u = 0; u < CH; ++u) cur[p][u] = nxt[p][u];
     }
   }
 }
@@ -129,13 +193,15 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
 struct RangePlan {
   int words_per_warp;  // contiguous packed rows per warp
   int block;           // packed rows per scale block (divides words_per_warp, inside one group)
-  int step;            // packed rows per chunk: the largest power of two <= kChunk dividing block
+  int step;            // packed rows per chunk: the largest power of two <= chunk dividing block
 };
 
-RangePlan plan_for(int K, int group) {
+// chunk: the kernel's chunk capacity (kChunk or kChunkDecode). It only groups the loads;
+// words_per_warp and block (which fix the arithmetic) depend on K and the group alone.
+RangePlan plan_for(int K, int group, int chunk) {
   const int per_warp = K / 8 / kWarps;
   const int block = std::gcd(per_warp, group / 8);
-  int step = kChunk;
+  int step = chunk;
   while (block % step) step /= 2;
   return {per_warp, block, step};
 }
@@ -165,19 +231,46 @@ __device__ __forceinline__ void stage_x(const T* __restrict__ x, size_t row_stri
 // read is then a shared-memory broadcast with 32-bit addressing instead of a global one.
 constexpr int kSmemXBytes = 40 * 1024;
 
-// Decode tiles (MT = 2) ask for 3 CTAs per SM (<= 85 registers), 8-token tiles for 2.
+template <int MT>
+constexpr bool kDecode = MT <= kSmallTile;
+// Chunk capacity of gate_up (decode: 16 rows, two chunks in flight). The down kernel keeps
+// kChunk: its warp range is K/64 rows (16 at I = 1024), already all in flight in two chunks.
+template <int MT>
+constexpr int kChunkOf = kDecode<MT> ? kChunkDecode : kChunk;
+
+// The tile's metadata, all four loads issued before any is used (one round). The TileList
+// arrays hold grid_tiles entries, so expert/start/count[t] are in bounds even for t past
+// *num_tiles (their values are then unused).
+struct TileMeta {
+  bool live;
+  int e, first, tn;
+};
+__device__ __forceinline__ TileMeta tile_meta(const TileList& tiles, int t) {
+  const int num = __ldg(tiles.num_tiles);
+  const int e = __ldg(tiles.expert + t), first = __ldg(tiles.start + t), tn = __ldg(tiles.count + t);
+  return {t < num, e, first, tn};
+}
+
+// Decode tiles (MT = 2) ask for 2 CTAs per SM (<= 128 registers: 16-row chunks), 8-token tiles for 2.
 template <int MT, bool kSmemX, typename T>
-__global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
+__global__ void __launch_bounds__(kWarps * 32, 2)
     gptq_gate_up_kernel(const T* __restrict__ x, int k_top, TileList tiles, ExpertView gate, ExpertView up,
-                        RangePlan plan, float* __restrict__ act) {
+                        ExpertView down, RangePlan plan, float* __restrict__ act) {
   extern __shared__ float xs[];  // [MT][H] when kSmemX
   const int t = blockIdx.x;
-  if (t >= *tiles.num_tiles) return;
-  const int e = tiles.expert[t], first = tiles.start[t], tn = tiles.count[t];
+  const TileMeta meta = tile_meta(tiles, t);
+  if (!meta.live) return;
+  const int e = meta.e, first = meta.first, tn = meta.tn;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int I = gate.N, H = gate.K;
-  const int n = blockIdx.y * kCols + lane;
+  const int n0 = blockIdx.y * kCols, n = n0 + lane;
   const bool col_ok = n < I;
+  const ExpertView w[2] = {gate, up};
+  const int kp0 = warp * plan.words_per_warp;
+  if constexpr (kDecode<MT>) {
+    prefetch_warp_range<2>(w, e, n0, kp0, kp0 + plan.words_per_warp, lane);
+    prefetch_expert(down, e, size_t(blockIdx.y) * blockDim.x + threadIdx.x, size_t(gridDim.y) * blockDim.x);
+  }
   int slot[MT], token[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
@@ -187,21 +280,20 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
   float acc[2][MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[0][j] = acc[1][j] = 0.0f;
-  const ExpertView w[2] = {gate, up};
-  const int kp0 = warp * plan.words_per_warp;
+  constexpr int CH = kChunkOf<MT>;
   if constexpr (kSmemX) {
     stage_x<MT, T>(x, size_t(H), token, tn, H, xs);
     const float* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = xs + size_t(j) * H;
-    warp_range_dot<2, MT, float, true>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
-                                       tn, gate.sym, acc);
+    warp_range_dot<2, MT, float, true, CH>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step,
+                                           xrow, tn, gate.sym, acc);
   } else {
     const T* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = x + size_t(token[j]) * H;
-    warp_range_dot<2, MT, T>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow, tn,
-                             gate.sym, acc);
+    warp_range_dot<2, MT, T, false, CH>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
+                                        tn, gate.sym, acc);
   }
 
   __shared__ float partial[kWarps][2][MT][kCols];
@@ -226,26 +318,30 @@ __global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
   }
 }
 
+// Decode tiles ask for 4 CTAs per SM (<= 64 registers: one projection, 8-row chunks), 8-token tiles for 2.
 template <int MT, bool kSmemX>
-__global__ void __launch_bounds__(kWarps * 32, MT <= kSmallTile ? 3 : 2)
+__global__ void __launch_bounds__(kWarps * 32, kDecode<MT> ? 4 : 2)
     gptq_down_kernel(const float* __restrict__ act, TileList tiles, ExpertView down, RangePlan plan,
                      float* __restrict__ y) {
   extern __shared__ float xs[];  // [MT][I] when kSmemX
   const int t = blockIdx.x;
-  if (t >= *tiles.num_tiles) return;
-  const int e = tiles.expert[t], first = tiles.start[t], tn = tiles.count[t];
+  const TileMeta meta = tile_meta(tiles, t);
+  if (!meta.live) return;
+  const int e = meta.e, first = meta.first, tn = meta.tn;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int H = down.N, I = down.K;
-  const int n = blockIdx.y * kCols + lane;
+  const int n0 = blockIdx.y * kCols, n = n0 + lane;
   const bool col_ok = n < H;
+  const ExpertView w[1] = {down};
+  const int kp0 = warp * plan.words_per_warp;
+  // Usually an L2 hit (gate_up prefetched the expert): then this costs only L2 requests.
+  if constexpr (kDecode<MT>) prefetch_warp_range<1>(w, e, n0, kp0, kp0 + plan.words_per_warp, lane);
   int slot[MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) slot[j] = j < tn ? tiles.order[first + j] : 0;
   float acc[1][MT];
 #pragma unroll
   for (int j = 0; j < MT; ++j) acc[0][j] = 0.0f;
-  const ExpertView w[1] = {down};
-  const int kp0 = warp * plan.words_per_warp;
   const float* xrow[MT];
   if constexpr (kSmemX) {
     stage_x<MT, float>(act, size_t(I), slot, tn, I, xs);
@@ -286,14 +382,14 @@ bool gptq_fast_path(const DeviceExperts& ex) { return proj_ok(ex.gate) && proj_o
 template <int MT, typename T>
 void launch_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, dim3 grid,
                     float* act, cudaStream_t stream) {
-  const RangePlan plan = plan_for(s.hidden, int(ex.gate.group_size));
+  const RangePlan plan = plan_for(s.hidden, int(ex.gate.group_size), kChunkOf<MT>);
   const size_t xs_bytes = size_t(MT) * size_t(s.hidden) * sizeof(float);
   if (xs_bytes <= size_t(kSmemXBytes))
-    gptq_gate_up_kernel<MT, true, T><<<grid, kWarps * 32, xs_bytes, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
-                                                                             view_of(ex.up), plan, act);
+    gptq_gate_up_kernel<MT, true, T><<<grid, kWarps * 32, xs_bytes, stream>>>(
+        x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up), view_of(ex.down), plan, act);
   else
-    gptq_gate_up_kernel<MT, false, T><<<grid, kWarps * 32, 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate),
-                                                                       view_of(ex.up), plan, act);
+    gptq_gate_up_kernel<MT, false, T><<<grid, kWarps * 32, 0, stream>>>(
+        x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up), view_of(ex.down), plan, act);
 }
 
 template <typename T>
@@ -314,7 +410,7 @@ template void gptq_gate_up<bf16>(const bf16*, const MoeShape&, const DeviceExper
 template <int MT>
 void launch_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, dim3 grid,
                  float* y, cudaStream_t stream) {
-  const RangePlan plan = plan_for(s.intermediate, int(ex.down.group_size));
+  const RangePlan plan = plan_for(s.intermediate, int(ex.down.group_size), kChunk);
   const size_t xs_bytes = size_t(MT) * size_t(s.intermediate) * sizeof(float);
   if (xs_bytes <= size_t(kSmemXBytes))
     gptq_down_kernel<MT, true><<<grid, kWarps * 32, xs_bytes, stream>>>(act, tiles, view_of(ex.down), plan, y);
