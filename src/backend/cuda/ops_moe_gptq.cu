@@ -21,18 +21,18 @@
 //   - prefetch into L2, as soon as the expert is known, every weight row (and scale) the warp
 //     will read, 32 bytes per prefetch spread over the lanes (no registers held), before the
 //     x rows are staged: DRAM sees all of a CTA's bytes at once instead of two chunks per lane;
-//   - gate_up also prefetches the same expert's down projection (qweight, scales, qzeros) into
-//     L2, split over the column blocks, so gptq_down's loads hit L2;
+//   - (gate_up prefetching the expert's down projection as well was measured slower on the H200:
+//     122B batch 1 150.6 vs 152.7 tok/s, batch 8 281.7 vs 285.0; docs/PERF.md run I);
 //   - gate_up walks the warp's range in chunks of up to kChunkDecode (16) packed rows, two in
 //     flight (<= 128 registers, 2 CTAs of 256 threads per SM); down keeps 8-row chunks (its
 //     range is K/64 = 16 rows at I = 1024: both chunks in flight at once) at 4 CTAs per SM.
 // DRAM bytes are unchanged (each byte is still read from DRAM once; the kernels' own loads of
 // prefetched lines are L2 hits); the extra cost is the prefetch instructions (per lane: ~1 per
-// 8 weight words of its range, plus the down expert's bytes / 32 B spread over gate_up's threads).
+// 8 weight words of its range).
 // The chunk size only groups loads: the arithmetic (rows in ascending k, one serial f32 chain
 // per scale block, acc = fma(block_sum, scale, acc), warp partials added in warp order) is the
 // same for MT = 2 and MT = 8, so a token's bits do not depend on the tile size or M.
-// L2 footprint of the prefetches: the step's gate/up + down bytes (well under the L2 size).
+// L2 footprint of the prefetches: the step's expert bytes (well under the L2 size).
 #include <numeric>
 #include <type_traits>
 
@@ -77,13 +77,6 @@ constexpr int kChunkDecode = 16;  // decode tiles: fewer dependent rounds per wa
 // Prefetches the 32-byte sector holding p into L2 (no register, no fault on the data path).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// Prefetches [base, base + bytes) into L2 in 32-byte steps, split over `parts` workers
-// (this one is `part`). base must be readable over the whole span.
-__device__ __forceinline__ void prefetch_span(const void* base, size_t bytes, size_t part, size_t parts) {
-  const char* b = static_cast<const char*>(base);
-  for (size_t off = part * 32; off < bytes; off += parts * 32) prefetch_l2(b + off);
-}
-
 // L2 prefetch of the warp's packed rows [kp0, kp1) of NP projections for the CTA's columns
 // [n0, n0 + 32) ∩ [0, N) (32-byte sectors, ascending rows over the lanes), plus the first
 // and last scale of each (projection, group) those rows touch. n0 % 32 == 0 and N % 8 == 0,
@@ -109,14 +102,6 @@ __device__ __forceinline__ void prefetch_warp_range(const ExpertView (&w)[NP], i
   }
 }
 
-// L2 prefetch of expert e's whole down projection (contiguous per expert), split over the
-// gate_up CTAs of one tile (part of parts).
-__device__ __forceinline__ void prefetch_expert(const ExpertView& w, int e, size_t part, size_t parts) {
-  const size_t words = size_t(w.K / 8) * w.N, groups = size_t(w.K / w.group);
-  prefetch_span(w.qweight + size_t(e) * words, words * 4, part, parts);
-  prefetch_span(w.scales + size_t(e) * groups * w.N, groups * w.N * 2, part, parts);
-  if (!w.sym) prefetch_span(w.qzeros + size_t(e) * groups * (w.N / 8), groups * (w.N / 8) * 4, part, parts);
-}
 
 // kXShared: the x rows live in shared memory (read with plain loads; __ldg is global-only).
 template <int NP, int MT, typename T, bool kXShared = false, int CH = kChunk>
@@ -269,7 +254,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int kp0 = warp * plan.words_per_warp;
   if constexpr (kDecode<MT>) {
     prefetch_warp_range<2>(w, e, n0, kp0, kp0 + plan.words_per_warp, lane);
-    prefetch_expert(down, e, size_t(blockIdx.y) * blockDim.x + threadIdx.x, size_t(gridDim.y) * blockDim.x);
   }
   int slot[MT], token[MT];
 #pragma unroll
@@ -334,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32, kDecode<MT> ? 4 : 2)
   const bool col_ok = n < H;
   const ExpertView w[1] = {down};
   const int kp0 = warp * plan.words_per_warp;
-  // Usually an L2 hit (gate_up prefetched the expert): then this costs only L2 requests.
+  // The warp's own rows, into L2 before the activations are staged (as in gate_up).
   if constexpr (kDecode<MT>) prefetch_warp_range<1>(w, e, n0, kp0, kp0 + plan.words_per_warp, lane);
   int slot[MT];
 #pragma unroll
