@@ -39,7 +39,7 @@ run() {
   timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
   local rc=$?
   echo "== $name (exit $rc): $*"
-  grep -E '^(batch|[0-9]+ |prefill|sum of ops)' "$OUT/$name.log" | sed 's/^/   /'
+  grep -E '^(batch|prefill|sum of ops|fmt|context|tokens| *M )|^ *[0-9]+ ' "$OUT/$name.log" | sed 's/^/   /'
 }
 
 run decode_122b 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
@@ -50,4 +50,8 @@ run decode_35b 240 "$DECODE" --config "$C35" --weights bf16 --batch 1,8,64 --con
   --prefill 1024,8192
 run kernels_122b 120 "$KERNELS" --config "$C122" --weights hybrid-int4-fp8 --batch 1,8
 run kernels_35b 120 "$KERNELS" --config "$C35" --weights bf16 --batch 1,8
+# Prefill kernels, tensor cores against CUDA cores (the ops prompt tokens take).
+for b in bench_mma_gemm bench_moe_mma bench_attention_prefill bench_gdn_prefill; do
+  [ -x "$BUILD/bench/$b" ] && run "$b" 120 "$BUILD/bench/$b"
+done
 echo "logs in $OUT/"
