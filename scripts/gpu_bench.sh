@@ -39,7 +39,7 @@ run() {
   timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
   local rc=$?
   echo "== $name (exit $rc): $*"
-  grep -E '^(batch|prefill|sum of ops|fmt|context|tokens| *M )|^ *[0-9]+ ' "$OUT/$name.log" | sed 's/^/   /'
+  grep -E '^(batch|prefill|sum of ops|fmt|fp8|bf16|int8|context|tokens| *M )|^ *[0-9]+ ' "$OUT/$name.log" | sed 's/^/   /'
 }
 
 run decode_122b 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
