@@ -1,8 +1,8 @@
-// Register-level helpers of the bf16 tensor-core kernels (mma.sync.m16n8k16, ldmatrix; sm_80+,
-// so the H200 (sm_90) and the DGX Spark (sm_121)): the f32 -> bf16 hi/lo split of activations,
-// exact weight -> bf16 conversions and the MMA itself. The arithmetic is that of ops_mma_gemm.h
-// (ops_mma_gemm.cu keeps its own copy in its anonymous namespace). Device code; include from .cu
-// files only.
+// Register-level helpers of the bf16 tensor-core kernels (mma.sync.m16n8k16, ldmatrix, cp.async;
+// sm_80+, so the H200 (sm_90) and the DGX Spark (sm_121)): the f32 -> bf16 hi/lo split of
+// activations, exact weight -> bf16 conversions and the MMA itself, shared by ops_mma_gemm.cu,
+// ops_moe_mma.cu and ops_attention_mma.cu (the arithmetic of ops_mma_gemm.h). Device code;
+// include from .cu files only.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -26,6 +26,11 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
 __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t v) {
   const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xFFFFu), __NV_E4M3);
   return bits(__float22bfloat162_rn(__half22float2(__half2(raw))));
+}
+
+// Two int8 bytes (low byte first) -> bf16x2, exactly (|q| <= 128 has <= 8 significant bits).
+__device__ __forceinline__ uint32_t i8x2_to_bf16x2(uint32_t v) {
+  return bits(__floats2bfloat162_rn(float(int8_t(v & 0xFFu)), float(int8_t((v >> 8) & 0xFFu))));
 }
 
 // 16 e4m3 bytes (k ascending) -> 16 bf16 in two uint4 (k .. k+7, k+8 .. k+15).
@@ -62,6 +67,14 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t addr, uint32_t (&r)[2]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
 
 // One GPTQ word's nibbles 2j, 2j+1 (k = 2j, 2j+1 of the word) -> the bf16 pair (q − zero) exactly;
 // zz = the bf16 pair (128 + zero, 128 + zero) (as gptq_word_to_bf16x8, one pair).
@@ -74,6 +87,12 @@ __device__ __forceinline__ uint32_t gptq_pair_to_bf16x2(uint32_t word, int j, ui
 // closes a group, wait_group<N> waits until at most N of this thread's groups are pending.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src))
+               : "memory");
+}
+// 16 bytes global -> shared; src_bytes 0 fills the 16 bytes with zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(__cvta_generic_to_global(src)),
+               "r"(src_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
@@ -93,6 +112,10 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  const uint32_t b[2] = {b0, b1};
+  mma_bf16(c, a, b);
 }
 
 }  // namespace moeserve::cuda::mma_frag

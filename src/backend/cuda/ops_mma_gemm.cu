@@ -52,10 +52,13 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_mma_gemm.h"
 
 namespace moeserve::cuda {
 namespace {
+
+using namespace mma_frag;  // split2, the exact weight conversions, ldmatrix, mma_bf16
 
 enum class WKind { Bf16, Fp8, Int8 };
 
@@ -87,27 +90,6 @@ using LargeTile = Tile<128, 128, 32, 4, 2, 1>;
 
 // ---- device helpers ---------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
-
-// hi = bf16_rn(a), lo = bf16_rn(a − hi) for a pair (a, b); a − hi is exact in f32.
-__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  const float2 hf = __bfloat1622float2(h);
-  hi = bits(h);
-  lo = bits(__floats2bfloat162_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y)));
-}
-
-// Two e4m3 bytes (low byte first) -> bf16x2, exactly (e4m3 -> f16 -> f32 -> bf16 are all exact).
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t v) {
-  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xFFFFu), __NV_E4M3);
-  return bits(__float22bfloat162_rn(__half22float2(__half2(raw))));
-}
-
-// Two int8 bytes (low byte first) -> bf16x2, exactly (|q| <= 128 has <= 8 significant bits).
-__device__ __forceinline__ uint32_t i8x2_to_bf16x2(uint32_t v) {
-  return bits(__floats2bfloat162_rn(float(int8_t(v & 0xFFu)), float(int8_t((v >> 8) & 0xFFu))));
-}
-
 // 16 weight bytes (k ascending) -> 16 bf16 in two uint4 (k .. k+7, k+8 .. k+15).
 template <WKind kKind>
 __device__ __forceinline__ void convert16(uint4 raw, uint4& lo, uint4& hi) {
@@ -125,25 +107,6 @@ __device__ __forceinline__ void convert16(uint4 raw, uint4& lo, uint4& hi) {
   }
   lo = make_uint4(o[0], o[1], o[2], o[3]);
   hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x2(uint32_t addr, uint32_t (&r)[2]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
-// c += a · b over one 16x8x16 step (f32 accumulate). Registers only (not volatile: the
-// compiler may schedule it; the data dependence on c keeps each output's MMA order).
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // ---- the kernel -------------------------------------------------------------------------------
