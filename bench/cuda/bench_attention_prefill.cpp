@@ -34,28 +34,6 @@ using namespace moeserve::cuda;
 
 namespace {
 
-template <class F>
-double median_us(int iters, cudaStream_t s, F&& launch) {
-  cudaEvent_t e0, e1;
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 2; ++i) launch();
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    MOESERVE_CUDA_CHECK(cudaEventRecord(e0, s));
-    launch();
-    MOESERVE_CUDA_CHECK(cudaEventRecord(e1, s));
-    MOESERVE_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0.f;
-    MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return double(ms[ms.size() / 2]) * 1e3;
-}
 
 std::vector<float> to_host(const DeviceBuffer<float>& d) {
   std::vector<float> h(d.size());
@@ -127,11 +105,11 @@ int main(int argc, char** argv) {
         const size_t ws_mma_bytes = paged_attention_prefill_workspace_bytes(shape, M, ctx);
         DeviceBuffer<uint8_t> ws_mma(std::max<size_t>(1, ws_mma_bytes));
 
-        const double t_mma = median_us(iters, s, [&] {
+        const double t_mma = bench::median_event_us(s, iters, [&](int) {
           paged_attention_prefill(q.data(), gate.data(), shape, meta, view, scale, 0, 1, 0, M, ws_mma.data(),
                                   ws_mma_bytes, out_mma.data(), s);
         });
-        const double t_cc = median_us(iters, s, [&] {
+        const double t_cc = bench::median_event_us(s, iters, [&](int) {
           paged_attention(q.data(), gate.data(), shape, meta, view, scale, ws_cc.data(), ws_cc_bytes, out_cc.data(), s);
         });
         // Useful FLOPs: 4·hd per (token, q head, visible position).

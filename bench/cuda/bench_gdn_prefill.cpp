@@ -8,7 +8,7 @@
 // floor is not bytes (per token: conv_dim + 2·value_dim + 2·nv floats in and value_dim out, and
 // the state once per sequence) but the serial chain of T recurrence steps; `us/token` is that
 // step's latency. A chunked (WY) algorithm would turn the chain into matrix products.
-// Timing: one warm-up, then the median of --reps runs, each between CUDA events.
+// Timing: two warm-ups, then the median of --reps runs, each between CUDA events.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -95,25 +95,8 @@ int main(int argc, char** argv) {
       auto run = [&] {
         gated_delta_net(qkv.data(), z.data(), bb.data(), aa.data(), gs, p, meta, ws.data(), ws.bytes(), out.data(), s);
       };
-      run();  // warm-up
-      cudaEvent_t e0, e1;
-      MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
-      MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
-      std::vector<float> ms;
-      for (int r = 0; r < std::max(1, reps); ++r) {
-        MOESERVE_CUDA_CHECK(cudaEventRecord(e0, s));
-        run();
-        MOESERVE_CUDA_CHECK(cudaEventRecord(e1, s));
-        MOESERVE_CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      const double med = ms[ms.size() / 2];
+      const double med = bench::median_event_us(s, reps, [&](int) { run(); }) * 1e-3;  // ms
       std::printf("%-8d %-12.3f %-12.3f %-14.1f\n", T, med, med * 1e3 / T, med * layers);
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
     }
     cudaStreamDestroy(s);
   } catch (const std::exception& e) {

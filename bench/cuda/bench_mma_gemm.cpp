@@ -35,6 +35,7 @@
 #include "backend/cuda/dummy_fill.h"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_quant_gemv.h"
+#include "bench_util.h"
 
 using namespace moeserve;
 using namespace moeserve::cuda;
@@ -94,30 +95,6 @@ DeviceLinear make_weight(int64_t N, int64_t K, WeightFormat fmt, uint64_t seed, 
       break;
   }
   return d;
-}
-
-// Median time (us) of `iters` launches of fn(i), each between two events.
-template <typename Fn>
-double time_us(cudaStream_t s, int iters, Fn&& fn) {
-  cudaEvent_t e0, e1;
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 2; ++i) fn(i);
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    MOESERVE_CUDA_CHECK(cudaEventRecord(e0, s));
-    fn(i);
-    MOESERVE_CUDA_CHECK(cudaEventRecord(e1, s));
-    MOESERVE_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    us.push_back(double(ms) * 1e3);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
 }
 
 double max_rel_diff(const DeviceBuffer<float>& a, const DeviceBuffer<float>& b, size_t n) {
@@ -206,12 +183,12 @@ int main(int argc, char** argv) {
         }
         for (int M : ms) {
           const double flops = 2.0 * double(M) * double(N) * double(K);
-          const double t_mma = time_us(s, iters, [&](int i) {
+          const double t_mma = bench::median_event_us(s, iters, [&](int i) {
             mma_gemm(x.data(), M, ws[size_t(i) % ws.size()], y_mma.data(), false, s, tiling);
           });
           double t_gemv = std::nan(""), diff = std::nan("");
           if (M <= gemv_max_m) {
-            t_gemv = time_us(s, iters, [&](int i) {
+            t_gemv = bench::median_event_us(s, iters, [&](int i) {
               quant_gemv(x.data(), M, ws[size_t(i) % ws.size()], y_gemv.data(), /*y_f32=*/true, false, s);
             });
             if (M <= diff_max_m) {  // both kernels on the first weight copy

@@ -53,28 +53,6 @@ DeviceLinear gptq_experts(int E, int N, int K, int g, uint64_t seed, cudaStream_
   return d;
 }
 
-template <class F>
-double median_us(F&& launch, int iters, cudaStream_t s) {
-  cudaEvent_t e0, e1;
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
-  MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 2; ++i) launch(i);
-  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s));
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    MOESERVE_CUDA_CHECK(cudaEventRecord(e0, s));
-    launch(i);
-    MOESERVE_CUDA_CHECK(cudaEventRecord(e1, s));
-    MOESERVE_CUDA_CHECK(cudaEventSynchronize(e1));
-    float t = 0.f;
-    MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return double(ms[ms.size() / 2]) * 1e3;
-}
 
 }  // namespace
 
@@ -113,19 +91,15 @@ int main(int argc, char** argv) {
     fill_uniform_f32(residual.data(), residual.size(), 300 + M, -1.f, 1.f, s);
     DeviceBuffer<uint8_t> ws(std::max(moe_workspace_bytes(shape, M), moe_mma_workspace_bytes(shape, M)));
     const float* lg = logits.data();
-    const double t_cores = median_us(
-        [&](int i) {
+    const double t_cores = bench::median_event_us(s, iters, [&](int i) {
           moe_routed_experts(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
                              residual.data(), s);
-        },
-        iters, s);
-    const double t_mma = median_us(
-        [&](int i) {
+        });
+    const double t_mma = bench::median_event_us(s, iters, [&](int i) {
           if (!moe_routed_experts_mma(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
                                       residual.data(), s))
             throw Error("moe_routed_experts_mma refused the experts");
-        },
-        iters, s);
+        });
     const double distinct = E * (1.0 - std::pow(1.0 - double(k) / E, M));
     const double bytes = distinct * per_expert;
     const double flops = 2.0 * 3.0 * H * I * double(M) * k;

@@ -48,4 +48,29 @@ inline double measure_copy_bandwidth() {
   return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);
 }
 
+// Median time (us) of `iters` launches of fn(i) on stream s, each between two CUDA events,
+// after two warm-up launches (fn(0), fn(1)) and a synchronisation.
+template <typename Fn>
+double median_event_us(cudaStream_t s, int iters, Fn&& fn) {
+  cudaEvent_t e0, e1;
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&e0));
+  MOESERVE_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int i = 0; i < 2; ++i) fn(i);
+  MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<double> us;
+  for (int i = 0; i < std::max(1, iters); ++i) {
+    MOESERVE_CUDA_CHECK(cudaEventRecord(e0, s));
+    fn(i);
+    MOESERVE_CUDA_CHECK(cudaEventRecord(e1, s));
+    MOESERVE_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(double(ms) * 1e3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 }  // namespace moeserve::bench
