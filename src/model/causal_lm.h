@@ -133,6 +133,10 @@ class CausalLM {
   virtual void copy_state(int32_t src, int32_t dst) = 0;
   // Runs one step. Updates the KV blocks and state slots of every sequence in the batch.
   virtual void forward(std::span<const SeqStep> batch, StepOutput& out) = 0;
+  // Prompt positions the model processes in aligned blocks (e.g. the DeltaNet chunked form):
+  // a prompt cut into steps at multiples of this computes the same bits as in one step. The
+  // scheduler cuts prefill chunks there (SchedulerConfig::prefill_alignment).
+  virtual int prefill_alignment() const { return 1; }
   // Whether forward honours SeqStep::device_sample. The runtime sets it only when this says yes.
   virtual bool supports_device_sampling() const { return false; }
 

@@ -18,8 +18,9 @@
 namespace moeserve::runtime {
 namespace {
 
-SchedulerConfig scheduler_config(const EngineConfig& config, const CachePlan& plan) {
+SchedulerConfig scheduler_config(const EngineConfig& config, const CachePlan& plan, int prefill_alignment) {
   SchedulerConfig s;
+  s.prefill_alignment = prefill_alignment;
   s.max_num_seqs = config.max_num_seqs;
   s.max_num_batched_tokens = config.max_num_batched_tokens;
   s.kv_block_size = plan.kv_block_size;
@@ -57,7 +58,7 @@ struct Engine::Impl {
         plan(plan_cache(model->cache_geometry(), config)),
         blocks(plan.num_kv_blocks),
         slots(plan.num_state_slots),
-        scheduler(scheduler_config(config, plan), blocks, slots),
+        scheduler(scheduler_config(config, plan, model->prefill_alignment()), blocks, slots),
         executor(*model, model_config.eos_token_ids, config.sampler_threads, config.device_sampling),
         seed_source(config.seed ? *config.seed : std::random_device{}()) {
     MOESERVE_CHECK(model_config.vocab_size > 0, "the model config has no vocabulary (vocab_size {})",

@@ -47,6 +47,18 @@ int Scheduler::blocks_missing(const Sequence& seq, int num_tokens) const {
   return std::max(0, needed - int(seq.block_table.size()));
 }
 
+int Scheduler::prefill_take(const Sequence& seq, int budget) const {
+  const int64_t left = seq.num_uncomputed();
+  const int64_t n = std::min<int64_t>(left, budget);
+  const int64_t a = config_.prefill_alignment;
+  if (a <= 1 || n == left) return int(n);  // the chunk reaches the end: no cut to align
+  const int64_t end = seq.num_computed + n;
+  const int64_t aligned_end = end - end % a;
+  if (aligned_end > seq.num_computed) return int(aligned_end - seq.num_computed);
+  const bool boundary_reachable = int64_t(config_.max_num_batched_tokens) - config_.max_num_seqs >= a;
+  return boundary_reachable ? 0 : int(n);
+}
+
 ScheduledChunk Scheduler::make_chunk(Sequence* seq, int num_tokens) const {
   ScheduledChunk chunk;
   chunk.seq = seq;
@@ -71,7 +83,8 @@ SchedulerOutput Scheduler::schedule() {
   }
   for (Sequence* seq : running_) {
     if (seq->num_uncomputed() > 1 && budget > 0) {
-      const int n = int(std::min<int64_t>(seq->num_uncomputed(), budget));
+      const int n = prefill_take(*seq, budget);
+      if (n == 0) continue;
       want[seq] = n;
       budget -= n;
     }
@@ -112,7 +125,8 @@ SchedulerOutput Scheduler::schedule() {
     const int watermark = int(std::ceil(config_.kv_admission_watermark * blocks_.num_total()));
     while (!waiting_.empty() && budget > 0 && int(running_.size()) < config_.max_num_seqs && slots_.num_free() > 0) {
       Sequence* seq = waiting_.front();
-      const int n = int(std::min<int64_t>(seq->num_uncomputed(), budget));
+      const int n = prefill_take(*seq, budget);
+      if (n == 0) break;
       const int missing = blocks_missing(*seq, n);
       // With nothing running the watermark would only stall the engine.
       const int keep_free = running_.empty() ? 0 : watermark;

@@ -31,6 +31,13 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 2048;  // >= max_num_seqs, so every decode fits in a step
   int kv_block_size = 16;
   double kv_admission_watermark = 0.01;
+  // A prefill chunk that stops short of the sequence's end ends at a multiple of this many
+  // positions (absolute, from the sequence start), so that a model whose prompt kernels work in
+  // position-aligned blocks (the DeltaNet chunked form: 64) computes the same bits however the
+  // prompt is cut into steps. A sequence whose next boundary is out of this step's remaining
+  // budget waits for a later step, unless the budget could never reach one
+  // (max_num_batched_tokens - max_num_seqs < alignment): then it is cut where the budget ends.
+  int prefill_alignment = 1;
 };
 
 // One sequence's part of a step: tokens [start_pos, start_pos + num_tokens).
@@ -78,6 +85,8 @@ class Scheduler {
  private:
   void preempt(Sequence* seq, SchedulerOutput& out);
   int blocks_missing(const Sequence& seq, int num_tokens) const;
+  // Tokens of seq's next chunk within budget (0: wait for a step with room up to an aligned cut).
+  int prefill_take(const Sequence& seq, int budget) const;
   ScheduledChunk make_chunk(Sequence* seq, int num_tokens) const;
 
   SchedulerConfig config_;

@@ -10,7 +10,8 @@ namespace {
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  void init(int num_blocks, int num_slots, int max_num_seqs, int max_batched, double watermark = 0.0) {
+  void init(int num_blocks, int num_slots, int max_num_seqs, int max_batched, double watermark = 0.0,
+            int prefill_alignment = 1) {
     blocks = std::make_unique<BlockManager>(num_blocks);
     slots = std::make_unique<StateSlotPool>(num_slots);
     SchedulerConfig c;
@@ -18,6 +19,7 @@ class SchedulerTest : public ::testing::Test {
     c.max_num_batched_tokens = max_batched;
     c.kv_block_size = 4;
     c.kv_admission_watermark = watermark;
+    c.prefill_alignment = prefill_alignment;
     scheduler = std::make_unique<Scheduler>(c, *blocks, *slots);
   }
 
@@ -175,6 +177,37 @@ TEST_F(SchedulerTest, PromptLogprobChunksAskForAllLogits) {
   EXPECT_TRUE(s2.chunks[0].samples);
   EXPECT_TRUE(a->first_output_sent);
   EXPECT_FALSE(step().chunks[0].all_logits);  // decoding
+}
+
+TEST_F(SchedulerTest, PrefillChunksAreCutAtAlignedPositions) {
+  init(100, 4, 4, 10, 0.0, /*prefill_alignment=*/4);
+  add(22);
+  EXPECT_EQ(shape(step()), (Shape{{1, 8}}));  // the budget of 10 is cut at position 8
+  EXPECT_EQ(shape(step()), (Shape{{1, 8}}));  // 16
+  EXPECT_EQ(shape(step()), (Shape{{1, 6}}));  // the prompt's end needs no alignment
+  EXPECT_EQ(shape(step()), (Shape{{1, 1}}));
+}
+
+TEST_F(SchedulerTest, APrefillWaitsWhenNoAlignedCutFitsTheBudgetLeft) {
+  init(100, 4, 4, 10, 0.0, /*prefill_alignment=*/4);
+  add(22);
+  add(22);
+  EXPECT_EQ(shape(step()), (Shape{{1, 8}}));          // 2 left: B's first boundary is 4 away
+  EXPECT_EQ(shape(step()), (Shape{{1, 8}}));
+  EXPECT_EQ(shape(step()), (Shape{{1, 6}, {2, 4}}));  // A ends; B gets the 4 left
+  EXPECT_EQ(shape(step()), (Shape{{1, 1}, {2, 8}}));  // 9 left -> cut at 12
+  EXPECT_EQ(shape(step()), (Shape{{1, 1}, {2, 8}}));  // 20
+  EXPECT_EQ(shape(step()), (Shape{{1, 1}, {2, 2}}));  // B's prompt ends at 22
+}
+
+TEST_F(SchedulerTest, AlignmentOutOfReachOfTheBudgetCutsWhereTheBudgetEnds) {
+  init(100, 4, 1, 3, 0.0, /*prefill_alignment=*/4);  // 3 - 1 < 4: no step could reach a boundary
+  add(10);
+  EXPECT_EQ(shape(step()), (Shape{{1, 3}}));  // no boundary in reach: cut at 3
+  EXPECT_EQ(shape(step()), (Shape{{1, 1}}));  // back on a boundary (4) as soon as one is in reach
+  EXPECT_EQ(shape(step()), (Shape{{1, 3}}));  // 7
+  EXPECT_EQ(shape(step()), (Shape{{1, 3}}));  // the prompt's end (10)
+  EXPECT_EQ(shape(step()), (Shape{{1, 1}}));
 }
 
 TEST_F(SchedulerTest, RemoveFreesRunningAndWaitingSequences) {
