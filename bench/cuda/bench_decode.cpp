@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moeserve CUDA decode/prefill benchmark (random weights)"};
   std::string config = std::string(MOESERVE_SOURCE_DIR) + "/bench/configs/qwen3.5-122b-a10b.json";
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
-  bool int8_head = false, graphs = true, tensor_core_decode = false;
+  bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true;
   int context = 512, steps = 32;
   app.add_option("--config", config);
   app.add_option("--weights", weights);
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed decode steps");
   app.add_option("--prefill", prefills, "prompt lengths for the prefill / TTFT measurement");
   app.add_option("--graphs", graphs);
+  app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
   app.add_flag("--tensor-core-decode", tensor_core_decode,
                "generated tokens on the tensor-core kernels too (default: the GEMVs)");
   CLI11_PARSE(app, argc, argv);
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
     o.max_model_len = std::max(max_prefill, context + steps) + 16;
     o.cuda_graphs = graphs;
     o.tensor_core_decode = tensor_core_decode;
+    o.pdl = pdl;
     o.lm_head_chunk_rows = std::max(64, max_batch);
     const auto t0 = Clock::now();
     auto m = cuda::Qwen35CudaModel::load(config, o);

@@ -19,18 +19,23 @@
 //     order, x..w within a chunk, then a fixed warp/block tree), so a row's result never
 //     depends on M or on its neighbours (batch invariance).
 //   - argmax: one 1024-thread block per row (a sampling-free fallback, not on the decode path).
+// add_rms_norm launches with programmatic dependent launch (pdl.cuh) up to kPdlMaxRows rows: its
+// CTAs become resident while the previous kernel (a projection adding into the residual) still
+// runs, and wait for it before the first load.
 // Roofline: bytes read + written (stated per kernel) over the copy bandwidth.
 #include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/ops_basic.h"
 
 namespace moeserve::cuda {
 namespace {
 
 constexpr int kFlatThreads = 256;
+constexpr int kPdlMaxRows = 256;  // per-row launches up to this many rows use PDL (pdl.cuh)
 
 bool aligned(const void* p, uintptr_t bytes) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
@@ -183,6 +188,8 @@ __device__ __forceinline__ float4 norm_chunk(float4 v, float inv, float4 w) {
 template <int kPer>
 __global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, const float* delta, const float* w,
                                                             int H, float eps, bool vec, bf16* out, float* out_f32) {
+  pdl_launch_dependents();
+  pdl_wait();
   const size_t m = blockIdx.x;
   const int T = blockDim.x;
   float* r = residual + m * H;
@@ -224,6 +231,8 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, con
 __global__ void __launch_bounds__(1024) add_rms_norm_wide_kernel(float* residual, const float* delta, const float* w,
                                                                  int H, int per, float eps, bool vec, bf16* out,
                                                                  float* out_f32) {
+  pdl_launch_dependents();
+  pdl_wait();
   const size_t m = blockIdx.x;
   const int T = blockDim.x;
   float* r = residual + m * H;
@@ -457,17 +466,17 @@ void add_rms_norm(float* residual, const float* delta, const float* w, int M, in
   // Vector chunks need every row 16-byte aligned (f32) / 8-byte aligned (bf16 out).
   const bool vec = H % 4 == 0 && aligned(residual, 16) && aligned(delta, 16) && aligned(w, 16) &&
                    aligned(out_f32, 16) && aligned(out, 8);
-  const unsigned grid = unsigned(M);
+  const dim3 grid{unsigned(M)}, block{unsigned(p.threads)};
+  const bool pdl = M <= kPdlMaxRows;  // one CTA per row: about one wave
   if (p.per_thread == 1)
-    add_rms_norm_kernel<1><<<grid, p.threads, 0, stream>>>(residual, delta, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<1>, grid, block, 0, stream, residual, delta, w, H, eps, vec, out, out_f32);
   else if (p.per_thread == 2)
-    add_rms_norm_kernel<2><<<grid, p.threads, 0, stream>>>(residual, delta, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<2>, grid, block, 0, stream, residual, delta, w, H, eps, vec, out, out_f32);
   else if (p.per_thread <= 4)
-    add_rms_norm_kernel<4><<<grid, p.threads, 0, stream>>>(residual, delta, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<4>, grid, block, 0, stream, residual, delta, w, H, eps, vec, out, out_f32);
   else
-    add_rms_norm_wide_kernel<<<grid, p.threads, 0, stream>>>(residual, delta, w, H, p.per_thread, eps, vec, out,
-                                                             out_f32);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+    launch_pdl(pdl, add_rms_norm_wide_kernel, grid, block, 0, stream, residual, delta, w, H, p.per_thread, eps, vec,
+               out, out_f32);
 }
 
 void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream) {

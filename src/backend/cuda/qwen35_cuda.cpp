@@ -12,6 +12,7 @@
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
+#include "backend/cuda/pdl.h"
 #include "core/log.h"
 #include "core/progress_bar.h"
 #include "io/checkpoint.h"
@@ -102,6 +103,7 @@ std::unique_ptr<Qwen35CudaModel> Qwen35CudaModel::load(const std::filesystem::pa
 Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, const CudaModelOptions& options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  set_pdl_enabled(options_.pdl);
   mma_gemm_prepare();
   paged_attention_prefill_prepare();
   moe_mma_prepare();
@@ -333,6 +335,19 @@ void Qwen35CudaModel::forward(std::span<const model::SeqStep> batch, model::Step
       const bool prompt = pos < s.prompt_len;
       int64_t take = std::min<int64_t>(n - off, T - cur.num_tokens);
       if (prompt && s.prompt_len - pos < take) take = s.prompt_len - pos;  // the prompt ends inside
+      // A prompt slice cut short by the sub-step's room ends at an aligned position (as the
+      // scheduler cuts steps: prefill_alignment()); with no aligned cut in reach it moves to a
+      // fresh sub-step, or (T below the alignment) is cut where the room ends.
+      const int64_t a = prefill_alignment();
+      if (prompt && a > 1 && take < std::min<int64_t>(n - off, s.prompt_len - pos)) {
+        const int64_t aligned_end = (pos + take) - (pos + take) % a;
+        if (aligned_end > pos) {
+          take = aligned_end - pos;
+        } else if (!cur.entries.empty()) {
+          flush();
+          continue;
+        }
+      }
       SubStep::Entry e{i, off, take, s.all_logits, !s.all_logits && off + take == n, prompt};
       cur.entries.push_back(e);
       cur.num_tokens += int(take);

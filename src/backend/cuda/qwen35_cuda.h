@@ -40,6 +40,8 @@ struct CudaModelOptions {
   // weights faster at one row; prompt tokens always take the tensor cores where the format has
   // them). Either way a token's kernels depend only on the token, not on its batch.
   bool tensor_core_decode = false;
+  // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
+  bool pdl = true;
 };
 
 class Qwen35CudaModel final : public model::CausalLM {
@@ -57,6 +59,8 @@ class Qwen35CudaModel final : public model::CausalLM {
   void copy_state(int32_t src, int32_t dst) override;
   void forward(std::span<const model::SeqStep> batch, model::StepOutput& out) override;
   bool supports_device_sampling() const override { return true; }
+  // 1 until the DeltaNet prompt kernel works in position-aligned chunks.
+  int prefill_alignment() const override { return prompt_alignment_; }
 
   size_t weight_bytes() const { return weights_.bytes(); }
   const CudaWeights& weights() const { return weights_; }
@@ -89,6 +93,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   CudaWeights weights_;
   CudaModelOptions options_;
   cudaStream_t stream_ = nullptr;
+  int prompt_alignment_ = 1;  // prefill_alignment()
   std::unique_ptr<LinearRunner> linear_;
   std::vector<float> inv_freq_host_;
   DeviceBuffer<float> inv_freq_;
