@@ -103,6 +103,9 @@ std::unique_ptr<Qwen35CudaModel> Qwen35CudaModel::load(const std::filesystem::pa
 Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, const CudaModelOptions& options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&aux_stream_, cudaStreamNonBlocking));
+  MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   set_pdl_enabled(options_.pdl);
   mma_gemm_prepare();
   paged_attention_prefill_prepare();
@@ -121,6 +124,9 @@ Qwen35CudaModel::~Qwen35CudaModel() {
   clear_graphs();
   if (meta_host_) cudaFreeHost(meta_host_);
   if (logits_host_) cudaFreeHost(logits_host_);
+  if (fork_event_) cudaEventDestroy(fork_event_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  if (aux_stream_) cudaStreamDestroy(aux_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -507,38 +513,39 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
 
 void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows, int gemv_rows) {
   gather_rows(x32_.data(), logit_rows_ptr_ + row0, rows, int(config_.hidden_size), head_in_.data(), stream_);
-  linear_rows(weights_.lm_head, head_in_.data(), rows, gemv_rows, logits_.data(), false);
+  linear_rows(weights_.lm_head, head_in_.data(), rows, gemv_rows, logits_.data(), false, stream_);
 }
 
 // y [M, N] (=, or += with accumulate) x [M, K] · Wᵀ: rows [0, gemv_rows) on the row-tiled
 // CUDA-core kernels, the rest on the tensor cores (ops_mma_gemm.h) when the format has them
 // (GPTQ INT4 dense projections stay on the row-tiled kernels for every row).
 void Qwen35CudaModel::linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y,
-                                  bool accumulate) {
+                                  bool accumulate, cudaStream_t s) {
   if (gemv_rows >= M || !mma_gemm_supported(w)) {
-    linear_->run(x, M, w, y, true, stream_, accumulate);
+    linear_->run(x, M, w, y, true, s, accumulate);
     return;
   }
-  if (gemv_rows > 0) linear_->run(x, gemv_rows, w, y, true, stream_, accumulate);
+  if (gemv_rows > 0) linear_->run(x, gemv_rows, w, y, true, s, accumulate);
   mma_gemm(x + size_t(gemv_rows) * size_t(w.K), M - gemv_rows, w, y + size_t(gemv_rows) * size_t(w.N), accumulate,
-           stream_);
+           s);
 }
 
 // Several projections of the same x: the GEMV rows in one launch (quant_gemv_multi), the
 // tensor-core rows one GEMM per weight.
-void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows) {
+void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
+                                        cudaStream_t s) {
   if (gemv_rows >= M) {
-    quant_gemv_multi(x, M, outs, stream_);
+    quant_gemv_multi(x, M, outs, s);
     return;
   }
-  if (gemv_rows > 0) quant_gemv_multi(x, gemv_rows, outs, stream_);
+  if (gemv_rows > 0) quant_gemv_multi(x, gemv_rows, outs, s);
   for (const auto& o : outs) {
     const DeviceLinear& w = *o.w;
     const size_t xo = size_t(gemv_rows) * size_t(w.K), yo = size_t(gemv_rows) * size_t(w.N);
     if (mma_gemm_supported(w))
-      mma_gemm(x + xo, M - gemv_rows, w, o.y + yo, false, stream_);
+      mma_gemm(x + xo, M - gemv_rows, w, o.y + yo, false, s);
     else
-      linear_->run(x + xo, M - gemv_rows, w, o.y + yo, true, stream_);
+      linear_->run(x + xo, M - gemv_rows, w, o.y + yo, true, s);
   }
 }
 
@@ -605,7 +612,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
                      int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
       const LinearOut qkv[] = {{&a.q_proj, qg_.data()}, {&a.k_proj, k_.data()}, {&a.v_proj, v_.data()}};
-      linear_multi_rows(qkv, x32_.data(), M, G);
+      linear_multi_rows(qkv, x32_.data(), M, G, s);
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
       const float scale = 1.0f / std::sqrt(float(c.head_dim));
@@ -622,41 +629,59 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       if (paged_attention_prefill_supported(as) && split.generated_rows < M)  // prompt tokens: tensor cores
         paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,
                                 split.generated_rows, M - split.generated_rows, nullptr, 0, attn_out_.data(), s);
-      linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true);
+      linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true, s);
     } else {
       const auto& g = *L.gdn;
       const int idx = cache_index_[li];
       GdnLayerParams p{g.conv1d.data(), g.dt_bias.data(), g.a_log.data(), g.norm.data(),
                        conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
       const LinearOut qkvz[] = {{&g.in_proj_qkv, qkv_.data()}, {&g.in_proj_z, z_.data()}};
-      linear_multi_rows(qkvz, x32_.data(), M, G);
+      linear_multi_rows(qkvz, x32_.data(), M, G, s);
       project_f32_pair(g.in_proj_b, b_.data(), g.in_proj_a, a_.data(), M, G);
       gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                       gdn_out_.data(), s);
-      linear_rows(g.out_proj, gdn_out_.data(), M, G, residual_.data(), /*accumulate=*/true);
+      linear_rows(g.out_proj, gdn_out_.data(), M, G, residual_.data(), /*accumulate=*/true, s);
     }
     add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
     project_f32_pair(moe.router, router_logits_.data(), moe.shared_expert_gate, shared_gate_logit_.data(), M, G);
+    // The shared expert runs on the side stream while the routed experts run on this one (both
+    // read x32_; at decode both are latency-bound kernels that leave most of the GPU idle); its
+    // gated output is added after the routed sum, which gives the same bits as the routed
+    // combine adding it in its own pass (ops_moe.h).
+    const bool side = options_.batch_invariant;  // otherwise linear_ shares one dequant workspace
+    cudaStream_t ss = side ? aux_stream_ : s;
+    if (side) {
+      MOESERVE_CUDA_CHECK(cudaEventRecord(fork_event_, s));
+      MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(ss, fork_event_, 0));
+    }
     const LinearOut gate_up[] = {{&moe.shared_gate, shared_g_.data()}, {&moe.shared_up, shared_u_.data()}};
-    linear_multi_rows(gate_up, x32_.data(), M, G);
-    silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), s);
-    linear_rows(moe.shared_down, shared_act_.data(), M, G, shared_down_.data(), false);
-    // residual = (residual + routed) + sigmoid(gate)·shared, in the routed combine's pass; the
-    // GEMV rows and the tensor-core rows route and group their experts separately.
+    linear_multi_rows(gate_up, x32_.data(), M, G, ss);
+    silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), ss);
+    linear_rows(moe.shared_down, shared_act_.data(), M, G, shared_down_.data(), false, ss);
+    if (side) MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
+    const float* shared = side ? nullptr : shared_down_.data();
+    const float* shared_gate = side ? nullptr : shared_gate_logit_.data();
+    // residual = (residual + routed) + sigmoid(gate)·shared; the GEMV rows and the tensor-core
+    // rows route and group their experts separately.
     const int E = int(c.num_experts);
     if (G > 0)
       moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G, moe_ws_.data(), moe_ws_.bytes(),
-                         residual_.data(), s, shared_down_.data(), shared_gate_logit_.data());
+                         residual_.data(), s, shared, shared_gate);
     if (G < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
       const size_t xo = size_t(G) * size_t(H);
       const float* x = x32_.data() + xo;
       const float* logits = router_logits_.data() + size_t(G) * size_t(E);
       float* res = residual_.data() + xo;
+      const float* sh = shared ? shared + xo : nullptr;
+      const float* shg = shared_gate ? shared_gate + G : nullptr;
       if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - G, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s,
-                                  shared_down_.data() + xo, shared_gate_logit_.data() + G))
-        moe_routed_experts(x, logits, ms, moe.experts, M - G, moe_ws_.data(), moe_ws_.bytes(), res, s,
-                           shared_down_.data() + xo, shared_gate_logit_.data() + G);
+                                  sh, shg))
+        moe_routed_experts(x, logits, ms, moe.experts, M - G, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
+    }
+    if (side) {
+      MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, join_event_, 0));
+      add_scaled_rows(residual_.data(), shared_down_.data(), shared_gate_logit_.data(), M, H, s);
     }
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());

@@ -81,8 +81,9 @@ class Qwen35CudaModel final : public model::CausalLM {
     int generated_seqs = 0;
   };
   void enqueue_layers(int M, RowSplit split);
-  void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate);
-  void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows);
+  void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
+                   cudaStream_t s);
+  void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
   void project_f32(const DeviceLinear& w, int M, int gemv_rows, float* y);
   void project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M, int gemv_rows);
   // LM head of logit rows [row_begin, row_begin + rows); the first gemv_rows of them are GEMV rows.
@@ -93,6 +94,10 @@ class Qwen35CudaModel final : public model::CausalLM {
   CudaWeights weights_;
   CudaModelOptions options_;
   cudaStream_t stream_ = nullptr;
+  // Side stream for work that overlaps the main chain (the shared expert), forked and joined by
+  // the two events inside each layer (also inside graph capture).
+  cudaStream_t aux_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   int prompt_alignment_ = 1;  // prefill_alignment()
   std::unique_ptr<LinearRunner> linear_;
   std::vector<float> inv_freq_host_;
