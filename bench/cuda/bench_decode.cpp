@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moeserve CUDA decode/prefill benchmark (random weights)"};
   std::string config = std::string(MOESERVE_SOURCE_DIR) + "/bench/configs/qwen3.5-122b-a10b.json";
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
-  bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true;
+  bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true, host_logits = false;
   int context = 512, steps = 32;
   app.add_option("--config", config);
   app.add_option("--weights", weights);
@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed decode steps");
   app.add_option("--prefill", prefills, "prompt lengths for the prefill / TTFT measurement");
   app.add_option("--graphs", graphs);
+  app.add_flag("--host-logits", host_logits,
+               "copy every decode step's logits to the host (default: greedy sampling on the device, as served)");
   app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
   app.add_flag("--tensor-core-decode", tensor_core_decode,
                "generated tokens on the tensor-core kernels too (default: the GEMVs)");
@@ -135,6 +137,8 @@ int main(int argc, char** argv) {
       }
       model::StepOutput out;
       m->forward(batch, out);  // prefill the contexts
+      if (!host_logits)  // the server samples on the device: only the token comes back
+        for (auto& s : batch) s.device_sample = model::DeviceSampleParams{};
       std::vector<std::vector<int32_t>> next(size_t(b), std::vector<int32_t>(1, 0));
       auto step = [&](int pos) {
         for (int i = 0; i < b; ++i) {
