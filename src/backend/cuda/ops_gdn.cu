@@ -146,6 +146,26 @@ __device__ __forceinline__ void block_sums(float (&v)[TT], float* red) {
   __syncthreads();  // red is reused by the next call
 }
 
+// The gates of one (token, v-head): beta = sigmoid(b), decay = exp(g) with
+// g = −exp(A_log)·softplus(a + dt_bias). Shared by the prep kernel and the decode kernel.
+__device__ __forceinline__ void gdn_gates(float b, float a, float dt_bias, float a_log, float& decay, float& beta) {
+  beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
+  const float x = __fadd_rn(a, dt_bias);
+  const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch threshold 20
+  const float g = __fmul_rn(-expf(a_log), softplus);
+  decay = expf(g);
+}
+
+// l2norm factors (eps 1e-6 hard-coded as in HF): q̂ = q · (1/sqrt(Σq² + eps)) · (1/sqrt(dk)),
+// k̂ = k · (1/sqrt(Σk² + eps)). Shared by the prep kernel and the decode kernel.
+__device__ __forceinline__ float l2norm_q(float q, float qq, int dk) {
+  const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
+  return __fmul_rn(__fmul_rn(q, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq, 1e-6f)))), q_scale);
+}
+__device__ __forceinline__ float l2norm_k(float k, float kk) {
+  return __fmul_rn(k, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk, 1e-6f))));
+}
+
 // Per-token view of a prep tile: the sequence's first new token and its slot's conv state.
 template <int TT>
 struct PrepTokens {
@@ -228,12 +248,11 @@ __global__ void __launch_bounds__(kMaxHeadDim)
     block_sums(qq, red);
     block_sums(kk, red);
     // l2norm: x / sqrt(Σx² + 1e-6), eps hard-coded as in HF.
-    const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
     float qk[TT];
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
-      const float qn = __fmul_rn(__fmul_rn(qv[t], __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq[t], 1e-6f)))), q_scale);
-      const float kn = __fmul_rn(kv[t], __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk[t], 1e-6f))));
+      const float qn = l2norm_q(qv[t], qq[t], dk);
+      const float kn = l2norm_k(kv[t], kk[t]);
       qk[t] = __fmul_rn(qn, kn);
       if (i < dk && t < tk.nt) {
         float* row = w.conv_out + size_t(tk.m0 + t) * C;
@@ -261,14 +280,18 @@ __global__ void __launch_bounds__(kMaxHeadDim)
     }
     if (i < tk.nt) {
       const size_t gi = size_t(tk.m0 + i) * nv + h;
-      const float beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b[gi])));
-      const float x = __fadd_rn(a[gi], p.dt_bias[h]);
-      const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch threshold 20
-      const float g = __fmul_rn(-expf(p.a_log[h]), softplus);
-      w.decay[gi] = expf(g);
-      w.beta[gi] = beta;
+      gdn_gates(b[gi], a[gi], p.dt_bias[h], p.a_log[h], w.decay[gi], w.beta[gi]);
     }
   }
+}
+
+// The gated RMSNorm's two steps (shared by gated_norm_warp and the decode kernel):
+// inv = 1/sqrt(Σo²/dv + eps) from the sum of squares, then y_j = (w_j · (o_j · inv)) · silu(z_j).
+__device__ __forceinline__ float gated_norm_inv(float ss, int dv, float eps) {
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(dv)), eps)));
+}
+__device__ __forceinline__ float gated_norm_out(float o, float inv, float w, float z) {
+  return __fmul_rn(__fmul_rn(w, __fmul_rn(o, inv)), silu(z));
 }
 
 // y_j = (w_j · (o_j · rsqrt(mean(o²) + eps))) · silu(z_j) for one (token, v-head), by one warp.
@@ -280,10 +303,8 @@ __device__ __forceinline__ void gated_norm_warp(const float* o, const T* __restr
                                                 int lane) {
   float ss = 0.0f;
   for (int j = lane; j < dv; j += 32) ss = __fmaf_rn(o[j], o[j], ss);
-  ss = warp_sum(ss);
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, float(dv)), eps)));
-  for (int j = lane; j < dv; j += 32)
-    out[j] = from_f32<T>(__fmul_rn(__fmul_rn(w[j], __fmul_rn(o[j], inv)), silu(to_f32(z[j]))));
+  const float inv = gated_norm_inv(warp_sum(ss), dv, eps);
+  for (int j = lane; j < dv; j += 32) out[j] = from_f32<T>(gated_norm_out(o[j], inv, w[j], to_f32(z[j])));
 }
 
 // Shared-memory stage of kChunk tokens for one recurrence CTA (floats):
@@ -558,6 +579,311 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   gated_norm_warp(core + off, z + off, norm_w, s.v_head_dim, s.norm_eps, out + off, threadIdx.x & 31);
 }
 
+
+// ---- one-launch decode step (every sequence of the launch has exactly one new token) ----
+
+// Thread-block cluster primitives (sm_90+: the H200 and GB10 both have clusters). The
+// barrier is arrive.release + wait.acquire at cluster scope: it orders every CTA's earlier
+// shared and global accesses before every CTA's later ones, and it is a __syncthreads too.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+// A float of CTA `rank`'s shared memory at the address of `local` in this CTA (distributed
+// shared memory: every CTA of the cluster has the same static shared layout).
+__device__ __forceinline__ float ld_cluster_f32(const float* local, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const unsigned a = unsigned(__cvta_generic_to_shared(local));
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(a), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  return *local;
+#endif
+}
+// A hint: bring the line holding p into L2. Safe before griddepcontrol.wait even for data an
+// earlier kernel is still writing (L2 is the point of coherence; nothing reaches registers).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// silu(Σ_j w[j]·u[j]) of channel c for a token m that is its sequence's only new token: taps
+// 0 .. K−2 read the slot's conv state (oldest first), tap K−1 the token's own row. The same
+// products in the same order as conv_tile for the first token of a sequence.
+template <typename T>
+__device__ __forceinline__ float conv_one(const T* __restrict__ qkv, const float* __restrict__ conv_w,
+                                          const float* cs, int C, int K, int m, int c) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxConvK; ++j) {
+    if (j < K) {
+      const float u = j < K - 1 ? cs[size_t(c) * (K - 1) + j] : to_f32(qkv[size_t(m) * C + c]);
+      acc = __fmaf_rn(conv_w[size_t(c) * K + j], u, acc);
+    }
+  }
+  return silu(acc);
+}
+
+// One CTA per (sequence, v-head h, part of the head's columns); a cluster holds the CTAs of
+// one (sequence, key head kh): the G = nv/nk v-heads that share kh, each cut into `parts`
+// column ranges of cw = 32·ncw columns. Grid (G·parts, nk, num_seqs), cluster (G·parts, 1, 1)
+// (<= 8 CTAs), CTA x = gi·parts + part: v-head h = kh·G + gi, columns part·cw .. +cw−1.
+// Block 32·W·ncw threads (W = ceil(dk/32) row warps per 32-column strip, as the recurrence).
+// A CTA, with no workspace round trip:
+//   1. loads its state columns (all dk rows) into registers, the thread layout of
+//      gdn_recurrent_kernel (8 rows x 4 columns per thread, 16-B loads);
+//   2. prep, recomputed per CTA (cheap: 2·dk + cw channels): conv + SiLU of kh's q and k
+//      channels and of its own v columns, the l2norm sums of q and k, then q̂·k̂, each as
+//      one warp butterfly per 32 channels with the warps' sums added in order: the
+//      arithmetic of gdn_prep_kernel, bit for bit (its block has ceil(max(dk, dv)/32) warps;
+//      the warps past dk contribute +0, added here too); the gates of (token, h);
+//   3. the delta rule for one token (the arithmetic of gdn_recurrent_kernel), writes its
+//      state columns back and its raw outputs o to shared memory;
+//   4. cluster barrier; the gated RMSNorm needs Σo² over the head's dv columns in
+//      gated_norm_warp's order (lane l: columns l, l+32, ... then a butterfly): each output
+//      warp reads the head's o from its parts' shared memory (DSMEM) and writes its columns.
+//      The conv state of the cluster's channels (kh's q and k, the G heads' v) is shifted
+//      in place after that barrier: every CTA that read it (only this cluster's CTAs do) is
+//      past its reads. A second barrier keeps each CTA's shared memory alive until the
+//      others have read it.
+// So a token's output and new state are the bits of the prep + recurrence path, whatever
+// shares the launch. Graph padding rows (sequences of one token sharing the padding slot)
+// race only on the padding slot's garbage. Launched as a programmatic dependent: the state
+// and conv lines are prefetched into L2 before griddepcontrol.wait, every load of them and of
+// the activations comes after it.
+// Roofline: the state read and written once, 2·nv·dk·dv·4 B per sequence (8.4 MB at the 122B
+// shape), plus per token qkv, z, b, a in, out out and the conv state (about 0.3 MB); the
+// shared key head's q/k inputs are read by the G·parts CTAs of a cluster (L2 hits).
+template <typename T, bool vec>
+__global__ void __launch_bounds__(kMaxThreads)
+    gdn_decode_kernel(const T* __restrict__ qkv, const T* __restrict__ z, const float* __restrict__ b,
+                      const float* __restrict__ a, GdnShape s, GdnLayerParams p, StepMeta meta, int parts,
+                      T* __restrict__ out) {
+  __shared__ __align__(16) float s_q[kMaxHeadDim];  // q, then q̂ (zero past dk)
+  __shared__ __align__(16) float s_k[kMaxHeadDim];  // k, then k̂
+  __shared__ __align__(16) float s_v[kMaxHeadDim];  // the CTA's v columns
+  __shared__ __align__(16) float s_o[kMaxHeadDim];  // the CTA's raw outputs (read by the cluster)
+  __shared__ __align__(16) float s_red[(kMaxThreads / 32) * kColGroups * 8];  // [ncw][W][cg][4 kv, 4 sq]
+  __shared__ float s_part[3][kMaxHeadDim / 32];  // per 32 channels: Σq², Σk², Σq̂k̂
+  __shared__ float s_gate[2];                    // decay, beta
+
+  const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
+  const int G = nv / nk, C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
+  const int W = (dk + kWarpRows - 1) / kWarpRows, dkr = W * kWarpRows;
+  const int nthreads = blockDim.x, ncw = nthreads / (32 * W), cw = ncw * kWarpCols;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp % W, wc = warp / W;
+  const int r = lane >> 3, cg = lane & 7;
+  const int i0 = (wr * kRowLanes + r) * kRowsPerThread;
+  const int gi = int(blockIdx.x) / parts, part = int(blockIdx.x) % parts;
+  const int kh = blockIdx.y, seq = blockIdx.z, h = kh * G + gi;
+  const int col0 = part * cw, jl = wc * kWarpCols + cg * 4, j0 = col0 + jl;
+  const size_t vd = size_t(s.value_dim());
+
+  // The step metadata was uploaded before the step (no kernel writes it).
+  const int m = meta.seq_token_start[seq];
+  if (meta.seq_token_start[seq + 1] - m != 1) return;  // the whole cluster (one sequence) leaves
+  const int slot = meta.seq_state_slot[seq];
+  float* S = p.recurrent_state + (size_t(slot) * nv + h) * size_t(dk) * dv;
+  float* cs = p.conv_state + size_t(slot) * C * (K - 1);
+
+  if (cg == 0 && j0 < dv) {  // one prefetch per 128-B row segment of the warp
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerThread; ++rr)
+      if (i0 + rr < dk) prefetch_l2(S + size_t(i0 + rr) * dv + j0);
+  }
+  for (int idx = tid; idx < 2 * dk; idx += nthreads) {
+    const int c = (idx < dk ? 0 : key_dim - dk) + kh * dk + idx;
+    prefetch_l2(cs + size_t(c) * (K - 1));
+  }
+  wait_for_prior_grid();
+
+  // 1. The state columns, in flight during the prep.
+  float st[kRowsPerThread][4];
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerThread; ++rr) {
+    const int i = i0 + rr;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i < dk && j0 < dv) {
+      const float* src = S + size_t(i) * dv + j0;
+      if constexpr (vec) {
+        x = *reinterpret_cast<const float4*>(src);
+      } else {
+        x.x = src[0];
+        if (j0 + 1 < dv) x.y = src[1];
+        if (j0 + 2 < dv) x.z = src[2];
+        if (j0 + 3 < dv) x.w = src[3];
+      }
+    }
+    st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
+  }
+  // The norm's inputs for this thread's output column (output warps: warp < ncw).
+  const int jn = col0 + warp * 32 + lane;  // output column of threads of warps < ncw
+  const bool writes_out = warp < ncw && jn < dv;
+  const size_t out_off = size_t(m) * vd + size_t(h) * dv + jn;
+  const float zn = writes_out ? to_f32(z[out_off]) : 0.0f;
+  const float wn = writes_out ? p.norm_weight[jn] : 0.0f;
+
+  // 2. Prep. q and k channels (2·dkr of them, warp-uniform halves): conv, then Σx² per warp.
+  for (int idx = tid; idx < 2 * dkr; idx += nthreads) {
+    const bool is_k = idx >= dkr;
+    const int i = is_k ? idx - dkr : idx;
+    const float y = i < dk ? conv_one(qkv, p.conv_weight, cs, C, K, m, (is_k ? key_dim : 0) + kh * dk + i) : 0.0f;
+    (is_k ? s_k : s_q)[i] = y;
+    const float sq = warp_sum(__fmul_rn(y, y));
+    if (lane == 0) s_part[is_k ? 1 : 0][i >> 5] = sq;
+  }
+  for (int idx = tid; idx < cw; idx += nthreads) {
+    const int j = col0 + idx;
+    s_v[idx] = j < dv ? conv_one(qkv, p.conv_weight, cs, C, K, m, 2 * key_dim + h * dv + j) : 0.0f;
+  }
+  if (tid == nthreads - 1) {
+    const size_t g = size_t(m) * nv + h;
+    gdn_gates(b[g], a[g], p.dt_bias[h], p.a_log[h], s_gate[0], s_gate[1]);
+  }
+  __syncthreads();
+  // The prep kernel's block has ceil(max(dk, dv)/32) warps; those past dk add +0.
+  const int prep_warps = (max(dk, dv) + 31) / 32;
+  float qq = s_part[0][0], kk = s_part[1][0];
+  for (int g = 1; g < prep_warps; ++g) {
+    qq = __fadd_rn(qq, g < W ? s_part[0][g] : 0.0f);
+    kk = __fadd_rn(kk, g < W ? s_part[1][g] : 0.0f);
+  }
+  for (int i = tid; i < dkr; i += nthreads) {  // one pass (nthreads >= dkr), whole warps
+    const float qn = l2norm_q(s_q[i], qq, dk);
+    const float kn = l2norm_k(s_k[i], kk);
+    s_q[i] = qn;
+    s_k[i] = kn;
+    const float qk = warp_sum(__fmul_rn(qn, kn));
+    if (lane == 0) s_part[2][i >> 5] = qk;
+  }
+  __syncthreads();
+  float kq = s_part[2][0];
+  for (int g = 1; g < prep_warps; ++g) kq = __fadd_rn(kq, g < W ? s_part[2][g] : 0.0f);
+  const float decay = s_gate[0], beta = s_gate[1];
+
+  // 3. The delta rule for the token (gdn_recurrent_kernel's arithmetic).
+  float k[kRowsPerThread], q[kRowsPerThread], v[4];
+  if constexpr (vec) {
+#pragma unroll
+    for (int g4 = 0; g4 < kRowsPerThread / 4; ++g4) {
+      float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), q4 = k4;
+      if (i0 + 4 * g4 < dk) {
+        k4 = *reinterpret_cast<const float4*>(s_k + i0 + 4 * g4);
+        q4 = *reinterpret_cast<const float4*>(s_q + i0 + 4 * g4);
+      }
+      k[4 * g4] = k4.x, k[4 * g4 + 1] = k4.y, k[4 * g4 + 2] = k4.z, k[4 * g4 + 3] = k4.w;
+      q[4 * g4] = q4.x, q[4 * g4 + 1] = q4.y, q[4 * g4 + 2] = q4.z, q[4 * g4 + 3] = q4.w;
+    }
+    float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (j0 < dv) v4 = *reinterpret_cast<const float4*>(s_v + jl);
+    v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
+  } else {
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerThread; ++rr) {
+      k[rr] = i0 + rr < dk ? s_k[i0 + rr] : 0.0f;
+      q[rr] = i0 + rr < dk ? s_q[i0 + rr] : 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) v[c] = j0 + c < dv ? s_v[jl + c] : 0.0f;
+  }
+  float tk[4], tq[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    float ak = 0.0f, aq = 0.0f;
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerThread; ++rr) {
+      ak = __fmaf_rn(st[rr][c], k[rr], ak);
+      aq = __fmaf_rn(st[rr][c], q[rr], aq);
+    }
+    ak = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 8));
+    aq = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 8));
+    tk[c] = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 16));
+    tq[c] = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 16));
+  }
+  if (W > 1) {  // across the W row warps of the strip, in warp order (W uniform: no divergence)
+    if (r == 0) {
+      float* dst = s_red + ((wc * W + wr) * kColGroups + cg) * 8;
+      *reinterpret_cast<float4*>(dst) = make_float4(tk[0], tk[1], tk[2], tk[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(tq[0], tq[1], tq[2], tq[3]);
+    }
+    __syncthreads();
+    const float* src = s_red + (size_t(wc * W) * kColGroups + cg) * 8;
+    float4 k4 = *reinterpret_cast<const float4*>(src), q4 = *reinterpret_cast<const float4*>(src + 4);
+    for (int ww = 1; ww < W; ++ww) {
+      const float4 kn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8);
+      const float4 qn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8 + 4);
+      k4 = make_float4(__fadd_rn(k4.x, kn.x), __fadd_rn(k4.y, kn.y), __fadd_rn(k4.z, kn.z), __fadd_rn(k4.w, kn.w));
+      q4 = make_float4(__fadd_rn(q4.x, qn.x), __fadd_rn(q4.y, qn.y), __fadd_rn(q4.z, qn.z), __fadd_rn(q4.w, qn.w));
+    }
+    tk[0] = k4.x, tk[1] = k4.y, tk[2] = k4.z, tk[3] = k4.w;
+    tq[0] = q4.x, tq[1] = q4.y, tq[2] = q4.z, tq[3] = q4.w;
+  }
+  float d[4], o[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const float kv = __fmul_rn(decay, tk[c]);
+    d[c] = __fmul_rn(beta, __fsub_rn(v[c], kv));
+    o[c] = __fmaf_rn(d[c], kq, __fmul_rn(decay, tq[c]));
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerThread; ++rr) {
+    const int i = i0 + rr;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) st[rr][c] = __fmaf_rn(k[rr], d[c], __fmul_rn(decay, st[rr][c]));
+    if (i < dk && j0 < dv) {
+      float* dst = S + size_t(i) * dv + j0;
+      if constexpr (vec) {
+        *reinterpret_cast<float4*>(dst) = make_float4(st[rr][0], st[rr][1], st[rr][2], st[rr][3]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (j0 + c < dv) dst[c] = st[rr][c];
+      }
+    }
+  }
+  if (r == 0 && wr == 0) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s_o[jl + c] = o[c];
+  }
+
+  // 4. Every CTA of the cluster has its o in shared memory and is past its conv-state reads.
+  cluster_sync();
+  if (warp < ncw) {  // warp-uniform: the output warps, 32 columns each
+    float ss = 0.0f;
+    for (int j = lane; j < dv; j += 32) {
+      const float oj = ld_cluster_f32(s_o + j % cw, unsigned(gi * parts + j / cw));
+      ss = __fmaf_rn(oj, oj, ss);
+    }
+    const float inv = gated_norm_inv(warp_sum(ss), dv, s.norm_eps);
+    if (writes_out) out[out_off] = from_f32<T>(gated_norm_out(s_o[warp * 32 + lane], inv, wn, zn));
+  }
+  // New conv state (the old one shifted by the token's row) of the cluster's channels: kh's q
+  // and k, then the v channels of its G heads (contiguous), spread over the cluster's threads.
+  {
+    const int csize = G * parts, nch = 2 * dk + G * dv;
+    for (int idx = int(blockIdx.x) * nthreads + tid; idx < nch; idx += csize * nthreads) {
+      const int c = idx < dk ? kh * dk + idx
+                    : idx < 2 * dk ? key_dim + kh * dk + (idx - dk)
+                                   : 2 * key_dim + kh * G * dv + (idx - 2 * dk);
+      float* st_c = cs + size_t(c) * (K - 1);
+      float nw[kMaxConvK - 1];
+#pragma unroll
+      for (int j = 0; j < kMaxConvK - 1; ++j)
+        if (j < K - 1) nw[j] = j + 1 < K - 1 ? st_c[j + 1] : to_f32(qkv[size_t(m) * C + c]);
+#pragma unroll
+      for (int j = 0; j < kMaxConvK - 1; ++j)
+        if (j < K - 1) st_c[j] = nw[j];
+    }
+  }
+  cluster_sync();  // the cluster's DSMEM reads of s_o are done before any CTA exits
+}
+
 }  // namespace
 
 size_t gdn_workspace_bytes(const GdnShape& s, int max_tokens) {
@@ -585,10 +911,55 @@ int sm_count() {
 
 enum class LaunchShape { Auto, Fused, Split };
 
+// The decode kernel's split of a head: `parts` CTAs of ncw 32-column strips each, so that a
+// cluster (the G = nv/nk heads of a key head, `parts` CTAs each) has at most 8 CTAs (the
+// portable cluster size). 0 parts: the shape does not fit (G > 8 or more than kMaxThreads
+// threads per CTA); the two-pass path runs it.
+struct DecodeSplit {
+  int parts = 0, ncw = 0, threads = 0;
+};
+DecodeSplit decode_split(const GdnShape& s) {
+  const int G = s.num_v_heads / s.num_k_heads;
+  if (G < 1 || G > 8) return {};
+  const int W = (s.k_head_dim + kWarpRows - 1) / kWarpRows;
+  const int strips = (s.v_head_dim + kWarpCols - 1) / kWarpCols;
+  const int ncw = (strips + std::min(strips, 8 / G) - 1) / std::min(strips, 8 / G);
+  const int parts = (strips + ncw - 1) / ncw;
+  const int threads = 32 * W * ncw;
+  if (threads > kMaxThreads) return {};
+  return {parts, ncw, threads};
+}
+
+// One launch for a step whose sequences have one new token each (gdn_decode_kernel).
+template <typename T>
+void launch_gdn_decode(const T* qkv, const T* z, const float* b, const float* a, const GdnShape& s,
+                       const GdnLayerParams& layer, const StepMeta& meta, const DecodeSplit& split, T* out,
+                       cudaStream_t stream) {
+  const int G = s.num_v_heads / s.num_k_heads;
+  const bool vec = s.k_head_dim % 4 == 0 && s.v_head_dim % 4 == 0 &&
+                   reinterpret_cast<uintptr_t>(layer.recurrent_state) % 16 == 0;
+  auto kernel = vec ? gdn_decode_kernel<T, true> : gdn_decode_kernel<T, false>;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(G * split.parts), unsigned(s.num_k_heads), unsigned(meta.num_seqs));
+  cfg.blockDim = dim3(unsigned(split.threads));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(G * split.parts);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, qkv, z, b, a, s, layer, meta, split.parts, out));
+}
+
 template <typename T>
 void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const GdnShape& s,
                 const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes, T* out,
-                cudaStream_t stream, LaunchShape pick = LaunchShape::Auto) {
+                cudaStream_t stream, LaunchShape pick = LaunchShape::Auto, GdnKernels kernels = GdnKernels::Auto) {
   if (meta.num_tokens == 0) return;
   if (s.conv_kernel < 2 || s.conv_kernel > kMaxConvK)
     throw Error("gated_delta_net: conv kernel must be in [2, 8], got " + std::to_string(s.conv_kernel));
@@ -601,6 +972,16 @@ void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const 
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("gated_delta_net: workspace not 16-B aligned");
   const GdnWork w = carve(workspace, s, meta.num_tokens);
   const int M = meta.num_tokens;
+
+  // Decode-like steps (one new token per sequence: sequences are never empty, so M equal to
+  // the number of sequences means exactly that): one launch, the same bits as below.
+  if (kernels == GdnKernels::Auto && M == meta.num_seqs) {
+    const DecodeSplit split = decode_split(s);
+    if (split.parts > 0) {
+      launch_gdn_decode(qkv, z, b, a, s, layer, meta, split, out, stream);
+      return;
+    }
+  }
 
   // Prep: one token per CTA for small steps (parallelism), 8 for prefill (input reuse).
   const int prep_threads = (std::max(s.k_head_dim, s.v_head_dim) + 31) / 32 * 32;
@@ -666,6 +1047,24 @@ void gated_delta_net(const float* qkv, const float* z, const float* b, const flo
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      float* out, cudaStream_t stream) {
   launch_gdn(qkv, z, b, a, s, layer, meta, workspace, workspace_bytes, out, stream);
+}
+
+void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& s,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     bf16* out, cudaStream_t stream, GdnKernels kernels) {
+  launch_gdn(qkv, z, b, a, s, layer, meta, workspace, workspace_bytes, out, stream, LaunchShape::Auto, kernels);
+}
+
+void gated_delta_net(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& s,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     float* out, cudaStream_t stream, GdnKernels kernels) {
+  launch_gdn(qkv, z, b, a, s, layer, meta, workspace, workspace_bytes, out, stream, LaunchShape::Auto, kernels);
+}
+
+bool gdn_decode_kernel_supported(const GdnShape& s) {
+  return s.num_k_heads > 0 && s.num_v_heads % s.num_k_heads == 0 && s.k_head_dim >= 1 &&
+         s.k_head_dim <= kMaxHeadDim && s.v_head_dim >= 1 && s.v_head_dim <= kMaxHeadDim &&
+         s.conv_kernel >= 2 && s.conv_kernel <= kMaxConvK && decode_split(s).parts > 0;
 }
 
 }  // namespace moeserve::cuda

@@ -55,4 +55,21 @@ void gated_delta_net(const float* qkv, const float* z, const float* b, const flo
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      float* out, cudaStream_t stream);
 
+// Which kernels run a step. Auto (the two entry points above): a step whose sequences all
+// have one new token (M == num_seqs, decode and graph padding) runs as ONE launch
+// (gdn_decode_kernel: conv, gates, l2norm, the delta rule and the gated norm, a key head's
+// v-heads in one thread-block cluster) when gdn_decode_kernel_supported(shape); any other
+// step runs the prep kernel and the recurrence (+ norm). TwoPass always takes the latter
+// (tests compare the two bit for bit; benchmarks time both). Both give the same bits.
+enum class GdnKernels { Auto, TwoPass };
+void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& shape,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     bf16* out, cudaStream_t stream, GdnKernels kernels);
+void gated_delta_net(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& shape,
+                     const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
+                     float* out, cudaStream_t stream, GdnKernels kernels);
+// True when a one-token-per-sequence step of this shape takes the one-launch decode kernel:
+// nv/nk <= 8 and the CTA of a head part fits (dk, dv <= 256, at most 512 threads).
+bool gdn_decode_kernel_supported(const GdnShape& shape);
+
 }  // namespace moeserve::cuda
