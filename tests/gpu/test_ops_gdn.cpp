@@ -5,14 +5,17 @@
 // itself, bit for bit: a chunk followed by single tokens equals the same tokens in one call,
 // every sequence of a mixed step equals that sequence alone (batch invariance), a long prefill
 // equals itself chunked and token by token, and the f32 entry point equals the bf16 one.
-// The op has two launch shapes (one CTA per head for decode-like steps, column strips plus a
-// norm kernel otherwise); these comparisons cross them, so they also check that both give the
-// same bits.
+// The op has three launch shapes (one-token-per-sequence steps: the one-launch decode kernel;
+// otherwise the prep kernel, then one CTA per head for small decode-like steps or column strips
+// plus a norm kernel); these comparisons cross them (single-token steps alone vs in mixed
+// steps; DecodeKernelEqualsTwoPassAloneAndPadded forces the two-pass path on a 64-sequence
+// decode step), so they also check that all give the same bits.
 // Shapes: the 122B-A10B GDN (16 k-heads / 64 v-heads of 128, conv 4), the fixtures'
 // (2 / 6 heads, dk 20, dv 12) and an odd one (3 / 9 heads, dk 40, dv 72).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "backend/cpu/activations.h"
 #include "backend/cpu/gated_delta_net.h"
@@ -57,6 +60,15 @@ struct GdnProblem {
     // must survive untouched).
     conv_state = random_bf16(rng, size_t(slots) * C * (K - 1), 1.0f);
     rec_state = random_f32(rng, size_t(slots) * s.num_v_heads * s.k_head_dim * s.v_head_dim, 0.1f);
+    upload();
+  }
+  // The same parameters and initial states in fresh device buffers (whatever ran on o).
+  GdnProblem(const GdnProblem& o)
+      : s(o.s), num_slots(o.num_slots), conv_w(o.conv_w), dt_bias(o.dt_bias), a_log(o.a_log), norm_w(o.norm_w),
+        conv_state(o.conv_state), rec_state(o.rec_state) {
+    upload();
+  }
+  void upload() {
     d_conv_w = to_device_f32(conv_w);
     d_dt_bias = to_device_f32(dt_bias);
     d_a_log = to_device_f32(a_log);
@@ -84,7 +96,9 @@ GdnInputs random_inputs(Rng& rng, const cuda::GdnShape& s, int M) {
 
 // Runs the GPU op for one step; returns the output [M, nv·dv]. f32: the f32 entry point (the
 // model's), else the bf16 one (the inputs are bf16 values either way).
-std::vector<float> run_gpu(GdnProblem& p, const GdnInputs& in, const std::vector<SeqSpec>& seqs, bool f32 = false) {
+// kernels: Auto (one launch for one-token-per-sequence steps) or TwoPass (prep + recurrence).
+std::vector<float> run_gpu(GdnProblem& p, const GdnInputs& in, const std::vector<SeqSpec>& seqs, bool f32 = false,
+                           cuda::GdnKernels kernels = cuda::GdnKernels::Auto) {
   DeviceStepMeta meta(seqs, 1);
   const int M = meta.num_tokens();
   auto d_b = to_device_f32(in.b), d_a = to_device_f32(in.a);
@@ -94,13 +108,13 @@ std::vector<float> run_gpu(GdnProblem& p, const GdnInputs& in, const std::vector
     auto d_qkv = to_device_f32(in.qkv), d_z = to_device_f32(in.z);
     DeviceBuffer<float> out(size_t(M) * p.s.value_dim());
     cuda::gated_delta_net(d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), p.s, p.params(), meta.meta(), ws.data(),
-                          ws_bytes, out.data(), nullptr);
+                          ws_bytes, out.data(), nullptr, kernels);
     return to_host(out);
   }
   auto d_qkv = to_device_bf16(in.qkv), d_z = to_device_bf16(in.z);
   DeviceBuffer<bf16> out(size_t(M) * p.s.value_dim());
   cuda::gated_delta_net(d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), p.s, p.params(), meta.meta(), ws.data(),
-                        ws_bytes, out.data(), nullptr);
+                        ws_bytes, out.data(), nullptr, kernels);
   return to_host(out);
 }
 
@@ -341,5 +355,105 @@ TEST(GpuOpsGdn, LongPrefillMatchesCpuChunksAndDecode) {
                           {"token", "v_head", "j"}, 0, 0));
     EXPECT_TRUE(all_close("gdn long f32 vs bf16.recurrent_state " + name_of(shape), to_host(f32.d_rec_state),
                           to_host(one.d_rec_state), rdims, {"slot", "v_head", "i", "j"}, 0, 0));
+  }
+}
+
+// The one-launch decode kernel (every sequence has one new token) against the two-pass path
+// (prep + recurrence, forced) on a 64-sequence decode step in shuffled slots from carried
+// states: outputs, conv and recurrent states (every slot) bit for bit; the step against the
+// CPU; some of its sequences alone (batch invariance, bit for bit); the f32 entry point
+// against the bf16 one; and graph padding (extra one-token sequences sharing a padding slot)
+// leaves the real rows' outputs and states bit-identical and other slots untouched.
+TEST(GpuOpsGdn, DecodeKernelEqualsTwoPassAloneAndPadded) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(35);
+  for (const auto& shape : kShapes) {
+    SCOPED_TRACE(name_of(shape));
+    EXPECT_TRUE(cuda::gdn_decode_kernel_supported(shape));
+    const int B = 64, slots = B + 2, pad_slot = B + 1;  // slot B: never used
+    GdnProblem fused(rng, shape, slots);
+    GdnProblem two_pass(fused), alone(fused), padded(fused), f32(fused);
+    std::vector<int> perm(static_cast<size_t>(B));
+    for (int i = 0; i < B; ++i) perm[size_t(i)] = i;
+    for (int i = B - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(rng.next() % uint64_t(i + 1))]);
+    std::vector<SeqSpec> seqs;
+    for (int i = 0; i < B; ++i) seqs.push_back({int(rng.next() % 1000), 1, perm[size_t(i)], {}});
+    const GdnInputs in = random_inputs(rng, shape, B);
+    const std::vector<int64_t> dims{B, shape.num_v_heads, shape.v_head_dim};
+    const std::vector<int64_t> cdims{slots, shape.conv_dim(), shape.conv_kernel - 1};
+    const std::vector<int64_t> rdims{slots, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim};
+
+    const auto out_fused = run_gpu(fused, in, seqs);
+    const auto out_two = run_gpu(two_pass, in, seqs, false, cuda::GdnKernels::TwoPass);
+    const auto conv_fused = to_host(fused.d_conv_state), rec_fused = to_host(fused.d_rec_state);
+    EXPECT_TRUE(all_close("gdn decode vs two-pass.out " + name_of(shape), out_fused, out_two, dims,
+                          {"token", "v_head", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn decode vs two-pass.conv_state " + name_of(shape), conv_fused,
+                          to_host(two_pass.d_conv_state), cdims, {"slot", "channel", "tap"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn decode vs two-pass.recurrent_state " + name_of(shape), rec_fused,
+                          to_host(two_pass.d_rec_state), rdims, {"slot", "v_head", "i", "j"}, 0, 0));
+
+    // Against the CPU (the recurrent rule for one token), on copies of the initial states.
+    std::vector<float> conv, rec;
+    const auto ref = run_cpu(fused, in, seqs, conv, rec);
+    const auto bound = out_bound(fused, in);
+    EXPECT_TRUE(all_close("gdn decode.out " + name_of(shape), out_fused, ref, dims, {"token", "v_head", "j"}, 0,
+                          kEpsBf16 * 1.001, &bound));
+    EXPECT_TRUE(all_close("gdn decode.conv_state " + name_of(shape), conv_fused, conv, cdims,
+                          {"slot", "channel", "tap"}, 0, 0));
+    const double smax = error_stats(rec, rec).max_ref;
+    EXPECT_TRUE(all_close("gdn decode.recurrent_state " + name_of(shape), rec_fused, rec, rdims,
+                          {"slot", "v_head", "i", "j"}, 1e-4 * smax, 1e-4));
+
+    // Some of the sequences alone: the same bits for their rows and slots.
+    const size_t width = size_t(shape.value_dim()), cs = fused.conv_size(), rs = fused.rec_size();
+    for (const int i : {0, 1, 37, B - 1}) {
+      const auto out = run_gpu(alone, slice(in, shape, i, 1), {seqs[size_t(i)]});
+      const std::vector<float> row(out_fused.begin() + long(size_t(i) * width),
+                                   out_fused.begin() + long(size_t(i + 1) * width));
+      const int sl = seqs[size_t(i)].state_slot;
+      EXPECT_TRUE(all_close("gdn decode alone vs batch.out " + name_of(shape), out, row,
+                            {shape.num_v_heads, shape.v_head_dim}, {"v_head", "j"}, 0, 0));
+      EXPECT_TRUE(all_close("gdn decode alone vs batch.conv_state " + name_of(shape),
+                            slot_of(to_host(alone.d_conv_state), cs, sl), slot_of(conv_fused, cs, sl),
+                            {shape.conv_dim(), shape.conv_kernel - 1}, {"channel", "tap"}, 0, 0));
+      EXPECT_TRUE(all_close("gdn decode alone vs batch.recurrent_state " + name_of(shape),
+                            slot_of(to_host(alone.d_rec_state), rs, sl), slot_of(rec_fused, rs, sl),
+                            {shape.num_v_heads, shape.k_head_dim, shape.v_head_dim}, {"v_head", "i", "j"}, 0, 0));
+    }
+
+    // f32 activations in and out: the bf16 output's bits once rounded, the same states.
+    auto out_f32 = run_gpu(f32, in, seqs, /*f32=*/true);
+    for (auto& v : out_f32) v = round_bf16(v);
+    EXPECT_TRUE(all_close("gdn decode f32 vs bf16.out " + name_of(shape), out_f32, out_fused, dims,
+                          {"token", "v_head", "j"}, 0, 0));
+    EXPECT_TRUE(all_close("gdn decode f32 vs bf16.recurrent_state " + name_of(shape), to_host(f32.d_rec_state),
+                          rec_fused, rdims, {"slot", "v_head", "i", "j"}, 0, 0));
+
+    // Graph padding: the first 5 sequences, then 3 one-token rows in the padding slot.
+    const int real = 5, pads = 3;
+    std::vector<SeqSpec> pseqs(seqs.begin(), seqs.begin() + real);
+    for (int j = 0; j < pads; ++j) pseqs.push_back({0, 1, pad_slot, {}});
+    const auto out_pad = run_gpu(padded, concat(slice(in, shape, 0, real), random_inputs(rng, shape, pads)), pseqs);
+    EXPECT_TRUE(all_close("gdn decode padded.out " + name_of(shape),
+                          std::vector<float>(out_pad.begin(), out_pad.begin() + long(real * width)),
+                          std::vector<float>(out_fused.begin(), out_fused.begin() + long(real * width)),
+                          {real, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 0, 0));
+    const auto conv_pad = to_host(padded.d_conv_state), rec_pad = to_host(padded.d_rec_state);
+    for (int sl = 0; sl < slots; ++sl) {
+      if (sl == pad_slot) continue;
+      bool in_step = false;
+      for (int j = 0; j < real; ++j) in_step = in_step || seqs[size_t(j)].state_slot == sl;
+      // A slot of the step holds the decode step's new state; any other its initial one.
+      const auto& conv_want = in_step ? conv_fused : fused.conv_state;
+      const auto& rec_want = in_step ? rec_fused : fused.rec_state;
+      SCOPED_TRACE("slot " + std::to_string(sl));
+      EXPECT_TRUE(all_close("gdn decode padded.conv_state " + name_of(shape), slot_of(conv_pad, cs, sl),
+                            slot_of(conv_want, cs, sl), {shape.conv_dim(), shape.conv_kernel - 1},
+                            {"channel", "tap"}, 0, 0));
+      EXPECT_TRUE(all_close("gdn decode padded.recurrent_state " + name_of(shape), slot_of(rec_pad, rs, sl),
+                            slot_of(rec_want, rs, sl), {shape.num_v_heads, shape.k_head_dim, shape.v_head_dim},
+                            {"v_head", "i", "j"}, 0, 0));
+    }
   }
 }
