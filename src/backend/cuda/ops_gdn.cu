@@ -1,4 +1,6 @@
-// Gated DeltaNet kernels (ops_gdn.h, spec 2.5): three kernels, one job each.
+// Gated DeltaNet kernels (ops_gdn.h, spec 2.5). A step whose sequences all have one new token
+// (decode, graph padding) runs ONE kernel, gdn_decode_kernel (4. below); any other step runs
+// the two-pass path: 1, 2 and (split shape) 3. Every token gets the same bits on both paths.
 //
 // 1. gdn_prep_kernel: conv + SiLU, l2norm, gates. One CTA per (tile of 8 tokens, unit), a unit
 //    being a key head (thread i: q channel i and k channel i) or a value head (thread i: v
@@ -45,9 +47,24 @@
 //    w and silu(z) over dv (spec 2.1.2), the same device function the fused shape uses.
 //    Roofline: M·nv·dv·(4 + 2·sizeof(T)) B.
 //
+// 4. gdn_decode_kernel (one new token per sequence): 1 + 2 (+ the norm) in one launch, no
+//    workspace. One CTA per (sequence, v-head, part of the head's columns): at the 122B shape
+//    2 parts of 64 columns, 256 threads, so batch 1 runs 64·2 = 128 CTAs (one per SM) and
+//    each CTA has its 32 KB of state in flight at once (8 16-B loads per thread). Each CTA
+//    recomputes the prep it needs (conv + SiLU of its key head's q/k channels and of its own
+//    v columns, l2norm, gates: the same per-channel operations and reduction trees as 1).
+//    The CTAs of one (sequence, key head), i.e. the nv/nk v-heads sharing its q/k channels
+//    with all their parts (8 at the 122B shape), form a thread-block cluster: after a
+//    cluster barrier, each output warp reads its head's raw outputs from the parts' shared
+//    memory (DSMEM) to form the norm's Σo² in gated_norm_warp's order, and the cluster's
+//    conv-state channels are shifted in place (every CTA that read them is past the barrier).
+//    Roofline: the state read and written once, 2·nv·dk·dv·4 B per sequence (8.4 MB at the
+//    122B shape), plus per token qkv, z, b, a, out and the conv state (~0.3 MB).
+//
 // Arithmetic on the recurrence and the norm uses explicit _rn intrinsics (no contraction
-// choices left to the compiler), so the two launch shapes, and the f32 and bf16 entry
-// points, stay bit-identical.
+// choices left to the compiler), so the launch shapes, the decode kernel, and the f32 and
+// bf16 entry points, stay bit-identical; the gates, l2norm factors and norm steps are shared
+// device functions.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -592,6 +609,17 @@ __device__ __forceinline__ void cluster_sync() {
   __syncthreads();
 #endif
 }
+// The two halves of cluster_sync, for work between them.
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
 // A float of CTA `rank`'s shared memory at the address of `local` in this CTA (distributed
 // shared memory: every CTA of the cluster has the same static shared layout).
 __device__ __forceinline__ float ld_cluster_f32(const float* local, unsigned rank) {
@@ -649,8 +677,8 @@ __device__ __forceinline__ float conv_one(const T* __restrict__ qkv, const float
 //      warp reads the head's o from its parts' shared memory (DSMEM) and writes its columns.
 //      The conv state of the cluster's channels (kh's q and k, the G heads' v) is shifted
 //      in place after that barrier: every CTA that read it (only this cluster's CTAs do) is
-//      past its reads. A second barrier keeps each CTA's shared memory alive until the
-//      others have read it.
+//      past its reads. A second barrier (arrive after the DSMEM reads, wait before exit)
+//      keeps each CTA's shared memory alive until the others have read it.
 // So a token's output and new state are the bits of the prep + recurrence path, whatever
 // shares the launch. Graph padding rows (sequences of one token sharing the padding slot)
 // race only on the padding slot's garbage. Launched as a programmatic dependent: the state
@@ -697,9 +725,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int rr = 0; rr < kRowsPerThread; ++rr)
       if (i0 + rr < dk) prefetch_l2(S + size_t(i0 + rr) * dv + j0);
   }
-  for (int idx = tid; idx < 2 * dk; idx += nthreads) {
-    const int c = (idx < dk ? 0 : key_dim - dk) + kh * dk + idx;
-    prefetch_l2(cs + size_t(c) * (K - 1));
+  for (int idx = tid; idx < 2 * dk + cw; idx += nthreads) {  // the conv inputs of the prep below
+    const int c = idx < 2 * dk ? (idx < dk ? 0 : key_dim - dk) + kh * dk + idx : 2 * key_dim + h * dv + col0 + idx - 2 * dk;
+    if (idx < 2 * dk || col0 + idx - 2 * dk < dv) {
+      prefetch_l2(cs + size_t(c) * (K - 1));
+      prefetch_l2(p.conv_weight + size_t(c) * K);
+    }
   }
   wait_for_prior_grid();
 
@@ -852,36 +883,50 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int c = 0; c < 4; ++c) s_o[jl + c] = o[c];
   }
 
+  // New conv state (the old one shifted by the token's row) of the cluster's channels: kh's q
+  // and k, then the v channels of its G heads (contiguous), spread over the cluster's threads.
+  // The first channel's new values are loaded now (the loads overlap the barrier), every
+  // store waits for the barrier below.
+  const int csize = G * parts, nch = 2 * dk + G * dv, cstride = csize * nthreads;
+  auto conv_channel = [&](int idx) {
+    return idx < dk ? kh * dk + idx : idx < 2 * dk ? key_dim + kh * dk + (idx - dk) : 2 * key_dim + kh * G * dv + (idx - 2 * dk);
+  };
+  auto load_shift = [&](int c, float (&nw)[kMaxConvK - 1]) {
+    const float* st_c = cs + size_t(c) * (K - 1);
+#pragma unroll
+    for (int j = 0; j < kMaxConvK - 1; ++j)
+      if (j < K - 1) nw[j] = j + 1 < K - 1 ? st_c[j + 1] : to_f32(qkv[size_t(m) * C + c]);
+  };
+  auto store_shift = [&](int c, const float (&nw)[kMaxConvK - 1]) {
+    float* st_c = cs + size_t(c) * (K - 1);
+#pragma unroll
+    for (int j = 0; j < kMaxConvK - 1; ++j)
+      if (j < K - 1) st_c[j] = nw[j];
+  };
+  const int idx0 = int(blockIdx.x) * nthreads + tid;
+  float nw0[kMaxConvK - 1];
+  if (idx0 < nch) load_shift(conv_channel(idx0), nw0);
+
   // 4. Every CTA of the cluster has its o in shared memory and is past its conv-state reads.
   cluster_sync();
+  float inv = 0.0f;
   if (warp < ncw) {  // warp-uniform: the output warps, 32 columns each
     float ss = 0.0f;
     for (int j = lane; j < dv; j += 32) {
       const float oj = ld_cluster_f32(s_o + j % cw, unsigned(gi * parts + j / cw));
       ss = __fmaf_rn(oj, oj, ss);
     }
-    const float inv = gated_norm_inv(warp_sum(ss), dv, s.norm_eps);
-    if (writes_out) out[out_off] = from_f32<T>(gated_norm_out(s_o[warp * 32 + lane], inv, wn, zn));
+    inv = gated_norm_inv(warp_sum(ss), dv, s.norm_eps);
   }
-  // New conv state (the old one shifted by the token's row) of the cluster's channels: kh's q
-  // and k, then the v channels of its G heads (contiguous), spread over the cluster's threads.
-  {
-    const int csize = G * parts, nch = 2 * dk + G * dv;
-    for (int idx = int(blockIdx.x) * nthreads + tid; idx < nch; idx += csize * nthreads) {
-      const int c = idx < dk ? kh * dk + idx
-                    : idx < 2 * dk ? key_dim + kh * dk + (idx - dk)
-                                   : 2 * key_dim + kh * G * dv + (idx - 2 * dk);
-      float* st_c = cs + size_t(c) * (K - 1);
-      float nw[kMaxConvK - 1];
-#pragma unroll
-      for (int j = 0; j < kMaxConvK - 1; ++j)
-        if (j < K - 1) nw[j] = j + 1 < K - 1 ? st_c[j + 1] : to_f32(qkv[size_t(m) * C + c]);
-#pragma unroll
-      for (int j = 0; j < kMaxConvK - 1; ++j)
-        if (j < K - 1) st_c[j] = nw[j];
-    }
+  cluster_arrive();  // this CTA's reads of the cluster's shared memory are done
+  if (writes_out) out[out_off] = from_f32<T>(gated_norm_out(s_o[warp * 32 + lane], inv, wn, zn));
+  if (idx0 < nch) store_shift(conv_channel(idx0), nw0);
+  for (int idx = idx0 + cstride; idx < nch; idx += cstride) {  // more channels (shapes with few threads)
+    float nw[kMaxConvK - 1];
+    load_shift(conv_channel(idx), nw);
+    store_shift(conv_channel(idx), nw);
   }
-  cluster_sync();  // the cluster's DSMEM reads of s_o are done before any CTA exits
+  cluster_wait();  // no CTA exits (freeing its shared memory) before the cluster's reads of it
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 // running sequence) and are updated in place. Every sequence of the step walks its new
 // tokens with the recurrent rule (the state stays on chip across them), so a token's output
 // is bit-identical whatever else shares the launch and however a prefill is chunked.
+// Decode steps (one new token per sequence) run as one kernel whose CTAs split a head's dv
+// columns (a key head's v-heads form a thread-block cluster for the gated norm): the state is
+// read and written once, 2·nv·dk·dv·4 B per sequence (8.4 MB at the 122B shape), spread over
+// the SMs; other steps run a prep kernel then the recurrence. Both give the same bits.
 // Supported: dk <= 256, conv kernel 2..8, nv a multiple of nk.
 #pragma once
 #include <cuda_bf16.h>
