@@ -68,7 +68,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include <cuda_pipeline.h>
 
@@ -1001,6 +1004,38 @@ void launch_gdn_decode(const T* qkv, const T* z, const float* b, const float* a,
   MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, qkv, z, b, a, s, layer, meta, split.parts, out));
 }
 
+// Whether a cluster of the decode kernel fits the device (a cluster's CTAs must be resident
+// together on one GPC: 8 CTAs of 512 threads need 8 free SMs there). Asked once per
+// (device, activation type, CTA size, cluster size); no stream work, so capture-safe.
+template <typename T>
+bool decode_cluster_fits(const GdnShape& s, const DecodeSplit& split) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int>, bool> known;
+  int dev = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+  const int csize = s.num_v_heads / s.num_k_heads * split.parts;
+  const auto key = std::make_tuple(dev, int(sizeof(T)), split.threads, csize);
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(csize), 1, 1);
+  cfg.blockDim = dim3(unsigned(split.threads));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(csize);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;  // the two variants (vec or not) have the same bounds; ask for the scalar one
+  const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, gdn_decode_kernel<T, false>, &cfg);
+  if (err != cudaSuccess) (void)cudaGetLastError();  // a refused query means: fall back
+  const bool ok = err == cudaSuccess && clusters > 0;
+  known.emplace(key, ok);
+  return ok;
+}
+
 template <typename T>
 void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const GdnShape& s,
                 const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes, T* out,
@@ -1022,7 +1057,7 @@ void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const 
   // the number of sequences means exactly that): one launch, the same bits as below.
   if (kernels == GdnKernels::Auto && M == meta.num_seqs) {
     const DecodeSplit split = decode_split(s);
-    if (split.parts > 0) {
+    if (split.parts > 0 && decode_cluster_fits<T>(s, split)) {
       launch_gdn_decode(qkv, z, b, a, s, layer, meta, split, out, stream);
       return;
     }
@@ -1109,7 +1144,8 @@ void gated_delta_net(const float* qkv, const float* z, const float* b, const flo
 bool gdn_decode_kernel_supported(const GdnShape& s) {
   return s.num_k_heads > 0 && s.num_v_heads % s.num_k_heads == 0 && s.k_head_dim >= 1 &&
          s.k_head_dim <= kMaxHeadDim && s.v_head_dim >= 1 && s.v_head_dim <= kMaxHeadDim &&
-         s.conv_kernel >= 2 && s.conv_kernel <= kMaxConvK && decode_split(s).parts > 0;
+         s.conv_kernel >= 2 && s.conv_kernel <= kMaxConvK && decode_split(s).parts > 0 &&
+         decode_cluster_fits<float>(s, decode_split(s));
 }
 
 }  // namespace moeserve::cuda

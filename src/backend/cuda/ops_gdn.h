@@ -72,8 +72,9 @@ void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float
 void gated_delta_net(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& shape,
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      float* out, cudaStream_t stream, GdnKernels kernels);
-// True when a one-token-per-sequence step of this shape takes the one-launch decode kernel:
-// nv/nk <= 8 and the CTA of a head part fits (dk, dv <= 256, at most 512 threads).
+// True when a one-token-per-sequence step of this shape takes the one-launch decode kernel
+// (f32 activations) on the current device: nv/nk <= 8, the CTA of a head part fits (dk,
+// dv <= 256, at most 512 threads) and the device can hold one of its clusters.
 bool gdn_decode_kernel_supported(const GdnShape& shape);
 
 }  // namespace moeserve::cuda
