@@ -607,7 +607,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 // shared and global accesses before every CTA's later ones, and it is a __syncthreads too.
 __device__ __forceinline__ void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 #else
   __syncthreads();
 #endif
@@ -615,12 +615,12 @@ __device__ __forceinline__ void cluster_sync() {
 // The two halves of cluster_sync, for work between them.
 __device__ __forceinline__ void cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void cluster_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 #endif
 }
 // A float of CTA `rank`'s shared memory at the address of `local` in this CTA (distributed
