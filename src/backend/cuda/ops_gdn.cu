@@ -914,11 +914,16 @@ __global__ void __launch_bounds__(kMaxThreads)
   cluster_sync();
   float inv = 0.0f;
   if (warp < ncw) {  // warp-uniform: the output warps, 32 columns each
-    float ss = 0.0f;
-    for (int j = lane; j < dv; j += 32) {
-      const float oj = ld_cluster_f32(s_o + j % cw, unsigned(gi * parts + j / cw));
-      ss = __fmaf_rn(oj, oj, ss);
+    float oj[kMaxHeadDim / 32];  // columns lane, lane + 32, ...: all loads in flight at once
+#pragma unroll
+    for (int t = 0; t < kMaxHeadDim / 32; ++t) {
+      const int j = lane + 32 * t;
+      oj[t] = j < dv ? ld_cluster_f32(s_o + j % cw, unsigned(gi * parts + j / cw)) : 0.0f;
     }
+    float ss = 0.0f;  // gated_norm_warp's order
+#pragma unroll
+    for (int t = 0; t < kMaxHeadDim / 32; ++t)
+      if (lane + 32 * t < dv) ss = __fmaf_rn(oj[t], oj[t], ss);
     inv = gated_norm_inv(warp_sum(ss), dv, s.norm_eps);
   }
   cluster_arrive();  // this CTA's reads of the cluster's shared memory are done
