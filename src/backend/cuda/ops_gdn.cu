@@ -78,6 +78,7 @@
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_gdn.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -127,21 +128,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
-// Programmatic dependent launch (sm_90+; the recurrence is launched with it after the prep
-// kernel): the prep kernel lets the recurrence start early, and the recurrence waits for the
-// prep grid to complete, its writes visible, before it touches anything the prep kernel
-// reads or writes. Without the launch attribute both are no-ops.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 
 // Sums one value per (thread, token) over the CTA for each of the tile's tokens: xor butterfly
 // in each warp, then the warps' sums in warp order (an order fixed by the block size, which
@@ -233,7 +219,7 @@ __global__ void __launch_bounds__(kMaxHeadDim)
     gdn_prep_kernel(const T* __restrict__ qkv, const float* __restrict__ b, const float* __restrict__ a,
                     GdnShape s, GdnLayerParams p, StepMeta meta, GdnWork w) {
   __shared__ float red[(kMaxHeadDim / 32) * TT];
-  allow_dependent_launch();
+  pdl_launch_dependents();
   const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
   const int C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
   const int u = blockIdx.y, i = threadIdx.x;
@@ -427,7 +413,7 @@ __global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
     st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
   }
   // Everything below reads the prep kernel's outputs or rewrites the conv state it read.
-  wait_for_prior_grid();
+  pdl_wait();
   if (t0 < t1) stage_tokens(smem, sg, w, s, t0, min(kChunk, t1 - t0), h, kh, col0, vec);
 
   // New conv state of the sequence: its last K−1 pre-conv inputs, from this step's rows or,
@@ -716,6 +702,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int col0 = part * cw, jl = wc * kWarpCols + cg * 4, j0 = col0 + jl;
   const size_t vd = size_t(s.value_dim());
 
+  pdl_launch_dependents();  // the next kernel may get resident early (it waits for this grid)
   // The step metadata was uploaded before the step (no kernel writes it).
   const int m = meta.seq_token_start[seq];
   if (meta.seq_token_start[seq + 1] - m != 1) return;  // the whole cluster (one sequence) leaves
@@ -735,7 +722,7 @@ __global__ void __launch_bounds__(kMaxThreads)
       prefetch_l2(p.conv_weight + size_t(c) * K);
     }
   }
-  wait_for_prior_grid();
+  pdl_wait();
 
   // 1. The state columns, in flight during the prep.
   float st[kRowsPerThread][4];
@@ -1005,7 +992,10 @@ void launch_gdn_decode(const T* qkv, const T* z, const float* b, const float* a,
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 2;
+  // A programmatic dependent of the previous kernel (pdl.cuh) when the grid is about one wave
+  // (two CTAs of <= 256 threads fit an SM at 128 registers): batch 1-2 at the 122B shape.
+  const long long ctas = (long long)G * split.parts * s.num_k_heads * meta.num_seqs;
+  cfg.numAttrs = pdl_enabled() && ctas <= 2LL * sm_count() ? 2 : 1;
   MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, qkv, z, b, a, s, layer, meta, split.parts, out));
 }
 
@@ -1110,7 +1100,7 @@ void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;  // a programmatic dependent of the prep kernel (pdl.cuh)
   MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, qkv, z, s, layer, meta, w, out));
   if (!fused) {
     const long long norm_warps = (long long)M * s.num_v_heads;
