@@ -229,8 +229,8 @@ TEST(GpuOpsGdn, ChunkThenSingleTokensEqualsOneCall) {
 
     // One call: the 20 tokens of slot 2 alone.
     const auto out_whole = run_gpu(whole, in, {{0, T, 2, {}}});
-    // Split: [13 tokens of slot 2 + 1 token of slot 1], then 7 steps of [1 + 1] (small decode
-    // steps: the other launch shape where the (sequence, head) grid fits one wave).
+    // Split: [13 tokens of slot 2 + 1 token of slot 1], then 7 steps of [1 + 1] (decode steps:
+    // the one-launch decode kernel).
     std::vector<float> out_split;
     const size_t width = size_t(shape.value_dim());
     for (int step = 0; step <= T - first; ++step) {
@@ -256,8 +256,8 @@ TEST(GpuOpsGdn, ChunkThenSingleTokensEqualsOneCall) {
 
 // Batch invariance: each sequence of a mixed step (decode tokens, a 2-token chunk, shorter
 // than the conv window, short and long chunks) gives the same bits as that sequence alone.
-// Alone, a decode token takes the one-CTA-per-head shape and one-token prep tiles; in the
-// mix, the column strips and 8-token prep tiles.
+// Alone, a decode token takes the one-launch decode kernel; in the mix, the prep kernel's
+// 8-token tiles and the recurrence's column strips.
 TEST(GpuOpsGdn, MixedStepEqualsEachSequenceAlone) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(33);
