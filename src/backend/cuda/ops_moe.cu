@@ -26,73 +26,6 @@ namespace {
 using namespace moe_detail;
 
 constexpr int kRouteWarps = 4;
-constexpr int kMaxPerLane = kMaxExperts / 32;
-
-// Routes token row `row` (one warp): writes its k expert ids and renormalised weights.
-template <int kPerLane>  // logits per lane: ceil(E / 32) <= kPerLane
-__device__ void route_token(const float* __restrict__ row, int E, int k, int32_t* ids, float* weights) {
-  const int lane = threadIdx.x & 31;
-  float p[kPerLane];
-  float mx = -FLT_MAX;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < E ? row[e] : -FLT_MAX;
-    mx = fmaxf(mx, p[i]);
-  }
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float denom = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < E ? expf(p[i] - mx) : 0.0f;
-    denom += p[i];
-  }
-  denom = warp_sum(denom);
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < E ? p[i] / denom : -1.0f;
-  float psum = 0.0f, chosen_p[kMaxTopK];
-  int chosen[kMaxTopK];
-  for (int r = 0; r < k; ++r) {
-    float bp = -1.0f;
-    int bi = 0x7fffffff;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (p[i] > bp) {  // ascending ids within the lane: strict keeps the lower id
-        bp = p[i];
-        bi = lane + 32 * i;
-      }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (op > bp || (op == bp && oi < bi)) {
-        bp = op;
-        bi = oi;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (lane + 32 * i == bi) p[i] = -1.0f;  // taken
-    chosen[r] = bi;
-    chosen_p[r] = bp;
-  }
-  for (int r = 0; r < k; ++r) psum += chosen_p[r];
-  if (lane == 0)
-    for (int r = 0; r < k; ++r) {
-      ids[r] = chosen[r];
-      weights[r] = chosen_p[r] / psum;
-    }
-}
-
-// Routes one token: the per-lane register count follows E (8 logits per lane for E <= 256).
-__device__ void route_any(const float* row, int E, int k, int32_t* ids, float* weights) {
-  if (E <= 256)
-    route_token<8>(row, E, k, ids, weights);
-  else if (E <= 512)
-    route_token<16>(row, E, k, ids, weights);
-  else
-    route_token<kMaxPerLane>(row, E, k, ids, weights);
-}
 
 __global__ void moe_route_kernel(const float* __restrict__ logits, int M, int E, int k, int32_t* ids,
                                  float* weights) {
@@ -178,10 +111,10 @@ __global__ void combine_kernel(const float* __restrict__ y, const float* __restr
   for (int r = 0; r < k; ++r) {
     const float wr = w[size_t(m) * k + r];
     const float4 v = *reinterpret_cast<const float4*>(y + (size_t(m) * k + r) * H + h);
-    acc.x += wr * v.x;
-    acc.y += wr * v.y;
-    acc.z += wr * v.z;
-    acc.w += wr * v.w;
+    acc.x = fmaf(wr, v.x, acc.x);
+    acc.y = fmaf(wr, v.y, acc.y);
+    acc.z = fmaf(wr, v.z, acc.z);
+    acc.w = fmaf(wr, v.w, acc.w);
   }
   float4* out = reinterpret_cast<float4*>(residual + size_t(m) * H + h);
   float4 o = *out;
@@ -192,10 +125,10 @@ __global__ void combine_kernel(const float* __restrict__ y, const float* __restr
   if (shared) {
     const float s = shared_scale(gate, m);
     const float4 v = *reinterpret_cast<const float4*>(shared + size_t(m) * H + h);
-    o.x += s * v.x;
-    o.y += s * v.y;
-    o.z += s * v.z;
-    o.w += s * v.w;
+    o.x = fmaf(s, v.x, o.x);
+    o.y = fmaf(s, v.y, o.y);
+    o.z = fmaf(s, v.z, o.z);
+    o.w = fmaf(s, v.w, o.w);
   }
   *out = o;
 }
@@ -207,9 +140,9 @@ __global__ void combine_scalar_kernel(const float* __restrict__ y, const float* 
   const int h = blockIdx.x * blockDim.x + threadIdx.x;
   if (h >= H) return;
   float acc = 0.0f;
-  for (int r = 0; r < k; ++r) acc += w[size_t(m) * k + r] * y[(size_t(m) * k + r) * H + h];
+  for (int r = 0; r < k; ++r) acc = fmaf(w[size_t(m) * k + r], y[(size_t(m) * k + r) * H + h], acc);
   float o = residual[size_t(m) * H + h] + acc;
-  if (shared) o += shared_scale(gate, m) * shared[size_t(m) * H + h];
+  if (shared) o = fmaf(shared_scale(gate, m), shared[size_t(m) * H + h], o);
   residual[size_t(m) * H + h] = o;
 }
 
@@ -303,6 +236,13 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
   if (s.num_experts > kMaxExperts) throw Error("moe: more than 1024 experts are not supported");
   if (workspace_bytes < moe_workspace_bytes(s, M)) throw Error("moe: workspace too small");
   Workspace w = carve(workspace, s, M);
+  // Generated-token steps of GPTQ experts: two launches (ops_moe_decode.cu), the same bits as
+  // the tiled kernels below.
+  if (M <= kDecodeMaxTokens && gptq_decode_supported(s, experts, M)) {
+    gptq_decode(x, router_logits, s, experts, M, w.ids, w.weights, w.act, residual, shared_out, shared_gate_logit,
+                stream);
+    return;
+  }
   // Decode-sized steps: tiles of 2 (an expert rarely has more tokens; the 2-token kernels
   // use fewer registers, so more warps hide the weight loads). A token's sums are the same
   // in either tile size.

@@ -45,18 +45,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kCols = 32;
 
-// Eight (q - zero) values of one word, in k order.
-__device__ __forceinline__ void dequant8(uint32_t w, __half2 zz, float (&f)[8]) {
-#pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    uint32_t bits = ((w >> (4 * p)) & 0x000F000Fu) | 0x64006400u;  // (1024 + q_p, 1024 + q_{p+4})
-    const __half2 h = __hsub2(*reinterpret_cast<__half2*>(&bits), zz);
-    const float2 v = __half22float2(h);
-    f[p] = v.x;
-    f[p + 4] = v.y;
-  }
-}
-
 __device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, int n, bool sym) {
   int z = 8;
   if (!sym) {

@@ -5,6 +5,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cfloat>
+
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/ops_moe.h"
 
@@ -59,6 +61,91 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
+// Routing of one token, shared by the grouping CTA, moe_route_kernel (ops_moe.cu) and the
+// decode kernels (ops_moe_decode.cu), so every path gets the same ids and weight bits: lane L
+// holds logits L, L+32, ...; fp32 softmax (max, accurate expf, the denominator summed per lane
+// then by a fixed shuffle tree), k rounds of a warp arg-max (equal p: lower expert id, as
+// torch.topk), weights renormalised over the k in rank order. Call from a whole warp; lane 0
+// writes ids[0..k) and weights[0..k) (global or shared memory).
+template <int kPerLane>  // logits per lane: ceil(E / 32) <= kPerLane
+__device__ __forceinline__ void route_token(const float* __restrict__ row, int E, int k, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  float p[kPerLane];
+  float mx = -FLT_MAX;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? row[e] : -FLT_MAX;
+    mx = fmaxf(mx, p[i]);
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float denom = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? expf(p[i] - mx) : 0.0f;
+    denom += p[i];
+  }
+  denom = warp_sum(denom);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < E ? p[i] / denom : -1.0f;
+  float psum = 0.0f, chosen_p[kMaxTopK];
+  int chosen[kMaxTopK];
+  for (int r = 0; r < k; ++r) {
+    float bp = -1.0f;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (p[i] > bp) {  // ascending ids within the lane: strict keeps the lower id
+        bp = p[i];
+        bi = lane + 32 * i;
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (op > bp || (op == bp && oi < bi)) {
+        bp = op;
+        bi = oi;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+      if (lane + 32 * i == bi) p[i] = -1.0f;  // taken
+    chosen[r] = bi;
+    chosen_p[r] = bp;
+  }
+  for (int r = 0; r < k; ++r) psum += chosen_p[r];
+  if (lane == 0)
+    for (int r = 0; r < k; ++r) {
+      ids[r] = chosen[r];
+      weights[r] = chosen_p[r] / psum;
+    }
+}
+
+// Routes one token: the per-lane register count follows E (8 logits per lane for E <= 256).
+__device__ __forceinline__ void route_any(const float* row, int E, int k, int32_t* ids, float* weights) {
+  if (E <= 256)
+    route_token<8>(row, E, k, ids, weights);
+  else if (E <= 512)
+    route_token<16>(row, E, k, ids, weights);
+  else
+    route_token<kMaxExperts / 32>(row, E, k, ids, weights);
+}
+
+// GPTQ INT4: eight (q - zero) values of one packed word (8 consecutive k of one column), in k
+// order, exactly: nibble pairs (j, j+4) become the f16 pair (1024 + q) by a mask-or, minus
+// zz = (1024 + zero, 1024 + zero).
+__device__ __forceinline__ void dequant8(uint32_t w, __half2 zz, float (&f)[8]) {
+#pragma unroll
+  for (int p = 0; p < 4; ++p) {
+    uint32_t bits = ((w >> (4 * p)) & 0x000F000Fu) | 0x64006400u;  // (1024 + q_p, 1024 + q_{p+4})
+    const __half2 h = __hsub2(*reinterpret_cast<__half2*>(&bits), zz);
+    const float2 v = __half22float2(h);
+    f[p] = v.x;
+    f[p + 4] = v.y;
+  }
+}
+
 // W_e[n, k] as fp32, element by element (the generic kernels' fallback).
 __device__ __forceinline__ float expert_weight_at(const ExpertView& w, int e, int n, int k) {
   switch (w.format) {
@@ -104,6 +191,17 @@ void rows_down(const float* act, const MoeShape& s, const DeviceExperts& ex, con
 void route_and_group(const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids, float* weights,
                      int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
                      int32_t* order, cudaStream_t stream);
+// Generated-token steps of GPTQ INT4 experts (ops_moe_decode.cu): routing inside the gate/up
+// kernel, the combine inside the down kernel, two launches. Same bits per token as the tiled
+// path (route_and_group + gptq_gate_up + gptq_down + combine_routed), which serves larger M.
+constexpr int kDecodeMaxTokens = 8;
+bool gptq_decode_supported(const MoeShape& s, const DeviceExperts& ex, int M);
+// ids / weights: [M·k] (written), act: [M·k, I] (written); residual [M, H] += routed (+ gated shared).
+template <typename T>
+void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
+                 int32_t* ids, float* weights, float* act, float* residual, const float* shared_out,
+                 const float* shared_gate_logit, cudaStream_t stream);
+
 // The combine (ops_moe.cu): residual[m] += Σ_r weights[m·k + r]·y[m·k + r] in rank order, then
 // (when shared_out) + sigmoid(shared_gate_logit[m])·shared_out[m]. y: f32 [M·k, H] by slot.
 void combine_routed(const float* y, const float* weights, const MoeShape& s, int M, float* residual,

@@ -1,0 +1,350 @@
+// Routed GPTQ INT4 experts for generated-token steps (M <= kDecodeMaxTokens rows): two launches
+// per layer instead of four (grouping, gate/up, down, combine in ops_moe.cu / ops_moe_gptq.cu).
+//
+// Layout: the checkpoint's own (not reordered): qweight [E][K/8][N] int32 (nibble j of word
+// (kp, n) = q[8kp + j, n]), scales f16 [E][K/g][N], qzeros [E][K/g][N/8]; x f32 or bf16 [M, H];
+// router logits f32 [M, E]; workspace ids / weights [M·k], act f32 [M·k, I] (slot = m·k + rank);
+// residual f32 [M, H].
+//
+// decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
+//   (route_token, the grouping kernel's code; E <= 256) while the other warps stage the token's x row in
+//   shared memory as f32; rank r's expert then gives the weights. Items are (4 columns, gate or
+//   up, scale block of `block` <= 16 packed rows): a thread loads all of an item's words at once
+//   (up to 16 x 16-byte loads, 4 consecutive columns each, one per packed row) and only then
+//   computes, so a CTA has its whole weight slice (2 x K/8 x 64 B, 96 KB at H 3072) in flight
+//   after one dependent round. 4 lanes cover a 64-byte row slice; the lanes of a quarter warp
+//   read the same x (gate and up of one block): shared-memory broadcasts. Column blocks of one
+//   slot are adjacent CTAs, so the two halves of a 128-byte line are fetched together.
+// decode_down_kernel: one CTA per (token, 16 columns of H), all k ranks: it reads the token's
+//   ids and weights (written by gate_up), stages the k act rows in shared memory (row stride
+//   I + 4 floats: the two items of a quarter warp, ranks r and r+1, hit different banks), runs
+//   items (4 columns, rank, scale block) like gate_up, then adds
+//   Σ_r w_r·y_r in rank order, the residual and sigmoid(gate)·shared to the residual directly
+//   (no y buffer, no combine launch).
+// Both kernels are programmatic dependent launches: they wait (griddepcontrol.wait) before
+// touching global memory; gate_up lets down launch once its CTAs have routed.
+//
+// Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, so M picks a path without changing a
+// bit; the combine is combine_kernel's): per (token, column): K is cut into 8 ranges of K/64
+// packed rows, a range into scale blocks of block = gcd(K/64, g/8) rows; a block's sum is one
+// fmaf chain over its k ascending (f32 x, exact q - z); a range is fmaf(block_sum, scale, acc)
+// over its blocks from 0; the output is 0 + range 0 + ... + range 7. gate/up: act =
+// silu(g)·u. down + combine: acc = fmaf(w_r, y_r, acc) over ranks from 0, residual + acc, then
+// fmaf(sigmoid(gate logit), shared, ·). None of it depends on M or the other tokens.
+//
+// Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +
+// 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales); a token picking
+// the same expert as another reads it again (tokens are not grouped: at M <= 8 few experts
+// repeat, and concurrent CTAs on one expert share its lines in L2). Activations: per slot
+// CTA the x row (4·H bytes) and per down CTA k act rows (4·k·I bytes) come from L2.
+// Preconditions (gptq_decode_supported; the tiled path serves the rest): the GPTQ fast path
+// without act-order, gate and up with one group size, blocks of <= 16 packed rows, <= 512
+// threads and <= 47 KB of dynamic shared memory per CTA.
+#include <numeric>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_moe_internal.cuh"
+
+namespace moeserve::cuda::moe_detail {
+namespace {
+
+constexpr int kColLanes = 4;             // lanes per row slice; each lane 4 columns (one 16-byte load)
+constexpr int kCols = 4 * kColLanes;     // columns per CTA
+constexpr int kMaxBlockRows = 16;        // packed rows per item, all loaded before use
+constexpr int kRanges = 8;               // the tiled kernels' K split (one range per warp of 8)
+constexpr int kMaxThreads = 512;        // down
+constexpr int kUpThreads = 192;         // gate/up: 4 x (gate, up) x 24 blocks at H 3072, g128
+constexpr int kUpRegisters = 112;       // 3 CTAs per SM (4, at <= 85 registers, would spill the 16 x 16-byte loads)
+constexpr int kXPad = 4;                 // floats between staged act rows (bank offset)
+constexpr size_t kMaxSmem = 47 * 1024;   // dynamic, under the 48 KB default (no opt-in)
+
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// One item: block sums of columns n..n+3 (n % 4 == 0, n + 3 < N) over scale block `blk` (packed
+// rows [blk·block, blk·block + block)) of one expert's projection, and their scales.
+// qw: the expert's [K/8][N] words; sc: its [K/g][N] scales; qz: its [K/g][N/8] zeros or null
+// (symmetric: zero 8). xs: the activation row (f32, shared memory).
+__device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const __half* __restrict__ sc,
+                                           const int32_t* __restrict__ qz, int N, int group, int block, int blk,
+                                           int n, const float* xs, float (&bs)[4], float (&s)[4]) {
+  const int kp0 = blk * block;
+  const int g = kp0 * 8 / group;
+  uint4 w[kMaxBlockRows];
+#pragma unroll
+  for (int u = 0; u < kMaxBlockRows; ++u)
+    if (u < block) w[u] = __ldg(reinterpret_cast<const uint4*>(qw + size_t(kp0 + u) * N + n));
+  const uint2 sraw = __ldg(reinterpret_cast<const uint2*>(sc + size_t(g) * N + n));
+  __half2 zz[4];
+  if (qz) {
+    const uint32_t zw = uint32_t(__ldg(qz + size_t(g) * (N / 8) + n / 8));
+#pragma unroll
+    for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + float(int((zw >> (4 * (n % 8 + c))) & 0xF) + 1));
+  } else {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + 8.0f);
+  }
+  float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int u = 0; u < kMaxBlockRows; ++u) {
+    if (u >= block) break;
+    const float4 x0 = *reinterpret_cast<const float4*>(xs + (kp0 + u) * 8);
+    const float4 x1 = *reinterpret_cast<const float4*>(xs + (kp0 + u) * 8 + 4);
+    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const uint32_t wc[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      float f[8];
+      dequant8(wc[c], zz[c], f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a[c] = fmaf(f[i], xv[i], a[c]);
+    }
+  }
+  const __half2* sh = reinterpret_cast<const __half2*>(&sraw);
+  s[0] = __low2float(sh[0]);
+  s[1] = __high2float(sh[0]);
+  s[2] = __low2float(sh[1]);
+  s[3] = __high2float(sh[1]);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) bs[c] = a[c];
+}
+
+// A range's sum from its block sums: fmaf(block_sum, scale, acc) over blocks in order, from 0.
+// bsm / scm index (block, column) as [block][kCols].
+__device__ __forceinline__ float range_sum(const float* bsm, const float* scm, int first_block, int bpr, int col) {
+  float acc = 0.0f;
+  for (int b = 0; b < bpr; ++b) {
+    const int i = (first_block + b) * kCols + col;
+    acc = fmaf(bsm[i], scm[i], acc);
+  }
+  return acc;
+}
+
+// Dynamic shared memory (floats): xs [H], then bsm and scm [2][nblk][kCols] (gate, up).
+template <typename T>
+__global__ void __maxnreg__(kUpRegisters)
+    decode_gate_up_kernel(const T* __restrict__ x, const float* __restrict__ logits, int E, int k, ExpertView gate,
+                          ExpertView up, int block, int32_t* __restrict__ ids_out, float* __restrict__ w_out,
+                          float* __restrict__ act) {
+  extern __shared__ float4 smem4[];
+  __shared__ int32_t s_ids[kMaxTopK];
+  __shared__ float s_w[kMaxTopK];
+  const int H = gate.K, I = gate.N, nblk = H / 8 / block;
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* bsm = xs + H;
+  float* scm = bsm + 2 * nblk * kCols;
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const int slot = blockIdx.y, m = slot / k, r = slot % k;
+  const int n0 = blockIdx.x * kCols;
+  wait_for_prior_grid();
+  // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row.
+  if (tid < 32) route_token<8>(logits + size_t(m) * E, E, k, s_ids, s_w);  // E <= 256: route_any's choice
+  {
+    const bool one_warp = nthr <= 32;
+    const int t0 = one_warp ? tid : tid - 32, ts = one_warp ? nthr : nthr - 32;
+    const T* src = x + size_t(m) * H;
+    if (t0 >= 0)
+      for (int i = t0 * 4; i < H; i += ts * 4) {
+        float4 v;
+        if constexpr (std::is_same_v<T, float>)
+          v = __ldg(reinterpret_cast<const float4*>(src + i));
+        else
+          v = make_float4(to_f32(src[i]), to_f32(src[i + 1]), to_f32(src[i + 2]), to_f32(src[i + 3]));
+        *reinterpret_cast<float4*>(xs + i) = v;
+      }
+  }
+  __syncthreads();
+  allow_dependent_launch();
+  const int e = s_ids[r];
+  if (blockIdx.x == 0 && r == 0 && tid < k) {  // the down kernel reads the token's routing from here
+    ids_out[size_t(m) * k + tid] = s_ids[tid];
+    w_out[size_t(m) * k + tid] = s_w[tid];
+  }
+  const int groups = H / gate.group;
+  const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * groups * I, zoff = size_t(e) * groups * (I / 8);
+  // Item it: column lane it % 4, then (projection, block) = (q % 2, q / 2): a quarter warp's two
+  // items are gate and up of one block and read the same x.
+  const int items = kColLanes * 2 * nblk;
+  for (int it = tid; it < items; it += nthr) {
+    const int c = it % kColLanes, q = it / kColLanes, p = q & 1, blk = q >> 1;
+    const int n = n0 + 4 * c;
+    if (n >= I) continue;  // I % 8 == 0: n < I means all 4 columns exist
+    const int32_t* qw = (p ? up.qweight : gate.qweight) + qoff;
+    const __half* sc = (p ? up.scales : gate.scales) + soff;
+    const int32_t* qz = gate.sym ? nullptr : (p ? up.qzeros : gate.qzeros) + zoff;
+    float bs[4], s[4];
+    block_dot4(qw, sc, qz, I, gate.group, block, blk, n, xs, bs, s);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      bsm[(p * nblk + blk) * kCols + 4 * c + j] = bs[j];
+      scm[(p * nblk + blk) * kCols + 4 * c + j] = s[j];
+    }
+  }
+  __syncthreads();
+  if (tid < kCols && n0 + tid < I) {
+    const int bpr = nblk / kRanges;
+    float g = 0.0f, u = 0.0f;
+#pragma unroll
+    for (int rg = 0; rg < kRanges; ++rg) {
+      g += range_sum(bsm, scm, rg * bpr, bpr, tid);
+      u += range_sum(bsm, scm, nblk + rg * bpr, bpr, tid);
+    }
+    act[size_t(slot) * I + n0 + tid] = silu_mul(g, u);
+  }
+}
+
+// Dynamic shared memory (floats): xs [k][I + kXPad], bsm and scm [k][nblk][kCols], yv [k][kCols].
+__global__ void __launch_bounds__(kMaxThreads)
+    decode_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
+                       int k, ExpertView down, int block, float* __restrict__ residual,
+                       const float* __restrict__ shared, const float* __restrict__ gate_logit) {
+  extern __shared__ float4 smem4[];
+  __shared__ int32_t s_ids[kMaxTopK];
+  __shared__ float s_w[kMaxTopK];
+  const int H = down.N, I = down.K, nblk = I / 8 / block, xstride = I + kXPad;
+  float* xs = reinterpret_cast<float*>(smem4);
+  float* bsm = xs + k * xstride;
+  float* scm = bsm + k * nblk * kCols;
+  float* yv = scm + k * nblk * kCols;
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const int m = blockIdx.y, n0 = blockIdx.x * kCols;
+  const int col = n0 + tid;
+  const bool fin = tid < kCols && col < H;  // the threads that write the residual
+  wait_for_prior_grid();
+  if (tid < k) {
+    s_ids[tid] = ids[size_t(m) * k + tid];
+    s_w[tid] = wts[size_t(m) * k + tid];
+  }
+  // The token's k act rows (contiguous slots m·k .. m·k + k - 1; I % 4 == 0: no float4 spans rows).
+  const float* src = act + size_t(m) * k * I;
+  for (int i = tid * 4; i < k * I; i += nthr * 4)
+    *reinterpret_cast<float4*>(xs + (i / I) * xstride + i % I) = __ldg(reinterpret_cast<const float4*>(src + i));
+  float res = 0.0f, sh = 0.0f, sig = 0.0f;
+  if (fin) {
+    res = residual[size_t(m) * H + col];
+    if (shared) {
+      sh = shared[size_t(m) * H + col];
+      sig = 1.0f / (1.0f + __expf(-gate_logit[m]));  // combine_kernel's shared_scale
+    }
+  }
+  __syncthreads();
+  const int groups = I / down.group;
+  // Item it: column lane it % 4, then (rank, block) = (q % k, q / k).
+  const int items = kColLanes * k * nblk;
+  for (int it = tid; it < items; it += nthr) {
+    const int c = it % kColLanes, q = it / kColLanes, r = q % k, blk = q / k;
+    const int n = n0 + 4 * c;
+    if (n >= H) continue;  // H % 8 == 0
+    const int e = s_ids[r];
+    const int32_t* qw = down.qweight + size_t(e) * (I / 8) * H;
+    const __half* sc = down.scales + size_t(e) * groups * H;
+    const int32_t* qz = down.sym ? nullptr : down.qzeros + size_t(e) * groups * (H / 8);
+    float bs[4], s[4];
+    block_dot4(qw, sc, qz, H, down.group, block, blk, n, xs + r * xstride, bs, s);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      bsm[(r * nblk + blk) * kCols + 4 * c + j] = bs[j];
+      scm[(r * nblk + blk) * kCols + 4 * c + j] = s[j];
+    }
+  }
+  __syncthreads();
+  // y[rank, column]: the tiled down kernel's sum (ranges in order from 0).
+  const int bpr = nblk / kRanges;
+  for (int it = tid; it < k * kCols; it += nthr) {
+    const int cc = it % kCols, r = it / kCols;
+    float y = 0.0f;
+#pragma unroll
+    for (int rg = 0; rg < kRanges; ++rg) y += range_sum(bsm, scm, r * nblk + rg * bpr, bpr, cc);
+    yv[r * kCols + cc] = y;
+  }
+  __syncthreads();
+  if (fin) {
+    float acc = 0.0f;
+    for (int r = 0; r < k; ++r) acc = fmaf(s_w[r], yv[r * kCols + tid], acc);
+    float o = res + acc;
+    if (shared) o = fmaf(sig, sh, o);
+    residual[size_t(m) * H + col] = o;
+  }
+}
+
+struct DecodePlan {
+  bool ok = false;
+  int block_up = 0, block_down = 0;
+  int threads_up = 0, threads_down = 0;
+  size_t smem_up = 0, smem_down = 0;
+};
+
+int threads_for(int items, int max_threads) { return std::min(max_threads, (items + 31) / 32 * 32); }
+
+DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
+  DecodePlan p;
+  if (!gptq_fast_path(ex) || ex.gate.group_size != ex.up.group_size || ex.gate.sym != ex.up.sym) return p;
+  if (s.top_k < 1 || s.top_k > kMaxTopK || s.num_experts > 256) return p;
+  const int H = s.hidden, I = s.intermediate, k = s.top_k;
+  if (int(ex.gate.K) != H || int(ex.gate.N) != I || int(ex.down.K) != I || int(ex.down.N) != H) return p;
+  // The tiled kernels' blocks (plan_for in ops_moe_gptq.cu): gcd(K/64, g/8) packed rows.
+  p.block_up = std::gcd(H / 64, int(ex.gate.group_size) / 8);
+  p.block_down = std::gcd(I / 64, int(ex.down.group_size) / 8);
+  if (p.block_up > kMaxBlockRows || p.block_down > kMaxBlockRows) return p;
+  const int nblk_up = H / 8 / p.block_up, nblk_down = I / 8 / p.block_down;
+  p.threads_up = threads_for(kColLanes * 2 * nblk_up, kUpThreads);
+  p.threads_down = threads_for(kColLanes * k * nblk_down, kMaxThreads);
+  p.smem_up = (size_t(H) + size_t(4) * nblk_up * kCols) * sizeof(float);
+  p.smem_down =
+      (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kCols + size_t(k) * kCols) * sizeof(float);
+  p.ok = p.smem_up <= kMaxSmem && p.smem_down <= kMaxSmem;
+  return p;
+}
+
+template <typename Kernel, typename... Args>
+void launch_pdl(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(unsigned(threads));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+}  // namespace
+
+bool gptq_decode_supported(const MoeShape& s, const DeviceExperts& ex, int M) {
+  return M >= 1 && M <= kDecodeMaxTokens && plan_decode(s, ex).ok;
+}
+
+template <typename T>
+void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
+                 int32_t* ids, float* weights, float* act, float* residual, const float* shared_out,
+                 const float* shared_gate_logit, cudaStream_t stream) {
+  const DecodePlan p = plan_decode(s, ex);
+  if (!p.ok || M < 1 || M > kDecodeMaxTokens) throw Error("moe: decode experts called outside their preconditions");
+  const int H = s.hidden, I = s.intermediate, k = s.top_k;
+  const dim3 grid_up(unsigned((I + kCols - 1) / kCols), unsigned(M * k));
+  launch_pdl(decode_gate_up_kernel<T>, grid_up, p.threads_up, p.smem_up, stream, x, router_logits, s.num_experts, k,
+             view_of(ex.gate), view_of(ex.up), p.block_up, ids, weights, act);
+  const dim3 grid_down(unsigned((H + kCols - 1) / kCols), unsigned(M));
+  launch_pdl(decode_down_kernel, grid_down, p.threads_down, p.smem_down, stream, static_cast<const float*>(act),
+             static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down), p.block_down,
+             residual, shared_out, shared_gate_logit);
+}
+
+template void gptq_decode<float>(const float*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,
+                                 float*, float*, float*, const float*, const float*, cudaStream_t);
+template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,
+                                float*, float*, float*, const float*, const float*, cudaStream_t);
+
+}  // namespace moeserve::cuda::moe_detail
