@@ -57,6 +57,28 @@ std::vector<float> run_gpu(const cuda::DeviceExperts& d, const std::vector<float
   return to_host(d_res);
 }
 
+// The model's entry point: f32 x, and optionally the shared expert's output and gate logit
+// (residual = (residual + routed) + sigmoid(logit)·shared).
+std::vector<float> run_gpu_f32(const cuda::DeviceExperts& d, const std::vector<float>& x,
+                               const std::vector<float>& logits, const std::vector<float>& residual, int M, int E,
+                               int top_k, int H, int I, const std::vector<float>* shared = nullptr,
+                               const std::vector<float>* shared_logit = nullptr) {
+  const cuda::MoeShape shape{E, top_k, H, I};
+  const size_t ws_bytes = cuda::moe_workspace_bytes(shape, M);
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  auto d_x = to_device_f32(x);
+  auto d_logits = to_device_f32(logits);
+  auto d_res = to_device_f32(residual);
+  DeviceBuffer<float> d_sh, d_sl;
+  if (shared) {
+    d_sh = to_device_f32(*shared);
+    d_sl = to_device_f32(*shared_logit);
+  }
+  cuda::moe_routed_experts(d_x.data(), d_logits.data(), shape, d, M, ws.data(), ws_bytes, d_res.data(), nullptr,
+                           shared ? d_sh.data() : nullptr, shared ? d_sl.data() : nullptr);
+  return to_host(d_res);
+}
+
 // Routing probe experts (Dense BF16, I = 1, H a power of two >= E): gate and up rows are
 // 1/H, so with x = 1 every expert computes g = u = 1 exactly and act = silu(1); down of
 // expert e is the unit column e_e. The block then adds w(m, e)·silu(1) to residual[m, e]
@@ -266,7 +288,7 @@ TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
     const cpu::MoeParams params{&router.weight, cpu_experts, {&zero_gate, &zero_up, &zero_down}, &zero_sg, c.k};
     const cuda::DeviceExperts d = upload(ex);
 
-    for (int M : {1, 3, 17, 64}) {
+    for (int M : {1, 3, 8, 17, 64}) {  // <= 8: the two-launch decode kernels (GPTQ), else the tiled ones
       const auto x = random_bf16(rng, size_t(M) * c.H, 1.0f);
       // The router logits the CPU computes inside moe_forward (same op, same order).
       std::vector<float> logits(size_t(M) * c.E);
@@ -288,31 +310,87 @@ TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
   }
 }
 
-// A token's routed output is bit-identical whether it runs alone or with 63 other tokens
-// that share its experts (tiles of up to 8 tokens per expert): batch invariance of the grouped
-// kernels, for every expert kernel family (GPTQ fast path, FP8/bf16 rows, element-wise).
+// A token's routed output is bit-identical whether it runs alone or among other tokens that
+// share its experts: batch invariance of the grouped kernels for every expert kernel family
+// (GPTQ: the two-launch decode kernels at M <= 8 and the tiled kernels at M = 16 and 64, which
+// must give the same bits; FP8/bf16 rows; element-wise). Batches are the first Mb tokens of a
+// 64-token set; each probed token m < Mb is compared with its run alone (M = 1).
 TEST(GpuOpsMoe, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(47);
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "fp8"},
-                                      {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"}};
+                                      {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
+                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"}};
   for (const auto& c : cases) {
-    SCOPED_TRACE(c.format + " H=" + std::to_string(c.H));
+    SCOPED_TRACE(c.format + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I));
     const Experts ex = make_experts(rng, c);
     const cuda::DeviceExperts d = upload(ex);
     const int M = 64;
     const auto x = random_bf16(rng, size_t(M) * c.H, 1.0f);
     const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
     const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
-    const auto all = run_gpu(d, x, logits, residual, M, c.E, c.k, c.H, c.I);
-    for (int m : {0, 5, 63}) {
-      const std::vector<float> x1(x.begin() + long(m) * c.H, x.begin() + long(m + 1) * c.H);
-      const std::vector<float> l1(logits.begin() + long(m) * c.E, logits.begin() + long(m + 1) * c.E);
-      const std::vector<float> r1(residual.begin() + long(m) * c.H, residual.begin() + long(m + 1) * c.H);
-      const auto one = run_gpu(d, x1, l1, r1, 1, c.E, c.k, c.H, c.I);
+    auto rows = [](const std::vector<float>& v, int first, int count, int width) {
+      return std::vector<float>(v.begin() + long(first) * width, v.begin() + long(first + count) * width);
+    };
+    const std::vector<int> probes{0, 1, 5, 7, 15, 63};
+    std::vector<std::vector<float>> alone;
+    for (int m : probes)
+      alone.push_back(run_gpu(d, rows(x, m, 1, c.H), rows(logits, m, 1, c.E), rows(residual, m, 1, c.H), 1, c.E, c.k,
+                              c.H, c.I));
+    for (int Mb : {2, 8, 16, 64}) {
+      const auto batch = run_gpu(d, rows(x, 0, Mb, c.H), rows(logits, 0, Mb, c.E), rows(residual, 0, Mb, c.H), Mb,
+                                 c.E, c.k, c.H, c.I);
+      for (size_t i = 0; i < probes.size(); ++i) {
+        const int m = probes[i];
+        if (m >= Mb) continue;
+        int diffs = 0;
+        for (int h = 0; h < c.H; ++h) diffs += alone[i][size_t(h)] != batch[size_t(m) * c.H + size_t(h)];
+        EXPECT_EQ(diffs, 0) << "token " << m << ": " << diffs << " of " << c.H << " outputs differ alone vs in a batch of "
+                            << Mb;
+      }
+    }
+  }
+}
+
+// The model's call (f32 x, shared expert fused into the combine): the fused result equals the
+// routed block followed by residual += sigmoid(logit)·shared (to rounding: the fused pass adds
+// in one step), and a token's bits are the same alone, in a decode batch (M = 8, decode
+// kernels) and in a 64-token batch (tiled kernels + combine_kernel).
+TEST(GpuOpsMoe, SharedExpertFusedAndBatchInvariant) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(48);
+  const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {8, 3, 512, 128, "gptq-asym-g32"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.format + " H=" + std::to_string(c.H));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const int M = 64;
+    const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+    const auto shared_logit = random_f32(rng, size_t(M), 2.0f);
+    auto rows = [](const std::vector<float>& v, int first, int count, int width) {
+      return std::vector<float>(v.begin() + long(first) * width, v.begin() + long(first + count) * width);
+    };
+    for (int Mb : {1, 8, 64}) {
+      const auto xs = rows(x, 0, Mb, c.H), ls = rows(logits, 0, Mb, c.E), rs = rows(residual, 0, Mb, c.H);
+      const auto ss = rows(shared, 0, Mb, c.H), gs = rows(shared_logit, 0, Mb, 1);
+      const auto fused = run_gpu_f32(d, xs, ls, rs, Mb, c.E, c.k, c.H, c.I, &ss, &gs);
+      const auto plain = run_gpu_f32(d, xs, ls, rs, Mb, c.E, c.k, c.H, c.I);
+      std::vector<float> ref = plain;
+      for (int m = 0; m < Mb; ++m) {
+        const float sig = 1.0f / (1.0f + std::exp(-gs[size_t(m)]));
+        for (int h = 0; h < c.H; ++h) ref[size_t(m) * c.H + h] += sig * ss[size_t(m) * c.H + h];
+      }
+      EXPECT_TRUE(all_close("moe fused shared M=" + std::to_string(Mb), fused, ref, {Mb, c.H}, {"token", "h"}, 1e-5,
+                            1e-5));
+      const auto s1 = rows(shared, Mb - 1, 1, c.H), g1 = rows(shared_logit, Mb - 1, 1, 1);
+      const auto one = run_gpu_f32(d, rows(x, Mb - 1, 1, c.H), rows(logits, Mb - 1, 1, c.E),
+                                   rows(residual, Mb - 1, 1, c.H), 1, c.E, c.k, c.H, c.I, &s1, &g1);
       int diffs = 0;
-      for (int h = 0; h < c.H; ++h) diffs += one[size_t(h)] != all[size_t(m) * c.H + size_t(h)];
-      EXPECT_EQ(diffs, 0) << "token " << m << ": " << diffs << " of " << c.H << " outputs differ alone vs in a batch";
+      for (int h = 0; h < c.H; ++h) diffs += one[size_t(h)] != fused[size_t(Mb - 1) * c.H + size_t(h)];
+      EXPECT_EQ(diffs, 0) << "token " << Mb - 1 << " alone vs in a batch of " << Mb;
     }
   }
 }
