@@ -22,7 +22,9 @@
 //   Σ_r w_r·y_r in rank order, the residual and sigmoid(gate)·shared to the residual directly
 //   (no y buffer, no combine launch).
 // Both kernels are programmatic dependent launches: they wait (griddepcontrol.wait) before
-// touching global memory; gate_up lets down launch once its CTAs have routed.
+// touching global memory; gate_up lets down launch once its CTAs have routed. Activations and
+// routing written by earlier kernels are read with ld.global.cg (L2, never a stale L1 line of a
+// kernel that overlapped this one); only the weights take the read-only path.
 //
 // Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, so M picks a path without changing a
 // bit; the combine is combine_kernel's): per (token, column): K is cut into 8 ranges of K/64
@@ -118,18 +120,32 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
   for (int c = 0; c < 4; ++c) bs[c] = a[c];
 }
 
-// A range's sum from its block sums: fmaf(block_sum, scale, acc) over blocks in order, from 0.
-// bsm / scm index (block, column) as [block][kCols].
-__device__ __forceinline__ float range_sum(const float* bsm, const float* scm, int first_block, int bpr, int col) {
-  float acc = 0.0f;
-  for (int b = 0; b < bpr; ++b) {
-    const int i = (first_block + b) * kCols + col;
-    acc = fmaf(bsm[i], scm[i], acc);
+// Range sums of `series` series of nblk blocks each (gate and up, or the k ranks), all
+// (series, range, column) in parallel: part[series·8 + range][col] = fmaf(block_sum, scale, acc)
+// over the range's bpr = nblk / 8 blocks in order, from 0. bsm / scm: [series·nblk][kCols].
+// Range q = series·8 + range starts at block q·bpr.
+__device__ __forceinline__ void range_sums(const float* bsm, const float* scm, int series, int nblk, float* part) {
+  const int bpr = nblk / kRanges;
+  for (int it = threadIdx.x; it < series * kRanges * kCols; it += blockDim.x) {
+    const int col = it % kCols, q = it / kCols;
+    float acc = 0.0f;
+    for (int b = 0; b < bpr; ++b) {
+      const int i = (q * bpr + b) * kCols + col;
+      acc = fmaf(bsm[i], scm[i], acc);
+    }
+    part[q * kCols + col] = acc;
   }
-  return acc;
 }
 
-// Dynamic shared memory (floats): xs [H], then bsm and scm [2][nblk][kCols] (gate, up).
+// A series' output at column col: 0 + range 0 + ... + range 7 (the tiled kernels' warp order).
+__device__ __forceinline__ float series_sum(const float* part, int series, int col) {
+  float v = 0.0f;
+#pragma unroll
+  for (int rg = 0; rg < kRanges; ++rg) v += part[(series * kRanges + rg) * kCols + col];
+  return v;
+}
+
+// Dynamic shared memory (floats): xs [H], bsm and scm [2][nblk][kCols] (gate, up), part [2][8][kCols].
 template <typename T>
 __global__ void __maxnreg__(kUpRegisters)
     decode_gate_up_kernel(const T* __restrict__ x, const float* __restrict__ logits, int E, int k, ExpertView gate,
@@ -142,6 +158,7 @@ __global__ void __maxnreg__(kUpRegisters)
   float* xs = reinterpret_cast<float*>(smem4);
   float* bsm = xs + H;
   float* scm = bsm + 2 * nblk * kCols;
+  float* part = scm + 2 * nblk * kCols;  // [2][kRanges][kCols]
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int slot = blockIdx.y, m = slot / k, r = slot % k;
   const int n0 = blockIdx.x * kCols;
@@ -156,9 +173,10 @@ __global__ void __maxnreg__(kUpRegisters)
       for (int i = t0 * 4; i < H; i += ts * 4) {
         float4 v;
         if constexpr (std::is_same_v<T, float>)
-          v = __ldg(reinterpret_cast<const float4*>(src + i));
+          v = __ldcg(reinterpret_cast<const float4*>(src + i));
         else
-          v = make_float4(to_f32(src[i]), to_f32(src[i + 1]), to_f32(src[i + 2]), to_f32(src[i + 3]));
+          v = make_float4(to_f32(__ldcg(src + i)), to_f32(__ldcg(src + i + 1)), to_f32(__ldcg(src + i + 2)),
+                          to_f32(__ldcg(src + i + 3)));
         *reinterpret_cast<float4*>(xs + i) = v;
       }
   }
@@ -190,19 +208,14 @@ __global__ void __maxnreg__(kUpRegisters)
     }
   }
   __syncthreads();
-  if (tid < kCols && n0 + tid < I) {
-    const int bpr = nblk / kRanges;
-    float g = 0.0f, u = 0.0f;
-#pragma unroll
-    for (int rg = 0; rg < kRanges; ++rg) {
-      g += range_sum(bsm, scm, rg * bpr, bpr, tid);
-      u += range_sum(bsm, scm, nblk + rg * bpr, bpr, tid);
-    }
-    act[size_t(slot) * I + n0 + tid] = silu_mul(g, u);
-  }
+  range_sums(bsm, scm, 2, nblk, part);
+  __syncthreads();
+  if (tid < kCols && n0 + tid < I)
+    act[size_t(slot) * I + n0 + tid] = silu_mul(series_sum(part, 0, tid), series_sum(part, 1, tid));
 }
 
-// Dynamic shared memory (floats): xs [k][I + kXPad], bsm and scm [k][nblk][kCols], yv [k][kCols].
+// Dynamic shared memory (floats): xs [k][I + kXPad], bsm and scm [k][nblk][kCols], part
+// [k][8][kCols], yv [k][kCols].
 __global__ void __launch_bounds__(kMaxThreads)
     decode_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
                        int k, ExpertView down, int block, float* __restrict__ residual,
@@ -214,26 +227,27 @@ __global__ void __launch_bounds__(kMaxThreads)
   float* xs = reinterpret_cast<float*>(smem4);
   float* bsm = xs + k * xstride;
   float* scm = bsm + k * nblk * kCols;
-  float* yv = scm + k * nblk * kCols;
+  float* part = scm + k * nblk * kCols;
+  float* yv = part + k * kRanges * kCols;
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int m = blockIdx.y, n0 = blockIdx.x * kCols;
   const int col = n0 + tid;
   const bool fin = tid < kCols && col < H;  // the threads that write the residual
   wait_for_prior_grid();
   if (tid < k) {
-    s_ids[tid] = ids[size_t(m) * k + tid];
-    s_w[tid] = wts[size_t(m) * k + tid];
+    s_ids[tid] = __ldcg(ids + size_t(m) * k + tid);
+    s_w[tid] = __ldcg(wts + size_t(m) * k + tid);
   }
   // The token's k act rows (contiguous slots m·k .. m·k + k - 1; I % 4 == 0: no float4 spans rows).
   const float* src = act + size_t(m) * k * I;
   for (int i = tid * 4; i < k * I; i += nthr * 4)
-    *reinterpret_cast<float4*>(xs + (i / I) * xstride + i % I) = __ldg(reinterpret_cast<const float4*>(src + i));
+    *reinterpret_cast<float4*>(xs + (i / I) * xstride + i % I) = __ldcg(reinterpret_cast<const float4*>(src + i));
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   if (fin) {
-    res = residual[size_t(m) * H + col];
+    res = __ldcg(residual + size_t(m) * H + col);
     if (shared) {
-      sh = shared[size_t(m) * H + col];
-      sig = 1.0f / (1.0f + __expf(-gate_logit[m]));  // combine_kernel's shared_scale
+      sh = __ldcg(shared + size_t(m) * H + col);
+      sig = 1.0f / (1.0f + __expf(-__ldcg(gate_logit + m)));  // combine_kernel's shared_scale
     }
   }
   __syncthreads();
@@ -257,15 +271,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
   }
   __syncthreads();
-  // y[rank, column]: the tiled down kernel's sum (ranges in order from 0).
-  const int bpr = nblk / kRanges;
-  for (int it = tid; it < k * kCols; it += nthr) {
-    const int cc = it % kCols, r = it / kCols;
-    float y = 0.0f;
-#pragma unroll
-    for (int rg = 0; rg < kRanges; ++rg) y += range_sum(bsm, scm, r * nblk + rg * bpr, bpr, cc);
-    yv[r * kCols + cc] = y;
-  }
+  range_sums(bsm, scm, k, nblk, part);
+  __syncthreads();
+  // y[rank, column]: the tiled down kernel's output for the slot.
+  for (int it = tid; it < k * kCols; it += nthr) yv[it] = series_sum(part, it / kCols, it % kCols);
   __syncthreads();
   if (fin) {
     float acc = 0.0f;
@@ -298,9 +307,10 @@ DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
   const int nblk_up = H / 8 / p.block_up, nblk_down = I / 8 / p.block_down;
   p.threads_up = threads_for(kColLanes * 2 * nblk_up, kUpThreads);
   p.threads_down = threads_for(kColLanes * k * nblk_down, kMaxThreads);
-  p.smem_up = (size_t(H) + size_t(4) * nblk_up * kCols) * sizeof(float);
-  p.smem_down =
-      (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kCols + size_t(k) * kCols) * sizeof(float);
+  p.smem_up = (size_t(H) + size_t(4) * nblk_up * kCols + size_t(2) * kRanges * kCols) * sizeof(float);
+  p.smem_down = (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kCols + size_t(k) * kRanges * kCols +
+                 size_t(k) * kCols) *
+                sizeof(float);
   p.ok = p.smem_up <= kMaxSmem && p.smem_down <= kMaxSmem;
   return p;
 }
