@@ -120,6 +120,38 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
   for (int c = 0; c < 4; ++c) bs[c] = a[c];
 }
 
+// An activation vector of 4 (16 bytes of f32, 8 of bf16) through L2 as f32.
+template <typename T>
+__device__ __forceinline__ float4 load4_cg(const T* p) {
+  if constexpr (std::is_same_v<T, float>)
+    return __ldcg(reinterpret_cast<const float4*>(p));
+  else
+    return make_float4(to_f32(__ldcg(p)), to_f32(__ldcg(p + 1)), to_f32(__ldcg(p + 2)), to_f32(__ldcg(p + 3)));
+}
+
+// Copies rows x len activations (row-major, len % 4 == 0) into shared memory rows of `stride`
+// floats as f32, thread t0 of nt: each thread issues up to kStageVecs 16-byte loads before its
+// first store, so the copy is one L2 round trip, not one per vector.
+constexpr int kStageVecs = 8;
+template <typename T>
+__device__ __forceinline__ void stage_rows(const T* __restrict__ src, int rows, int len, float* dst, int stride,
+                                           int t0, int nt) {
+  const int nvec = rows * len / 4;
+  for (int base = 0; base < nvec; base += kStageVecs * nt) {
+    float4 v[kStageVecs];
+#pragma unroll
+    for (int j = 0; j < kStageVecs; ++j) {
+      const int vi = base + j * nt + t0;
+      if (vi < nvec) v[j] = load4_cg(src + size_t(vi) * 4);
+    }
+#pragma unroll
+    for (int j = 0; j < kStageVecs; ++j) {
+      const int e = 4 * (base + j * nt + t0);
+      if (e < 4 * nvec) *reinterpret_cast<float4*>(dst + (e / len) * stride + e % len) = v[j];
+    }
+  }
+}
+
 // Range sums of `series` series of nblk blocks each (gate and up, or the k ranks), all
 // (series, range, column) in parallel: part[series·8 + range][col] = fmaf(block_sum, scale, acc)
 // over the range's bpr = nblk / 8 blocks in order, from 0. bsm / scm: [series·nblk][kCols].
@@ -165,21 +197,10 @@ __global__ void __maxnreg__(kUpRegisters)
   wait_for_prior_grid();
   // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row.
   if (tid < 32) route_token<8>(logits + size_t(m) * E, E, k, s_ids, s_w);  // E <= 256: route_any's choice
-  {
-    const bool one_warp = nthr <= 32;
-    const int t0 = one_warp ? tid : tid - 32, ts = one_warp ? nthr : nthr - 32;
-    const T* src = x + size_t(m) * H;
-    if (t0 >= 0)
-      for (int i = t0 * 4; i < H; i += ts * 4) {
-        float4 v;
-        if constexpr (std::is_same_v<T, float>)
-          v = __ldcg(reinterpret_cast<const float4*>(src + i));
-        else
-          v = make_float4(to_f32(__ldcg(src + i)), to_f32(__ldcg(src + i + 1)), to_f32(__ldcg(src + i + 2)),
-                          to_f32(__ldcg(src + i + 3)));
-        *reinterpret_cast<float4*>(xs + i) = v;
-      }
-  }
+  if (nthr <= 32)
+    stage_rows(x + size_t(m) * H, 1, H, xs, H, tid, nthr);
+  else if (tid >= 32)
+    stage_rows(x + size_t(m) * H, 1, H, xs, H, tid - 32, nthr - 32);
   __syncthreads();
   allow_dependent_launch();
   const int e = s_ids[r];
@@ -239,9 +260,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     s_w[tid] = __ldcg(wts + size_t(m) * k + tid);
   }
   // The token's k act rows (contiguous slots m·k .. m·k + k - 1; I % 4 == 0: no float4 spans rows).
-  const float* src = act + size_t(m) * k * I;
-  for (int i = tid * 4; i < k * I; i += nthr * 4)
-    *reinterpret_cast<float4*>(xs + (i / I) * xstride + i % I) = __ldcg(reinterpret_cast<const float4*>(src + i));
+  stage_rows(act + size_t(m) * k * I, k, I, xs, xstride, tid, nthr);
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   if (fin) {
     res = __ldcg(residual + size_t(m) * H + col);
