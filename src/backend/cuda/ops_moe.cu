@@ -2,17 +2,25 @@
 // (ops_moe_gptq.cu for GPTQ INT4, ops_moe_rows.cu for FP8 / bf16 and the element-wise
 // fallback) and the routing-weighted combine.
 //
-// moe_route_kernel: one warp per token. Lane L holds logits L, L+32, ...; fp32 softmax (max,
-//   accurate expf, the denominator summed per lane then by a fixed shuffle tree), then k rounds
-//   of a warp arg-max on the probabilities (equal p: lower expert id, as torch.topk), weights
-//   renormalised over the k in rank order. Mirrors the CPU route_top_k up to the order of
-//   the softmax denominator (1e-7 relative). Reads E floats per token.
+// Steps of <= kDecodeMaxTokens (8) tokens with GPTQ INT4 experts (no act-order, E <= 256, see
+// gptq_decode_supported) skip all of this: ops_moe_decode.cu routes inside its gate/up kernel
+// and combines inside its down kernel (two launches instead of four), with the same bits per
+// token as the path below (same route_token, same sums, same combine arithmetic).
+//
+// moe_route_kernel: one warp per token (route_token, ops_moe_internal.cuh). Lane L holds logits
+//   L, L+32, ...; fp32 softmax (max, accurate expf, the denominator summed per lane then by a
+//   fixed shuffle tree), then k rounds of a warp arg-max on the probabilities (equal p: lower
+//   expert id, as torch.topk), weights renormalised over the k in rank order. Mirrors the CPU
+//   route_top_k up to the order of the softmax denominator (1e-7 relative). Reads E floats per
+//   token.
 // group_by_expert_kernel: one CTA builds the step's expert tiles (moe_detail::TileList) with
 //   shared-memory counters and a block scan: count per expert, offsets, slots in order, and
 //   tiles of up to 8 slots of one expert. Which slots share a tile never changes a slot's sums.
 //   For steps of <= 64 tokens and E <= 256 the same CTA routes first (one launch, not two).
 // combine_kernel: residual[m] += Σ_r w[m,r]·y[m,r] in rank order (deterministic), float4, then
-//   (optionally) + sigmoid(gate[m])·shared[m], the shared expert, in the same pass.
+//   (optionally) + sigmoid(gate[m])·shared[m], the shared expert, in the same pass. Explicit
+//   fmaf: acc = fmaf(w, y, acc) from 0, residual + acc, fmaf(sigmoid, shared, ·) — the decode
+//   down kernel repeats exactly these steps.
 // route_and_group / combine_routed (moe_detail) launch these for moe_routed_experts and for the
 // tensor-core path (ops_moe_mma.cu), so both route and combine with the same kernels.
 #include <cfloat>

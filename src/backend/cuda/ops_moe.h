@@ -45,6 +45,10 @@ size_t moe_workspace_bytes(const MoeShape& shape, int max_tokens);
 
 // x: bf16 [M, H] (post-attention-norm activations); router_logits: f32 [M, E] (computed by the
 // caller with the linear ops). residual: f32 [M, H] += routed expert output.
+// Launches: with GPTQ INT4 experts (no act-order, E <= 256) and M <= 8 two kernels (routing
+// fused into gate/up, the combine into down; ops_moe_decode.cu), otherwise routing + grouping,
+// gate/up, down and combine. Both give a token the same bits. The decode kernels are
+// programmatic dependent launches (they wait for the preceding kernel before touching memory).
 void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShape& shape,
                         const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
                         float* residual, cudaStream_t stream);

@@ -32,6 +32,9 @@
 // The chunk size only groups loads: the arithmetic (rows in ascending k, one serial f32 chain
 // per scale block, acc = fma(block_sum, scale, acc), warp partials added in warp order) is the
 // same for MT = 2 and MT = 8, so a token's bits do not depend on the tile size or M.
+// It is also a contract with ops_moe_decode.cu, which serves generated-token steps of <= 8
+// tokens (two launches, routing and combine fused) and must give the same bits: change the
+// two together. These kernels serve larger steps and the shapes the decode kernels refuse.
 // L2 footprint of the prefetches: the step's expert bytes (well under the L2 size).
 #include <numeric>
 #include <type_traits>
