@@ -40,8 +40,11 @@
 // repeat, and concurrent CTAs on one expert share its lines in L2). Activations: per slot
 // CTA the x row (4·H bytes) and per down CTA k act rows (4·k·I bytes) come from L2.
 // Preconditions (gptq_decode_supported; the tiled path serves the rest): the GPTQ fast path
-// without act-order, gate and up with one group size, blocks of <= 16 packed rows, <= 512
-// threads and <= 47 KB of dynamic shared memory per CTA.
+// without act-order, E <= 256, gate and up with one group size, blocks of <= 16 packed rows and
+// <= 47 KB of dynamic shared memory per CTA (down: k·(I + 4) floats of act + 4.6·k·I/block·4 B;
+// 45.7 KB at k 8, I 1024). Items beyond 256 (gate/up) or 512 (down) threads loop.
+// Occupancy: gate/up 192 threads at <= 112 registers (3 CTAs per SM; 4 would spill the 16
+// in-flight words), down 256 threads at <= 128 (2 per SM: 264 slots for 192 CTAs at M = 1).
 #include <numeric>
 #include <type_traits>
 
@@ -56,7 +59,7 @@ constexpr int kCols = 4 * kColLanes;     // columns per CTA
 constexpr int kMaxBlockRows = 16;        // packed rows per item, all loaded before use
 constexpr int kRanges = 8;               // the tiled kernels' K split (one range per warp of 8)
 constexpr int kMaxThreads = 512;        // down
-constexpr int kUpThreads = 192;         // gate/up: 4 x (gate, up) x 24 blocks at H 3072, g128
+constexpr int kUpMaxThreads = 256;      // gate/up: 4 x (gate, up) x 24 blocks = 192 at H 3072, g128
 constexpr int kUpRegisters = 112;       // 3 CTAs per SM (4, at <= 85 registers, would spill the 16 x 16-byte loads)
 constexpr int kXPad = 4;                 // floats between staged act rows (bank offset)
 constexpr size_t kMaxSmem = 47 * 1024;   // dynamic, under the 48 KB default (no opt-in)
@@ -203,9 +206,9 @@ __global__ void __maxnreg__(kUpRegisters)
     stage_rows(x + size_t(m) * H, 1, H, xs, H, tid - 32, nthr - 32);
   __syncthreads();
   allow_dependent_launch();
-  const int e = s_ids[r];
+  const int e = min(max(s_ids[r], 0), E - 1);  // in range even for non-finite logits
   if (blockIdx.x == 0 && r == 0 && tid < k) {  // the down kernel reads the token's routing from here
-    ids_out[size_t(m) * k + tid] = s_ids[tid];
+    ids_out[size_t(m) * k + tid] = min(max(s_ids[tid], 0), E - 1);
     w_out[size_t(m) * k + tid] = s_w[tid];
   }
   const int groups = H / gate.group;
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int c = it % kColLanes, q = it / kColLanes, r = q % k, blk = q / k;
     const int n = n0 + 4 * c;
     if (n >= H) continue;  // H % 8 == 0
-    const int e = s_ids[r];
+    const int e = s_ids[r];  // in range (clamped by gate_up)
     const int32_t* qw = down.qweight + size_t(e) * (I / 8) * H;
     const __half* sc = down.scales + size_t(e) * groups * H;
     const int32_t* qz = down.sym ? nullptr : down.qzeros + size_t(e) * groups * (H / 8);
@@ -324,7 +327,7 @@ DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
   p.block_down = std::gcd(I / 64, int(ex.down.group_size) / 8);
   if (p.block_up > kMaxBlockRows || p.block_down > kMaxBlockRows) return p;
   const int nblk_up = H / 8 / p.block_up, nblk_down = I / 8 / p.block_down;
-  p.threads_up = threads_for(kColLanes * 2 * nblk_up, kUpThreads);
+  p.threads_up = threads_for(kColLanes * 2 * nblk_up, kUpMaxThreads);
   p.threads_down = threads_for(kColLanes * k * nblk_down, kMaxThreads);
   p.smem_up = (size_t(H) + size_t(4) * nblk_up * kCols + size_t(2) * kRanges * kCols) * sizeof(float);
   p.smem_down = (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kCols + size_t(k) * kRanges * kCols +
