@@ -345,8 +345,8 @@ TEST(GpuOpsMoe, TokenOutputIndependentOfBatch) {
         if (m >= Mb) continue;
         int diffs = 0;
         for (int h = 0; h < c.H; ++h) diffs += alone[i][size_t(h)] != batch[size_t(m) * c.H + size_t(h)];
-        EXPECT_EQ(diffs, 0) << "token " << m << ": " << diffs << " of " << c.H << " outputs differ alone vs in a batch of "
-                            << Mb;
+        EXPECT_EQ(diffs, 0) << "token " << m << ": " << diffs << " of " << c.H
+                            << " outputs differ alone vs in a batch of " << Mb;
       }
     }
   }

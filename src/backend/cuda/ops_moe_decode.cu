@@ -7,12 +7,12 @@
 // residual f32 [M, H].
 //
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
-//   (route_token, the grouping kernel's code; E <= 256) while the other warps stage the token's x row in
-//   shared memory as f32; rank r's expert then gives the weights. Items are (4 columns, gate or
-//   up, scale block of `block` <= 16 packed rows): a thread loads all of an item's words at once
-//   (up to 16 x 16-byte loads, 4 consecutive columns each, one per packed row) and only then
-//   computes, so a CTA has its whole weight slice (2 x K/8 x 64 B, 96 KB at H 3072) in flight
-//   after one dependent round. 4 lanes cover a 64-byte row slice; the lanes of a quarter warp
+//   (route_token, the grouping kernel's code; E <= 256) while the other warps stage the
+//   token's x row in shared memory as f32; rank r's expert then gives the weights. Items are
+//   (4 columns, gate or up, scale block of `block` <= 16 packed rows): a thread loads all of an
+//   item's words at once (up to 16 x 16-byte loads, 4 consecutive columns each, one per packed
+//   row) and only then computes, so a CTA has its whole weight slice (2 x K/8 x 64 B, 48 KB at
+//   H 3072) in flight after one dependent round. 4 lanes cover a 64-byte row slice; the lanes of a quarter warp
 //   read the same x (gate and up of one block): shared-memory broadcasts. Column blocks of one
 //   slot are adjacent CTAs, so the two halves of a 128-byte line are fetched together.
 // decode_down_kernel: one CTA per (token, 16 columns of H), all k ranks: it reads the token's
@@ -37,12 +37,13 @@
 // Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +
 // 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales); a token picking
 // the same expert as another reads it again (tokens are not grouped: at M <= 8 few experts
-// repeat, and concurrent CTAs on one expert share its lines in L2). Activations: per slot
+// repeat, and CTAs of one expert that run at the same time may share its lines in L2). Activations: per slot
 // CTA the x row (4·H bytes) and per down CTA k act rows (4·k·I bytes) come from L2.
 // Preconditions (gptq_decode_supported; the tiled path serves the rest): the GPTQ fast path
 // without act-order, E <= 256, gate and up with one group size, blocks of <= 16 packed rows and
-// <= 47 KB of dynamic shared memory per CTA (down: k·(I + 4) floats of act + 4.6·k·I/block·4 B;
-// 45.7 KB at k 8, I 1024). Items beyond 256 (gate/up) or 512 (down) threads loop.
+// <= 47 KB of dynamic shared memory per CTA (down: 4·k·(I + 4 + 32·nblk + 8·16 + 16) bytes with
+// nblk = I / (8·block): 45.7 KB at k 8, I 1024). Items beyond 256 (gate/up) or 512 (down)
+// threads loop.
 // Occupancy: gate/up 192 threads at <= 112 registers (3 CTAs per SM; 4 would spill the 16
 // in-flight words), down 256 threads at <= 128 (2 per SM: 264 slots for 192 CTAs at M = 1).
 #include <numeric>
