@@ -21,10 +21,10 @@
 //   items (4 columns, rank, scale block) like gate_up, then adds
 //   Σ_r w_r·y_r in rank order, the residual and sigmoid(gate)·shared to the residual directly
 //   (no y buffer, no combine launch).
-// Both kernels are programmatic dependent launches: they wait (griddepcontrol.wait) before
-// touching global memory; gate_up lets down launch once its CTAs have routed. Activations and
-// routing written by earlier kernels are read with ld.global.cg (L2, never a stale L1 line of a
-// kernel that overlapped this one); only the weights take the read-only path.
+// Both kernels are programmatic dependent launches (pdl.cuh, when PDL is enabled): they wait
+// (pdl_wait) before touching global memory; gate_up lets down launch once its CTAs have routed.
+// Activations and routing written by earlier kernels are read with ld.global.cg (L2, never a
+// stale L1 line of a kernel that overlapped this one); only the weights take the read-only path.
 //
 // Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, so M picks a path without changing a
 // bit; the combine is combine_kernel's): per (token, column): K is cut into 8 ranges of K/64
@@ -51,38 +51,28 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_moe_internal.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace moeserve::cuda::moe_detail {
 namespace {
 
-constexpr int kColLanes = 4;             // lanes per row slice; each lane 4 columns (one 16-byte load)
-constexpr int kCols = 4 * kColLanes;     // columns per CTA
-constexpr int kMaxBlockRows = 16;        // packed rows per item, all loaded before use
-constexpr int kRanges = 8;               // the tiled kernels' K split (one range per warp of 8)
+constexpr int kColLanes = 4;            // lanes per row slice; each lane 4 columns (one 16-byte load)
+constexpr int kCols = 4 * kColLanes;    // columns per CTA
+constexpr int kMaxBlockRows = 16;       // packed rows per item, all loaded before use
+constexpr int kRanges = 8;              // the tiled kernels' K split (one range per warp of 8)
 constexpr int kMaxThreads = 512;        // down
 constexpr int kUpMaxThreads = 256;      // gate/up: 4 x (gate, up) x 24 blocks = 192 at H 3072, g128
 constexpr int kUpRegisters = 112;       // 3 CTAs per SM (4, at <= 85 registers, would spill the 16 x 16-byte loads)
-constexpr int kXPad = 4;                 // floats between staged act rows (bank offset)
-constexpr size_t kMaxSmem = 47 * 1024;   // dynamic, under the 48 KB default (no opt-in)
-
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+constexpr int kXPad = 4;                // floats between staged act rows (bank offset)
+constexpr size_t kMaxSmem = 47 * 1024;  // dynamic, under the 48 KB default (no opt-in)
 
 // One item: block sums of columns n..n+3 (n % 4 == 0, n + 3 < N) over scale block `blk` (packed
 // rows [blk·block, blk·block + block)) of one expert's projection, and their scales.
 // qw: the expert's [K/8][N] words; sc: its [K/g][N] scales; qz: its [K/g][N/8] zeros or null
 // (symmetric: zero 8). xs: the activation row (f32, shared memory).
 __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const __half* __restrict__ sc,
-                                           const int32_t* __restrict__ qz, int N, int group, int block, int blk,
-                                           int n, const float* xs, float (&bs)[4], float (&s)[4]) {
+                                           const int32_t* __restrict__ qz, int N, int group, int block, int blk, int n,
+                                           const float* xs, float (&bs)[4], float (&s)[4]) {
   const int kp0 = blk * block;
   const int g = kp0 * 8 / group;
   uint4 w[kMaxBlockRows];
@@ -138,8 +128,8 @@ __device__ __forceinline__ float4 load4_cg(const T* p) {
 // first store, so the copy is one L2 round trip, not one per vector.
 constexpr int kStageVecs = 8;
 template <typename T>
-__device__ __forceinline__ void stage_rows(const T* __restrict__ src, int rows, int len, float* dst, int stride,
-                                           int t0, int nt) {
+__device__ __forceinline__ void stage_rows(const T* __restrict__ src, int rows, int len, float* dst, int stride, int t0,
+                                           int nt) {
   const int nvec = rows * len / 4;
   for (int base = 0; base < nvec; base += kStageVecs * nt) {
     float4 v[kStageVecs];
@@ -198,7 +188,7 @@ __global__ void __maxnreg__(kUpRegisters)
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int slot = blockIdx.y, m = slot / k, r = slot % k;
   const int n0 = blockIdx.x * kCols;
-  wait_for_prior_grid();
+  pdl_wait();
   // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row.
   if (tid < 32) route_token<8>(logits + size_t(m) * E, E, k, s_ids, s_w);  // E <= 256: route_any's choice
   if (nthr <= 32)
@@ -206,7 +196,7 @@ __global__ void __maxnreg__(kUpRegisters)
   else if (tid >= 32)
     stage_rows(x + size_t(m) * H, 1, H, xs, H, tid - 32, nthr - 32);
   __syncthreads();
-  allow_dependent_launch();
+  pdl_launch_dependents();
   const int e = min(max(s_ids[r], 0), E - 1);  // in range even for non-finite logits
   if (blockIdx.x == 0 && r == 0 && tid < k) {  // the down kernel reads the token's routing from here
     ids_out[size_t(m) * k + tid] = min(max(s_ids[tid], 0), E - 1);
@@ -258,7 +248,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int m = blockIdx.y, n0 = blockIdx.x * kCols;
   const int col = n0 + tid;
   const bool fin = tid < kCols && col < H;  // the threads that write the residual
-  wait_for_prior_grid();
+  pdl_wait();
   if (tid < k) {
     s_ids[tid] = __ldcg(ids + size_t(m) * k + tid);
     s_w[tid] = __ldcg(wts + size_t(m) * k + tid);
@@ -280,7 +270,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   for (int it = tid; it < items; it += nthr) {
     const int c = it % kColLanes, q = it / kColLanes, r = q % k, blk = q / k;
     const int n = n0 + 4 * c;
-    if (n >= H) continue;  // H % 8 == 0
+    if (n >= H) continue;    // H % 8 == 0
     const int e = s_ids[r];  // in range (clamped by gate_up)
     const int32_t* qw = down.qweight + size_t(e) * (I / 8) * H;
     const __half* sc = down.scales + size_t(e) * groups * H;
@@ -331,26 +321,11 @@ DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
   p.threads_up = threads_for(kColLanes * 2 * nblk_up, kUpMaxThreads);
   p.threads_down = threads_for(kColLanes * k * nblk_down, kMaxThreads);
   p.smem_up = (size_t(H) + size_t(4) * nblk_up * kCols + size_t(2) * kRanges * kCols) * sizeof(float);
-  p.smem_down = (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kCols + size_t(k) * kRanges * kCols +
-                 size_t(k) * kCols) *
-                sizeof(float);
+  p.smem_down =
+      (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kCols + size_t(k) * kRanges * kCols + size_t(k) * kCols) *
+      sizeof(float);
   p.ok = p.smem_up <= kMaxSmem && p.smem_down <= kMaxSmem;
   return p;
-}
-
-template <typename Kernel, typename... Args>
-void launch_pdl(Kernel kernel, dim3 grid, int threads, size_t smem, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 }  // namespace
@@ -367,17 +342,19 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
   if (!p.ok || M < 1 || M > kDecodeMaxTokens) throw Error("moe: decode experts called outside their preconditions");
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
   const dim3 grid_up(unsigned((I + kCols - 1) / kCols), unsigned(M * k));
-  launch_pdl(decode_gate_up_kernel<T>, grid_up, p.threads_up, p.smem_up, stream, x, router_logits, s.num_experts, k,
-             view_of(ex.gate), view_of(ex.up), p.block_up, ids, weights, act);
+  // PDL (pdl.cuh): gate_up's CTAs wait for the preceding kernel; down's become resident once
+  // every gate_up CTA has routed (all of them started) and wait for gate_up to complete.
+  launch_pdl(true, decode_gate_up_kernel<T>, grid_up, dim3(unsigned(p.threads_up)), p.smem_up, stream, x, router_logits,
+             s.num_experts, k, view_of(ex.gate), view_of(ex.up), p.block_up, ids, weights, act);
   const dim3 grid_down(unsigned((H + kCols - 1) / kCols), unsigned(M));
-  launch_pdl(decode_down_kernel, grid_down, p.threads_down, p.smem_down, stream, static_cast<const float*>(act),
-             static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down), p.block_down,
-             residual, shared_out, shared_gate_logit);
+  launch_pdl(true, decode_down_kernel, grid_down, dim3(unsigned(p.threads_down)), p.smem_down, stream,
+             static_cast<const float*>(act), static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k,
+             view_of(ex.down), p.block_down, residual, shared_out, shared_gate_logit);
 }
 
 template void gptq_decode<float>(const float*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,
                                  float*, float*, float*, const float*, const float*, cudaStream_t);
-template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,
-                                float*, float*, float*, const float*, const float*, cudaStream_t);
+template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*, float*,
+                                float*, float*, const float*, const float*, cudaStream_t);
 
 }  // namespace moeserve::cuda::moe_detail
