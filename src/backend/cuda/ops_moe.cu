@@ -236,7 +236,8 @@ namespace {
 template <typename T>
 void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts, int M,
                 void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream,
-                const float* shared_out = nullptr, const float* shared_gate_logit = nullptr) {
+                const float* shared_out = nullptr, const float* shared_gate_logit = nullptr,
+                cudaEvent_t shared_ready = nullptr) {
   if ((shared_out == nullptr) != (shared_gate_logit == nullptr))
     throw Error("moe: the shared expert output and its gate logit come together");
   if (M == 0) return;
@@ -248,7 +249,7 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
   // the tiled kernels below.
   if (M <= kDecodeMaxTokens && gptq_decode_supported(s, experts, M)) {
     gptq_decode(x, router_logits, s, experts, M, w.ids, w.weights, w.act, residual, shared_out, shared_gate_logit,
-                stream);
+                stream, shared_ready);
     return;
   }
   // Decode-sized steps: tiles of 2 (an expert rarely has more tokens; the 2-token kernels
@@ -267,6 +268,7 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
     rows_gate_up(x, s, experts, tiles, grid_tiles, w.act, stream);
     rows_down(w.act, s, experts, tiles, grid_tiles, w.y, stream);
   }
+  if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));
   combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
 }
 
@@ -279,9 +281,9 @@ void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShap
 
 void moe_routed_experts(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts,
                         int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream,
-                        const float* shared_out, const float* shared_gate_logit) {
+                        const float* shared_out, const float* shared_gate_logit, cudaEvent_t shared_ready) {
   launch_moe(x, router_logits, s, experts, M, workspace, workspace_bytes, residual, stream, shared_out,
-             shared_gate_logit);
+             shared_gate_logit, shared_ready);
 }
 
 }  // namespace moeserve::cuda

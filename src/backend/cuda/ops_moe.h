@@ -56,10 +56,13 @@ void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShap
 // shared_out (optional, f32 [M, H]) and shared_gate_logit ([M]): the shared expert's output and
 // gate logit, added in the same pass: residual = (residual + routed) + sigmoid(logit)·shared,
 // bit-identical to adding the routed sum and then the gated shared output separately.
+// shared_ready (optional): an event the stream waits for before the first kernel that reads
+// shared_out / shared_gate_logit (the model computes the shared expert on a side stream while the
+// routing and the gate/up projections run).
 void moe_routed_experts(const float* x, const float* router_logits, const MoeShape& shape,
                         const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
                         float* residual, cudaStream_t stream, const float* shared_out = nullptr,
-                        const float* shared_gate_logit = nullptr);
+                        const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr);
 
 // Same contract as moe_routed_experts (f32 overload), expert GEMMs on tensor cores (mma.sync
 // bf16, f32 activations split hi + lo; ops_moe_mma.cu). A token's result is bit-identical for any

@@ -337,7 +337,7 @@ bool gptq_decode_supported(const MoeShape& s, const DeviceExperts& ex, int M) {
 template <typename T>
 void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                  int32_t* ids, float* weights, float* act, float* residual, const float* shared_out,
-                 const float* shared_gate_logit, cudaStream_t stream) {
+                 const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready) {
   const DecodePlan p = plan_decode(s, ex);
   if (!p.ok || M < 1 || M > kDecodeMaxTokens) throw Error("moe: decode experts called outside their preconditions");
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
@@ -347,14 +347,15 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
   launch_pdl(true, decode_gate_up_kernel<T>, grid_up, dim3(unsigned(p.threads_up)), p.smem_up, stream, x, router_logits,
              s.num_experts, k, view_of(ex.gate), view_of(ex.up), p.block_up, ids, weights, act);
   const dim3 grid_down(unsigned((H + kCols - 1) / kCols), unsigned(M));
+  if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
   launch_pdl(true, decode_down_kernel, grid_down, dim3(unsigned(p.threads_down)), p.smem_down, stream,
              static_cast<const float*>(act), static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k,
              view_of(ex.down), p.block_down, residual, shared_out, shared_gate_logit);
 }
 
 template void gptq_decode<float>(const float*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,
-                                 float*, float*, float*, const float*, const float*, cudaStream_t);
+                                 float*, float*, float*, const float*, const float*, cudaStream_t, cudaEvent_t);
 template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*, float*,
-                                float*, float*, const float*, const float*, cudaStream_t);
+                                float*, float*, const float*, const float*, cudaStream_t, cudaEvent_t);
 
 }  // namespace moeserve::cuda::moe_detail

@@ -197,10 +197,11 @@ void route_and_group(const float* router_logits, const MoeShape& s, int M, int t
 constexpr int kDecodeMaxTokens = 8;
 bool gptq_decode_supported(const MoeShape& s, const DeviceExperts& ex, int M);
 // ids / weights: [M·k] (written), act: [M·k, I] (written); residual [M, H] += routed (+ gated shared).
+// shared_ready (optional): the stream waits for it before the down kernel, which reads shared_out.
 template <typename T>
 void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                  int32_t* ids, float* weights, float* act, float* residual, const float* shared_out,
-                 const float* shared_gate_logit, cudaStream_t stream);
+                 const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready = nullptr);
 
 // The combine (ops_moe.cu): residual[m] += Σ_r weights[m·k + r]·y[m·k + r] in rank order, then
 // (when shared_out) + sigmoid(shared_gate_logit[m])·shared_out[m]. y: f32 [M·k, H] by slot.

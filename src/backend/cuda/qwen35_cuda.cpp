@@ -645,10 +645,10 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
     project_f32_pair(moe.router, router_logits_.data(), moe.shared_expert_gate, shared_gate_logit_.data(), M, G);
-    // The shared expert runs on the side stream while the routed experts run on this one (both
-    // read x32_; at decode both are latency-bound kernels that leave most of the GPU idle); its
-    // gated output is added after the routed sum, which gives the same bits as the routed
-    // combine adding it in its own pass (ops_moe.h).
+    // The shared expert runs on the side stream while the routing and the routed gate/up run on
+    // this one (both read x32_; at decode both are latency-bound kernels that leave most of the
+    // GPU idle); the routed experts' combine waits for it (join_event_) and adds it in its pass:
+    // residual = (residual + routed) + sigmoid(gate)·shared.
     const bool side = options_.batch_invariant;  // otherwise linear_ shares one dequant workspace
     cudaStream_t ss = side ? aux_stream_ : s;
     if (side) {
@@ -659,29 +659,27 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     linear_multi_rows(gate_up, x32_.data(), M, G, ss);
     silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), ss);
     linear_rows(moe.shared_down, shared_act_.data(), M, G, shared_down_.data(), false, ss);
-    if (side) MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
-    const float* shared = side ? nullptr : shared_down_.data();
-    const float* shared_gate = side ? nullptr : shared_gate_logit_.data();
-    // residual = (residual + routed) + sigmoid(gate)·shared; the GEMV rows and the tensor-core
-    // rows route and group their experts separately.
+    cudaEvent_t shared_ready = nullptr;
+    if (side) {
+      MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
+      shared_ready = join_event_;
+    }
+    // The GEMV rows and the tensor-core rows route and group their experts separately.
     const int E = int(c.num_experts);
     if (G > 0)
       moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G, moe_ws_.data(), moe_ws_.bytes(),
-                         residual_.data(), s, shared, shared_gate);
+                         residual_.data(), s, shared_down_.data(), shared_gate_logit_.data(), shared_ready);
     if (G < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
+      if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
       const size_t xo = size_t(G) * size_t(H);
       const float* x = x32_.data() + xo;
       const float* logits = router_logits_.data() + size_t(G) * size_t(E);
       float* res = residual_.data() + xo;
-      const float* sh = shared ? shared + xo : nullptr;
-      const float* shg = shared_gate ? shared_gate + G : nullptr;
+      const float* sh = shared_down_.data() + xo;
+      const float* shg = shared_gate_logit_.data() + G;
       if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - G, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s,
                                   sh, shg))
         moe_routed_experts(x, logits, ms, moe.experts, M - G, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
-    }
-    if (side) {
-      MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, join_event_, 0));
-      add_scaled_rows(residual_.data(), shared_down_.data(), shared_gate_logit_.data(), M, H, s);
     }
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
