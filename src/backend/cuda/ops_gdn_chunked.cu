@@ -28,9 +28,9 @@
 //    forward substitution (I + A) X = R for the dv columns of U and the dk columns of W at
 //    once: thread = column, the 64 rows in registers, row t = R_t − Σ_{s<t} A_ts X_s in s
 //    order. Writes gam [P][nv] (γ), U [P][nv][dv], W [P][nv][dk].
-//    FLOPs per (chunk, k-head): 2·64²·dk (K̂K̂ᵀ and Q̂K̂ᵀ, full squares) + per v-head 64²·(dk+dv)
-//    (the substitution, 2·Σ_t t). Bytes: reads conv_out, writes U, W, qk, gam:
-//    P·(conv_dim + nv·(dk + dv + 1) + 64·nk)·4.
+//    FMAs per (chunk, k-head): 2·64²·dk (K̂K̂ᵀ and Q̂K̂ᵀ, full squares) + per v-head
+//    64²·(dk + dv)/2 (the substitution, Σ_t t per column). Bytes: reads conv_out, writes U,
+//    W, qk, gam: P·(conv_dim + nv·(dk + dv + 1) + 64·nk)·4.
 // 3. chunk_state_kernel: the inter-chunk pass, sequential in chunks, parallel over (sequence,
 //    v-head, 32-column block of S): columns of S evolve independently given W, U, K̂, so one
 //    sequence fills nv·dv/32 CTAs (256 at the 122B shape). The CTA keeps its S block [dk][32]
@@ -41,17 +41,23 @@
 //    rows scaled by e^{γ_{L−1}−γ_t}, S = e^{γ_{L−1}} S + K̂ᵀ V'', thread = 4 rows × 4 columns,
 //    t order). It also writes the sequence's new conv state (the prep kernel that read the
 //    old one has finished).
-//    FLOPs per (chunk, v-head): 6·64·dk·dv (W S, Q̂ S, K̂ᵀV') + 64²·dv (P V').
+//    FMAs per (chunk, v-head): 3·64·dk·dv (W S, Q̂ S, K̂ᵀV'') + 64²·dv (P V').
 //    Bytes per chunk and CTA (L2): 64·(3·dk + 32 + 64)·4 in, 64·32·4 out; the state once.
 // 4. chunk_norm_kernel: gated RMSNorm (plain w, silu(z)) per (row, v-head), one warp each,
 //    the lane-strided sum of squares then an xor tree. Bytes: P·nv·dv·12.
 //
-// Roofline at the 122B shape (nk 16, nv 64, dk = dv = 128) per token: intra ≈ 0.26 MFMA,
-// state ≈ 0.82 MFMA (3·nv·dk·dv + nv·64·dv/2), ≈ 1.1 MFMA ≈ 2.2 MFLOP per token per layer on
-// f32 CUDA cores; bytes ≈ conv_dim·8 + nv·(dk + dv)·8 + nv·dv·12 ≈ 0.5 MB per token (written
-// once, read once or twice, mostly L2 for the state pass's repeated W/Q̂/K̂ tiles). Compute
-// bound: the chunk chain of the state pass (T/64 dependent steps of ≈ 0.85 MFMA per CTA) sets
-// the floor for one long sequence.
+// Roofline per token and layer (executed FMAs; the triangular products run as full squares):
+//   intra: nk·128·dk (K̂K̂ᵀ, Q̂K̂ᵀ) + nv·32·(dk + dv) (substitution)
+//   state: nv·(3·dk·dv + 64·dv)                    (W S, Q̂ S, K̂ᵀV'', P V')
+//   at the 122B shape (nk 16, nv 64, dk = dv = 128): 0.79 + 3.67 ≈ 4.5 MFMA ≈ 9 MFLOP, f32 CUDA
+//   cores. DRAM bytes (f32), each tensor written once and read once:
+//   qkv + conv_out (write, read) 3·conv_dim·4, U and W (write, read) 4·nv·dv·4 (dk = dv),
+//   O (write, read) 2·nv·dv·4, z and out 2·nv·dv·4, qk 2·nk·64·4 ≈ 0.42 MB per token at the
+//   122B shape: about 21 FLOP per byte, above the f32 CUDA-core ridge of an H200 (about 16
+//   FLOP per byte of DRAM): compute bound, DRAM traffic not far behind (the W/Q̂/K̂ tiles that
+//   the dv/32 column-block CTAs and the nv/nk v-heads of a k-head re-read come from L2).
+//   Tensor cores (with an f32-accurate operand split) would be the next step. One sequence's floor is also the chunk chain:
+//   T/64 dependent state-pass steps of 64·(3·dk·32 + 64·32) FMAs per CTA.
 //
 // Determinism: every sum has one order fixed by the shape (dk, dv, the chunk's token order),
 // never by the grid, M or the other sequences; each chunk's arithmetic depends only on its own
@@ -75,7 +81,7 @@ constexpr int kPrepTT = 8;         // prep: tokens per CTA
 constexpr int kThreads = 256;      // intra and state kernels
 constexpr int kBN = 32;            // state pass: columns of S per CTA
 constexpr int kLdV = kBN + 4;      // row stride of the V' tile (floats)
-constexpr int kLdA = kC + 1;       // row stride of the KKᵀ and A tiles
+constexpr int kLdA = kC + 4;       // row stride of the KKᵀ and A tiles (16-B rows)
 constexpr int kLdP = kC + 4;       // row stride of the P tile (16-B rows, ≡ 4 mod 32 banks)
 constexpr int kNormWarps = 8;
 constexpr unsigned kFull = 0xffffffffu;
@@ -262,7 +268,8 @@ __device__ __forceinline__ bool find_chunk(const StepMeta& meta, int first_seq, 
 // ---- 2. intra-chunk --------------------------------------------------------------------
 
 // Shared memory of the intra kernel (floats): K̂ [64][ldk] | Q̂ [64][ldk], later A [64][kLdA] |
-// K̂K̂ᵀ [64][kLdA] | γ, β, g [64] each. ldk = dk + 4 (16-B rows, ≡ 4 mod 32 banks).
+// K̂K̂ᵀ [64][kLdA] | γ, β, g [64] each. ldk = dk + 4 (16-B rows, ≡ 4 mod 32 banks); every
+// region starts 16-B aligned.
 __host__ __device__ inline int intra_q_floats(int dk) { return max(kC * (dk + 4), kC * kLdA); }
 __host__ __device__ inline int intra_smem_floats(int dk) { return kC * (dk + 4) + intra_q_floats(dk) + kC * kLdA + 3 * kC; }
 
@@ -379,12 +386,20 @@ __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepM
           x[t] = is_u ? __fmul_rn(bs[t], vcol[size_t(t) * C])
                       : __fmul_rn(__fmul_rn(bs[t], expf(gs[t])), Ks[t * ldk + (c - dv)]);
       }
+      // Four entries of A's row per 16-B load; the entries s >= t of a group are zero (A is
+      // strictly lower), so the group adds exact zeros past the diagonal.
 #pragma unroll
       for (int t = 1; t < kC; ++t) {
         if (t < L) {
           float acc = x[t];
 #pragma unroll
-          for (int j = 0; j < t; ++j) acc = __fmaf_rn(-As[t * kLdA + j], x[j], acc);
+          for (int j = 0; j < t; j += 4) {
+            const float4 a4 = *reinterpret_cast<const float4*>(As + t * kLdA + j);
+            acc = __fmaf_rn(-a4.x, x[j], acc);
+            acc = __fmaf_rn(-a4.y, x[j + 1], acc);
+            acc = __fmaf_rn(-a4.z, x[j + 2], acc);
+            acc = __fmaf_rn(-a4.w, x[j + 3], acc);
+          }
           x[t] = acc;
         }
       }
@@ -522,28 +537,35 @@ __global__ void __launch_bounds__(kThreads) chunk_state_kernel(const float* __re
     }
     __syncthreads();
 
-    // O_t = e^{γ_t} Y_t + Σ_{s<=t} P_ts V'_s (s order), written over U's columns.
+    // O_t = e^{γ_t} Y_t + Σ_{s<=t} P_ts V'_s (s order; P is zero above the diagonal), written
+    // over U's columns.
+    {
+      float o[4][2];
 #pragma unroll
-    for (int pp = 0; pp < 4; ++pp) {
-      const int t = tt + 16 * pp;
-      float o0 = 0.0f, o1 = 0.0f;
+      for (int pp = 0; pp < 4; ++pp) o[pp][0] = o[pp][1] = 0.0f;
       for (int sc = 0; sc < kC; sc += 4) {
-        const float4 pv = *reinterpret_cast<const float4*>(Qb + t * kLdP + sc);
-        const float* v0 = Vs + sc * kLdV;
-        o0 = __fmaf_rn(pv.x, v0[jj], o0);
-        o1 = __fmaf_rn(pv.x, v0[jj + 16], o1);
-        o0 = __fmaf_rn(pv.y, v0[kLdV + jj], o0);
-        o1 = __fmaf_rn(pv.y, v0[kLdV + jj + 16], o1);
-        o0 = __fmaf_rn(pv.z, v0[2 * kLdV + jj], o0);
-        o1 = __fmaf_rn(pv.z, v0[2 * kLdV + jj + 16], o1);
-        o0 = __fmaf_rn(pv.w, v0[3 * kLdV + jj], o0);
-        o1 = __fmaf_rn(pv.w, v0[3 * kLdV + jj + 16], o1);
+        float v0[4], v1[4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          v0[x] = Vs[(sc + x) * kLdV + jj];
+          v1[x] = Vs[(sc + x) * kLdV + jj + 16];
+        }
+#pragma unroll
+        for (int pp = 0; pp < 4; ++pp) {
+          const float4 pv = *reinterpret_cast<const float4*>(Qb + (tt + 16 * pp) * kLdP + sc);
+          o[pp][0] = __fmaf_rn(pv.w, v0[3], __fmaf_rn(pv.z, v0[2], __fmaf_rn(pv.y, v0[1], __fmaf_rn(pv.x, v0[0], o[pp][0]))));
+          o[pp][1] = __fmaf_rn(pv.w, v1[3], __fmaf_rn(pv.z, v1[2], __fmaf_rn(pv.y, v1[1], __fmaf_rn(pv.x, v1[0], o[pp][1]))));
+        }
       }
-      if (t < L) {
-        const float eg = expf(gs[t]);
-        float* dst = w.u + size_t(r0 + t) * vd + size_t(h) * dv + c0;
-        dst[jj] = __fmaf_rn(eg, y[pp][0], o0);
-        dst[jj + 16] = __fmaf_rn(eg, y[pp][1], o1);
+#pragma unroll
+      for (int pp = 0; pp < 4; ++pp) {
+        const int t = tt + 16 * pp;
+        if (t < L) {
+          const float eg = expf(gs[t]);
+          float* dst = w.u + size_t(r0 + t) * vd + size_t(h) * dv + c0;
+          dst[jj] = __fmaf_rn(eg, y[pp][0], o[pp][0]);
+          dst[jj + 16] = __fmaf_rn(eg, y[pp][1], o[pp][1]);
+        }
       }
     }
     __syncthreads();  // every thread has read V'
