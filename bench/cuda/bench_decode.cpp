@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moeserve CUDA decode/prefill benchmark (random weights)"};
   std::string config = std::string(MOESERVE_SOURCE_DIR) + "/bench/configs/qwen3.5-122b-a10b.json";
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
-  bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true, host_logits = false;
+  bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true, host_logits = false, chunked_deltanet = true;
   int context = 512, steps = 32;
   app.add_option("--config", config);
   app.add_option("--weights", weights);
@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   app.add_option("--graphs", graphs);
   app.add_flag("--host-logits", host_logits,
                "copy every decode step's logits to the host (default: greedy sampling on the device, as served)");
+  app.add_option("--chunked-deltanet", chunked_deltanet, "prompt tokens of DeltaNet layers in the chunked form");
   app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
   app.add_flag("--tensor-core-decode", tensor_core_decode,
                "generated tokens on the tensor-core kernels too (default: the GEMVs)");
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
     o.cuda_graphs = graphs;
     o.tensor_core_decode = tensor_core_decode;
     o.pdl = pdl;
+    o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);
     const auto t0 = Clock::now();
     auto m = cuda::Qwen35CudaModel::load(config, o);

@@ -9,6 +9,7 @@
 #include "backend/cpu/rope.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_basic.h"
+#include "backend/cuda/ops_gdn_chunked.h"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
@@ -110,6 +111,17 @@ Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, c
   mma_gemm_prepare();
   paged_attention_prefill_prepare();
   moe_mma_prepare();
+  {
+    const auto& c = config_;
+    const GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
+                      int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), float(c.rms_norm_eps)};
+    chunked_gdn_ = options_.chunked_deltanet && c.num_linear_attention_layers() > 0 &&
+                   gated_delta_net_chunked_supported(gs);
+    if (chunked_gdn_) {
+      gated_delta_net_chunked_prepare();
+      prompt_alignment_ = 64;  // the chunk of gated_delta_net_chunked
+    }
+  }
   linear_ = std::make_unique<LinearRunner>(options_.batch_invariant ? 0 : weights_.max_quantized_linear_elems(),
                                            options_.batch_invariant);
   inv_freq_host_ = rope_inv_freq(config_);
@@ -192,7 +204,9 @@ void Qwen35CudaModel::allocate_workspaces() {
   GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
               int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), float(c.rms_norm_eps)};
   if (c.num_linear_attention_layers() > 0) {
-    gdn_ws_.resize(std::max<size_t>(1, gdn_workspace_bytes(gs, int(T))));
+    size_t bytes = gdn_workspace_bytes(gs, int(T));
+    if (chunked_gdn_) bytes = std::max(bytes, gated_delta_net_chunked_workspace_bytes(gs, int(T)));
+    gdn_ws_.resize(std::max<size_t>(1, bytes));
     total += gdn_ws_.bytes();
   }
   MoeShape ms{int(c.num_experts), int(c.num_experts_per_tok), int(c.hidden_size), int(c.moe_intermediate_size)};
@@ -638,8 +652,22 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       const LinearOut qkvz[] = {{&g.in_proj_qkv, qkv_.data()}, {&g.in_proj_z, z_.data()}};
       linear_multi_rows(qkvz, x32_.data(), M, G, s);
       project_f32_pair(g.in_proj_b, b_.data(), g.in_proj_a, a_.data(), M, G);
-      gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
-                      gdn_out_.data(), s);
+      if (chunked_gdn_ && split.generated_rows < M) {
+        // Generated tokens: the recurrent decode kernel; prompt tokens: the chunked (WY) form on
+        // position-aligned chunks of 64 (prefill_alignment()).
+        if (split.generated_rows > 0) {
+          StepMeta gen = meta_;  // the generated sequences and rows are the step's first ones
+          gen.num_tokens = split.generated_rows;
+          gen.num_seqs = split.generated_seqs;
+          gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, gen, gdn_ws_.data(), gdn_ws_.bytes(),
+                          gdn_out_.data(), s);
+        }
+        gated_delta_net_chunked(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, split.generated_seqs,
+                                split.generated_rows, gdn_ws_.data(), gdn_ws_.bytes(), gdn_out_.data(), s);
+      } else {
+        gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
+                        gdn_out_.data(), s);
+      }
       linear_rows(g.out_proj, gdn_out_.data(), M, G, residual_.data(), /*accumulate=*/true, s);
     }
     add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());

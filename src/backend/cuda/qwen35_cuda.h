@@ -42,6 +42,10 @@ struct CudaModelOptions {
   bool tensor_core_decode = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
+  // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
+  // allows; prefill steps are then cut at multiples of 64 positions (prefill_alignment()).
+  // Off: the sequential recurrence for every token.
+  bool chunked_deltanet = true;
 };
 
 class Qwen35CudaModel final : public model::CausalLM {
@@ -59,7 +63,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   void copy_state(int32_t src, int32_t dst) override;
   void forward(std::span<const model::SeqStep> batch, model::StepOutput& out) override;
   bool supports_device_sampling() const override { return true; }
-  // 1 until the DeltaNet prompt kernel works in position-aligned chunks.
+  // 64 with the chunked DeltaNet prompt kernel (its chunks sit at multiples of 64 positions), else 1.
   int prefill_alignment() const override { return prompt_alignment_; }
 
   size_t weight_bytes() const { return weights_.bytes(); }
@@ -99,6 +103,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   cudaStream_t aux_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   int prompt_alignment_ = 1;  // prefill_alignment()
+  bool chunked_gdn_ = false;  // prompt tokens of DeltaNet layers take gated_delta_net_chunked
   std::unique_ptr<LinearRunner> linear_;
   std::vector<float> inv_freq_host_;
   DeviceBuffer<float> inv_freq_;
