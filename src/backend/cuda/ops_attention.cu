@@ -160,7 +160,7 @@ constexpr int kLaneDims = 8;        // dims per lane: one 16-byte bf16 vector
 constexpr int kChunk0 = 64;         // smallest split-KV chunk, a multiple of kTile (64: decode at
                                     // context 512 spreads over 8 chunks per kv head, not 2)
 constexpr int kMaxChunks = 64;      // chunks per query at most; the chunk size doubles beyond
-constexpr int kSplitMaxTokens = 32;  // steps of at most this many tokens may split over CTAs
+constexpr int kSplitMaxTokens = 64;  // steps of at most this many tokens may split over CTAs
 constexpr int kMergeWarps = 4;
 constexpr size_t kMaxSmem = size_t(kStages) * 2 * kTile * 32 * kLaneDims * sizeof(bf16);
 static_assert(kMaxSmem <= 48 * 1024, "attention tile pipeline must fit the default 48 KB of shared memory");
@@ -536,6 +536,229 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   store_output(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
 }
 
+// ---- paged attention: decode kernel -------------------------------------------------------
+
+constexpr int kDecodeMaxTokens = 64;  // steps of at most this many tokens (one per sequence)
+
+// Work items of the decode kernel: (token t, chunk c, y) with y = kv head · head_blocks + head
+// block, numbered u·Y + y where u = first[t] + c and first[t] = Σ_{t' < t} nc(t'). Every warp
+// derives the numbering itself from the tokens' positions (lane l holds tokens 2l and 2l+1),
+// so the kernel needs no shared memory beyond its K/V stages.
+struct DecodeTokens {
+  int pos0, pos1;      // positions of tokens 2·lane, 2·lane + 1 (-1 past M)
+  int seq0, seq1;      // their sequences
+  int first0, first1;  // their first u
+  int total;           // Σ nc over the step's tokens
+};
+
+__device__ __forceinline__ int num_chunks(int pos) { return pos / chunk_size(pos + 1) + 1; }
+
+__device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int lane) {
+  DecodeTokens d;
+  const int t0 = 2 * lane, t1 = 2 * lane + 1, M = meta.num_tokens;
+  d.pos0 = t0 < M ? meta.token_pos[t0] : -1;
+  d.pos1 = t1 < M ? meta.token_pos[t1] : -1;
+  d.seq0 = t0 < M ? meta.token_seq[t0] : 0;
+  d.seq1 = t1 < M ? meta.token_seq[t1] : 0;
+  const int a = d.pos0 >= 0 ? num_chunks(d.pos0) : 0, b = d.pos1 >= 0 ? num_chunks(d.pos1) : 0;
+  int incl = a + b;  // inclusive scan over the lanes
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += n;
+  }
+  d.first0 = incl - a - b;
+  d.first1 = d.first0 + a;
+  d.total = __shfl_sync(kFull, incl, 31);
+  return d;
+}
+
+// grid: (items or fewer CTAs); block: kWarps warps, one (token, q head) row per warp. Each CTA
+// walks the items blockIdx.x, blockIdx.x + gridDim.x, ...; item (t, c, y) computes chunk c of
+// token t's range [0, pos] for q heads [hb·kWarps, (hb+1)·kWarps) of kv head kvh's group with
+// exactly the per-row arithmetic of paged_attention_kernel (the chunk's kTile-position tiles in
+// order, online softmax in the exp2 domain, K/V tiles through the same cp.async pipeline). A
+// token with a single chunk writes its output at once. Otherwise each item stores its chunk
+// partial in the workspace, then (release: __threadfence, barrier, one atomicAdd per CTA) counts
+// itself on the (token, kv head, head block) counter; the item that brings the count to nc folds
+// the nc partials in chunk order with fold_partial (acquire: __threadfence, L2 loads), writes
+// the output and resets the counter to 0. The fold order is the chunk order whatever CTA
+// merges, so the bits are those of paged_attention_kernel and attention_merge_kernel.
+template <typename T, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
+    paged_attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
+                                  StepMeta meta, KvCacheView cache, AttnLaunch L, unsigned* __restrict__ counters,
+                                  T* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* kv_smem = reinterpret_cast<bf16*>(smem_raw);  // [kStages][2][kTile][hd]
+  const int hd = s.head_dim, nq = s.num_q_heads;
+  const int group = nq / s.num_kv_heads;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const bool has_dims = kLaneDims * lane < hd;
+  const int Y = s.num_kv_heads * L.head_blocks;
+  const DecodeTokens tok = decode_tokens(meta, lane);
+  const int n_items = tok.total * Y;  // CTA-uniform
+  const int vec_per_row = hd / kLaneDims;
+  const int vec_per_tile = 2 * kTile * vec_per_row;
+  const size_t stage_elems = size_t(2) * kTile * hd;
+
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    __syncthreads();  // the previous item's last tile is no longer read: its stages may be refilled
+    const int u = item / Y, y = item - (item / Y) * Y;
+    // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
+    const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
+    const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
+    const int t = __popc(b0) + __popc(b1) - 1;
+    const int src = t >> 1;
+    const int pos = __shfl_sync(kFull, (t & 1) ? tok.pos1 : tok.pos0, src);
+    const int seq = __shfl_sync(kFull, (t & 1) ? tok.seq1 : tok.seq0, src);
+    const int chunk = u - __shfl_sync(kFull, (t & 1) ? tok.first1 : tok.first0, src);
+    const int kvh = y / L.head_blocks, hb = y - kvh * L.head_blocks;
+    const int csize = chunk_size(pos + 1), nc = pos / csize + 1;
+    const int c0 = chunk * csize, c_last = min(c0 + csize, pos + 1) - 1;  // the chunk's positions
+    const int n_tiles = (c_last - c0) / kTile + 1;
+
+    const int hg = hb * kWarps + warp;  // q head within the group
+    const bool row_ok = hg < group;     // warp-uniform
+    const size_t oh = size_t(t) * nq + size_t(kvh) * group + size_t(row_ok ? hg : 0);
+    float qv[kLaneDims];
+    {
+      const T* qrow = q + oh * hd;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) {
+        const int d = kLaneDims * lane + i;
+        qv[i] = row_ok && d < hd ? __fmul_rn(to_f32(qrow[d]), L.scale_log2) : 0.0f;
+      }
+    }
+
+    const int32_t* table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+    // Copies tile i of the chunk into a stage; positions past pos are not read (their block may
+    // not exist) and their stale shared-memory contents are never used (selects below).
+    auto load_tile = [&](int i, int stage) {
+      const int t0 = c0 + i * kTile;
+      bf16* dst = kv_smem + size_t(stage) * stage_elems;
+      for (int c = int(threadIdx.x); c < vec_per_tile; c += kWarps * 32) {
+        const int which = c / (kTile * vec_per_row);  // 0: K, 1: V
+        const int rem = c - which * kTile * vec_per_row;
+        const int j = rem / vec_per_row, part = rem - j * vec_per_row;
+        const int p = t0 + j;
+        if (p > pos) continue;
+        const size_t off =
+            cache_offset(cache, table[p / cache.block_size], kvh, p % cache.block_size) + size_t(part) * kLaneDims;
+        cp_async16(dst + (size_t(which) * kTile + j) * hd + part * kLaneDims, (which ? cache.v : cache.k) + off);
+      }
+    };
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+      if (st < n_tiles) load_tile(st, st);
+      cp_async_commit();  // empty groups keep the count uniform
+    }
+
+    float run_m = -INFINITY, run_l = 0.0f, run_acc[kLaneDims];
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) run_acc[i] = 0.0f;
+
+    for (int it = 0; it < n_tiles; ++it) {
+      cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` have landed
+      __syncthreads();               // everyone's have; and tile it-1's stage is free again
+      {
+        const int nx = it + kStages - 1;
+        if (nx < n_tiles) load_tile(nx, nx % kStages);
+        cp_async_commit();
+      }
+      if (!row_ok) continue;  // warp-uniform
+      const int t0 = c0 + it * kTile;
+      const bf16* Ks = kv_smem + size_t(it % kStages) * stage_elems;
+      const bf16* Vs = Ks + size_t(kTile) * hd;
+      // Scores: partial dots over the lane's 8 dims for the 16 positions, then reduce-scatter
+      // (the operations of paged_attention_kernel, one row per warp).
+      float part[kTile];
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        float kf[kLaneDims];
+        if (has_dims) {
+          load_bf16x8(Ks + size_t(j) * hd + kLaneDims * lane, kf);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kLaneDims; ++i) kf[i] = 0.0f;
+        }
+        float a = __fmul_rn(qv[0], kf[0]);
+#pragma unroll
+        for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[i], kf[i], a);
+        part[j] = a;
+      }
+      const float sc = reduce_scatter16(part, lane);  // score of position t0 + (lane & 15)
+      const bool valid = t0 + (lane & 15) <= pos;
+      const int nvalid = min(kTile, pos - t0 + 1);
+      const float tmax = half_warp_max(valid ? sc : -INFINITY);
+      const float nm = fmaxf(run_m, tmax);  // finite: position t0 is valid
+      const float corr = exp2_approx(__fsub_rn(run_m, nm));
+      const float e = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+      run_l = __fmaf_rn(run_l, corr, half_warp_sum(e));
+      run_m = nm;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) run_acc[i] = __fmul_rn(run_acc[i], corr);
+      // acc += e_j · V_j over the valid positions, in position order.
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        if (j < nvalid) {  // warp-uniform
+          float vf[kLaneDims];
+          if (has_dims) {
+            load_bf16x8(Vs + size_t(j) * hd + kLaneDims * lane, vf);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kLaneDims; ++i) vf[i] = 0.0f;
+          }
+          const float ej = __shfl_sync(kFull, e, j);
+#pragma unroll
+          for (int i = 0; i < kLaneDims; ++i) run_acc[i] = __fmaf_rn(ej, vf[i], run_acc[i]);
+        }
+      }
+    }
+    cp_async_wait<0>();
+
+    if (nc == 1) {  // CTA-uniform: the chunk is the whole range (fold_partial takes it as is)
+      if (row_ok) store_output(run_acc, run_l, gate + oh * hd, out + oh * hd, lane, hd);
+      continue;
+    }
+    if (row_ok) {
+      const size_t slot = oh * L.chunk_stride + chunk;
+      if (lane == 0) {
+        L.ws_ml[slot * 2] = run_m;
+        L.ws_ml[slot * 2 + 1] = run_l;
+      }
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) {
+        const int d = kLaneDims * lane + i;
+        if (d < hd) L.ws_acc[slot * hd + d] = run_acc[i];
+      }
+    }
+    __threadfence();  // this thread's part of the partial is visible device-wide ...
+    __syncthreads();  // ... for every thread of the CTA, before the count says so
+    unsigned* counter = counters + size_t(t) * nq + size_t(kvh) * group + size_t(hb) * kWarps;
+    bool is_last = false;
+    if (threadIdx.x == 0) is_last = atomicAdd(counter, 1u) == unsigned(nc - 1);
+    if (!__syncthreads_or(is_last)) continue;  // CTA-uniform
+    __threadfence();  // the other chunks' partials, counted before ours, are visible
+    if (row_ok) {
+      float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
+      bool have = false;
+      for (int c = 0; c < nc; ++c) {
+        const size_t slot = oh * L.chunk_stride + c;
+        float pa[kLaneDims];
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) {
+          const int d = kLaneDims * lane + i;
+          pa[i] = d < hd ? __ldcg(L.ws_acc + slot * hd + d) : 0.0f;
+        }
+        fold_partial(M, Lsum, ACC, have, __ldcg(L.ws_ml + slot * 2), __ldcg(L.ws_ml + slot * 2 + 1), pa);
+      }
+      store_output(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+    }
+    if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
+  }
+}
+
 // ---- launchers ----------------------------------------------------------------------------
 
 int sm_count() {
@@ -554,8 +777,10 @@ size_t chunk_slots(long long max_positions) {
   return size_t(std::min<long long>(kMaxChunks, c));
 }
 
+// Workspace per token: the chunk partials (acc and (max, sum) per q head and chunk slot) and
+// one merge counter per q head (the decode kernel uses one per (kv head, head block)).
 size_t split_bytes_per_token(const AttentionShape& s, size_t slots) {
-  return size_t(s.num_q_heads) * slots * (size_t(s.head_dim) + 2) * sizeof(float);
+  return size_t(s.num_q_heads) * (slots * (size_t(s.head_dim) + 2) * sizeof(float) + sizeof(unsigned));
 }
 
 void check_shape(const AttentionShape& s) {
@@ -586,6 +811,19 @@ void launch_main(dim3 grid, size_t smem, const T* q, const T* gate, const Attent
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
+template <typename T, int kWarps>
+void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const AttentionShape& shape,
+                   const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, unsigned* counters, T* out,
+                   cudaStream_t stream) {
+  // Resident CTAs: __launch_bounds__ caps registers at 128 (16 / kWarps CTAs per SM) and a CTA
+  // takes at most 48 KB of shared memory (4 per SM). More CTAs would only wait for a slot.
+  const size_t cap = size_t(sm_count()) * size_t(16 / kWarps);
+  const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
+  paged_attention_decode_kernel<T, kWarps>
+      <<<grid, kWarps * 32, smem, stream>>>(q, gate, shape, meta, cache, L, counters, out);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T>
 void launch_attention(const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
                       KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, T* out,
@@ -598,10 +836,39 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   if (cache.head_dim != shape.head_dim || cache.num_kv_heads != shape.num_kv_heads)
     throw Error("attention: the KV cache geometry does not match the attention shape");
   const int group = shape.num_q_heads / shape.num_kv_heads;
+  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
+  const size_t per_token = split_bytes_per_token(shape, slots);
+  const size_t smem = size_t(kStages) * 2 * kTile * shape.head_dim * sizeof(bf16);
+  const bool decode = M == meta.num_seqs;
+  // Decode steps of up to kDecodeMaxTokens tokens: one CTA per (token, chunk, kv head, head
+  // block) work item, merge in the same launch (same bits as the kernels below).
+  if (decode && M <= kDecodeMaxTokens &&
+      (slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) {
+    AttnLaunch L{};
+    L.heads_per_cta = group <= 4 ? 4 : group <= 8 ? 8 : M <= 16 ? 8 : 16;  // rows (warps) per CTA
+    L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
+    L.tile_tokens = 1;
+    L.splits = 1;
+    L.chunk_stride = int(slots);
+    L.scale_log2 = scale * kLog2e;
+    unsigned* counters = nullptr;
+    if (slots > 1) {
+      L.ws_acc = static_cast<float*>(workspace);
+      L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
+      counters = reinterpret_cast<unsigned*>(L.ws_ml + size_t(M) * shape.num_q_heads * slots * 2);
+      MOESERVE_CUDA_CHECK(cudaMemsetAsync(counters, 0, size_t(M) * shape.num_q_heads * sizeof(unsigned), stream));
+    }
+    const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
+    switch (L.heads_per_cta) {
+      case 4: launch_decode<T, 4>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+      case 8: launch_decode<T, 8>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+      default: launch_decode<T, 16>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+    }
+    return;
+  }
   // Decode steps (one token per sequence) take the smallest CTA that holds the group's rows;
   // steps with prefill chunks or verify batches take 16 warps so that several tokens of a
   // sequence share each K/V tile.
-  const bool decode = M == meta.num_seqs;
   const int warps = !decode ? 16 : group <= 2 * 4 ? 4 : group <= 2 * 8 ? 8 : 16;
   const int rows = kRowsPerWarp * warps;
   AttnLaunch L{};
@@ -610,10 +877,8 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   L.tile_tokens = rows / L.heads_per_cta;
   L.scale_log2 = scale * kLog2e;
   // Split the KV range over CTAs when the step is small and the workspace holds the partials.
-  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
   L.chunk_stride = int(slots);
   L.splits = 1;
-  const size_t per_token = split_bytes_per_token(shape, slots);
   if (slots > 1 && workspace != nullptr && size_t(M) * per_token <= workspace_bytes) {
     const long long ctas = (long long)M * shape.num_kv_heads * L.head_blocks;
     const long long want = (2LL * sm_count() + ctas - 1) / ctas;
@@ -624,7 +889,6 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
   }
   const dim3 grid(unsigned(M), unsigned(shape.num_kv_heads * L.head_blocks), unsigned(L.splits));
-  const size_t smem = size_t(kStages) * 2 * kTile * shape.head_dim * sizeof(bf16);
   switch (warps) {
     case 4: launch_main<T, 4>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;
     case 8: launch_main<T, 8>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;
