@@ -387,7 +387,10 @@ TEST(GpuOpsAttention, PagedAttentionBitIdenticalAcrossSteps) {
 // same bits; the lone outputs are also checked against the CPU op.
 TEST(GpuOpsAttention, DecodeKernelBitIdenticalBatch1VsBatch64) {
   MOESERVE_REQUIRE_GPU();
-  for (const AttnCase& c : kCases) {
+  // The test shapes (groups of 16, 8, 3 and 3 q heads) and a group of 32 (16 heads per CTA).
+  std::vector<AttnCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({32, 1, 128, 32});
+  for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.name());
     Rng rng(24);
     constexpr int kSeqs = 64;

@@ -573,18 +573,20 @@ __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int 
   return d;
 }
 
-// grid: (items or fewer CTAs); block: kWarps warps, one (token, q head) row per warp. Each CTA
-// walks the items blockIdx.x, blockIdx.x + gridDim.x, ...; item (t, c, y) computes chunk c of
-// token t's range [0, pos] for q heads [hb·kWarps, (hb+1)·kWarps) of kv head kvh's group with
-// exactly the per-row arithmetic of paged_attention_kernel (the chunk's kTile-position tiles in
-// order, online softmax in the exp2 domain, K/V tiles through the same cp.async pipeline). A
-// token with a single chunk writes its output at once. Otherwise each item stores its chunk
-// partial in the workspace, then (release: __threadfence, barrier, one atomicAdd per CTA) counts
-// itself on the (token, kv head, head block) counter; the item that brings the count to nc folds
-// the nc partials in chunk order with fold_partial (acquire: __threadfence, L2 loads), writes
-// the output and resets the counter to 0. The fold order is the chunk order whatever CTA
-// merges, so the bits are those of paged_attention_kernel and attention_merge_kernel.
-template <typename T, int kWarps>
+// grid: (items or fewer CTAs); block: kWarps warps, kRows (token, q head) rows per warp (they
+// share each K/V vector the warp reads from shared memory). Each CTA walks the items
+// blockIdx.x, blockIdx.x + gridDim.x, ...; item (t, c, y) computes chunk c of token t's range
+// [0, pos] for the q heads [hb·H, (hb+1)·H) (H = kRows·kWarps; row r of warp w is head
+// hb·H + r·kWarps + w) of kv head kvh's group, with exactly the per-row arithmetic of
+// paged_attention_kernel: the chunk's kTile-position tiles in order through the same cp.async
+// pipeline, online softmax in the exp2 domain. A token with a single chunk writes its output at
+// once. Otherwise each item stores its chunk partial in the workspace, then (release:
+// __threadfence, barrier, one atomicAdd per CTA) counts itself on the (token, kv head, head
+// block) counter; the item that brings the count to nc folds the nc partials in chunk order
+// with fold_partial (acquire: __threadfence, L2 loads), writes the output and resets the counter
+// to 0. The fold order is the chunk order whatever CTA merges, so the bits are those of
+// paged_attention_kernel + attention_merge_kernel. No CTA ever waits for another.
+template <typename T, int kWarps, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     paged_attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
                                   StepMeta meta, KvCacheView cache, AttnLaunch L, unsigned* __restrict__ counters,
@@ -618,16 +620,21 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     const int c0 = chunk * csize, c_last = min(c0 + csize, pos + 1) - 1;  // the chunk's positions
     const int n_tiles = (c_last - c0) / kTile + 1;
 
-    const int hg = hb * kWarps + warp;  // q head within the group
-    const bool row_ok = hg < group;     // warp-uniform
-    const size_t oh = size_t(t) * nq + size_t(kvh) * group + size_t(row_ok ? hg : 0);
-    float qv[kLaneDims];
-    {
-      const T* qrow = q + oh * hd;
+    bool row_ok[kRows];  // warp-uniform
+    size_t row_oh[kRows];  // token·nq + q head
+    float qv[kRows][kLaneDims];
+    bool any_row = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int hg = hb * kRows * kWarps + r * kWarps + warp;  // q head within the group
+      row_ok[r] = hg < group;
+      any_row = any_row || row_ok[r];
+      row_oh[r] = size_t(t) * nq + size_t(kvh) * group + size_t(row_ok[r] ? hg : 0);
+      const T* qrow = q + row_oh[r] * hd;
 #pragma unroll
       for (int i = 0; i < kLaneDims; ++i) {
         const int d = kLaneDims * lane + i;
-        qv[i] = row_ok && d < hd ? __fmul_rn(to_f32(qrow[d]), L.scale_log2) : 0.0f;
+        qv[r][i] = row_ok[r] && d < hd ? __fmul_rn(to_f32(qrow[d]), L.scale_log2) : 0.0f;
       }
     }
 
@@ -654,9 +661,14 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
       cp_async_commit();  // empty groups keep the count uniform
     }
 
-    float run_m = -INFINITY, run_l = 0.0f, run_acc[kLaneDims];
+    float run_m[kRows], run_l[kRows], run_acc[kRows][kLaneDims];
 #pragma unroll
-    for (int i = 0; i < kLaneDims; ++i) run_acc[i] = 0.0f;
+    for (int r = 0; r < kRows; ++r) {
+      run_m[r] = -INFINITY;
+      run_l[r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = 0.0f;
+    }
 
     for (int it = 0; it < n_tiles; ++it) {
       cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` have landed
@@ -666,13 +678,13 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
         if (nx < n_tiles) load_tile(nx, nx % kStages);
         cp_async_commit();
       }
-      if (!row_ok) continue;  // warp-uniform
+      if (!any_row) continue;  // warp-uniform
       const int t0 = c0 + it * kTile;
       const bf16* Ks = kv_smem + size_t(it % kStages) * stage_elems;
       const bf16* Vs = Ks + size_t(kTile) * hd;
       // Scores: partial dots over the lane's 8 dims for the 16 positions, then reduce-scatter
-      // (the operations of paged_attention_kernel, one row per warp).
-      float part[kTile];
+      // (the operations of paged_attention_kernel). Rows past the group compute zeros.
+      float part[kRows][kTile];
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
         float kf[kLaneDims];
@@ -682,22 +694,29 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 #pragma unroll
           for (int i = 0; i < kLaneDims; ++i) kf[i] = 0.0f;
         }
-        float a = __fmul_rn(qv[0], kf[0]);
 #pragma unroll
-        for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[i], kf[i], a);
-        part[j] = a;
+        for (int r = 0; r < kRows; ++r) {
+          float a = __fmul_rn(qv[r][0], kf[0]);
+#pragma unroll
+          for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[r][i], kf[i], a);
+          part[r][j] = a;
+        }
       }
-      const float sc = reduce_scatter16(part, lane);  // score of position t0 + (lane & 15)
       const bool valid = t0 + (lane & 15) <= pos;
-      const int nvalid = min(kTile, pos - t0 + 1);
-      const float tmax = half_warp_max(valid ? sc : -INFINITY);
-      const float nm = fmaxf(run_m, tmax);  // finite: position t0 is valid
-      const float corr = exp2_approx(__fsub_rn(run_m, nm));
-      const float e = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
-      run_l = __fmaf_rn(run_l, corr, half_warp_sum(e));
-      run_m = nm;
+      const int nvalid = min(kTile, pos - t0 + 1);  // the same for every row of the token
+      float e[kRows];
 #pragma unroll
-      for (int i = 0; i < kLaneDims; ++i) run_acc[i] = __fmul_rn(run_acc[i], corr);
+      for (int r = 0; r < kRows; ++r) {
+        const float sc = reduce_scatter16(part[r], lane);  // score of position t0 + (lane & 15)
+        const float tmax = half_warp_max(valid ? sc : -INFINITY);
+        const float nm = fmaxf(run_m[r], tmax);  // finite: position t0 is valid
+        const float corr = exp2_approx(__fsub_rn(run_m[r], nm));
+        e[r] = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+        run_l[r] = __fmaf_rn(run_l[r], corr, half_warp_sum(e[r]));
+        run_m[r] = nm;
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmul_rn(run_acc[r][i], corr);
+      }
       // acc += e_j · V_j over the valid positions, in position order.
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
@@ -709,42 +728,51 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 #pragma unroll
             for (int i = 0; i < kLaneDims; ++i) vf[i] = 0.0f;
           }
-          const float ej = __shfl_sync(kFull, e, j);
 #pragma unroll
-          for (int i = 0; i < kLaneDims; ++i) run_acc[i] = __fmaf_rn(ej, vf[i], run_acc[i]);
+          for (int r = 0; r < kRows; ++r) {
+            const float ej = __shfl_sync(kFull, e[r], j);
+#pragma unroll
+            for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmaf_rn(ej, vf[i], run_acc[r][i]);
+          }
         }
       }
     }
     cp_async_wait<0>();
 
     if (nc == 1) {  // CTA-uniform: the chunk is the whole range (fold_partial takes it as is)
-      if (row_ok) store_output(run_acc, run_l, gate + oh * hd, out + oh * hd, lane, hd);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (row_ok[r]) store_output(run_acc[r], run_l[r], gate + row_oh[r] * hd, out + row_oh[r] * hd, lane, hd);
       continue;
     }
-    if (row_ok) {
-      const size_t slot = oh * L.chunk_stride + chunk;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (!row_ok[r]) continue;
+      const size_t slot = row_oh[r] * L.chunk_stride + chunk;
       if (lane == 0) {
-        L.ws_ml[slot * 2] = run_m;
-        L.ws_ml[slot * 2 + 1] = run_l;
+        L.ws_ml[slot * 2] = run_m[r];
+        L.ws_ml[slot * 2 + 1] = run_l[r];
       }
 #pragma unroll
       for (int i = 0; i < kLaneDims; ++i) {
         const int d = kLaneDims * lane + i;
-        if (d < hd) L.ws_acc[slot * hd + d] = run_acc[i];
+        if (d < hd) L.ws_acc[slot * hd + d] = run_acc[r][i];
       }
     }
     __threadfence();  // this thread's part of the partial is visible device-wide ...
     __syncthreads();  // ... for every thread of the CTA, before the count says so
-    unsigned* counter = counters + size_t(t) * nq + size_t(kvh) * group + size_t(hb) * kWarps;
+    unsigned* counter = counters + size_t(t) * nq + size_t(kvh) * group + size_t(hb) * kRows * kWarps;
     bool is_last = false;
     if (threadIdx.x == 0) is_last = atomicAdd(counter, 1u) == unsigned(nc - 1);
     if (!__syncthreads_or(is_last)) continue;  // CTA-uniform
     __threadfence();  // the other chunks' partials, counted before ours, are visible
-    if (row_ok) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (!row_ok[r]) continue;
       float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
       bool have = false;
       for (int c = 0; c < nc; ++c) {
-        const size_t slot = oh * L.chunk_stride + c;
+        const size_t slot = row_oh[r] * L.chunk_stride + c;
         float pa[kLaneDims];
 #pragma unroll
         for (int i = 0; i < kLaneDims; ++i) {
@@ -753,7 +781,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
         }
         fold_partial(M, Lsum, ACC, have, __ldcg(L.ws_ml + slot * 2), __ldcg(L.ws_ml + slot * 2 + 1), pa);
       }
-      store_output(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+      store_output(ACC, Lsum, gate + row_oh[r] * hd, out + row_oh[r] * hd, lane, hd);
     }
     if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
   }
@@ -811,7 +839,7 @@ void launch_main(dim3 grid, size_t smem, const T* q, const T* gate, const Attent
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int kWarps>
+template <typename T, int kWarps, int kRows>
 void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const AttentionShape& shape,
                    const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, unsigned* counters, T* out,
                    cudaStream_t stream) {
@@ -819,7 +847,7 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
   // takes at most 48 KB of shared memory (4 per SM). More CTAs would only wait for a slot.
   const size_t cap = size_t(sm_count()) * size_t(16 / kWarps);
   const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
-  paged_attention_decode_kernel<T, kWarps>
+  paged_attention_decode_kernel<T, kWarps, kRows>
       <<<grid, kWarps * 32, smem, stream>>>(q, gate, shape, meta, cache, L, counters, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
@@ -845,7 +873,10 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   if (decode && M <= kDecodeMaxTokens &&
       (slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) {
     AttnLaunch L{};
-    L.heads_per_cta = group <= 4 ? 4 : group <= 8 ? 8 : M <= 16 ? 8 : 16;  // rows (warps) per CTA
+    // Heads per CTA: 4 warps of one row for small groups, else two rows per warp (they share
+    // every K/V vector read from shared memory: fewer instructions per score) on 4 warps (8 heads:
+    // two head blocks of the 122B's group of 16, so batch 1 spreads over twice the SMs) or 8.
+    L.heads_per_cta = group <= 4 ? 4 : group <= 16 ? 8 : 16;
     L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
     L.tile_tokens = 1;
     L.splits = 1;
@@ -860,9 +891,9 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     }
     const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
     switch (L.heads_per_cta) {
-      case 4: launch_decode<T, 4>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
-      case 8: launch_decode<T, 8>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
-      default: launch_decode<T, 16>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+      case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+      case 8: launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+      default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
     }
     return;
   }
