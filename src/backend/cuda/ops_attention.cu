@@ -603,6 +603,11 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   const int vec_per_row = hd / kLaneDims;
   const int vec_per_tile = 2 * kTile * vec_per_row;
   const size_t stage_elems = size_t(2) * kTile * hd;
+  // Tile copies without divisions or per-position table reads when a tile lies in one cache
+  // block and the 16-byte columns of a row divide the CTA's threads (head_dim 8·2^k <= 256).
+  const bool fast_load = cache.block_size % kTile == 0 && (kWarps * 32) % vec_per_row == 0;
+  const int load_part = int(threadIdx.x) % vec_per_row, load_row0 = int(threadIdx.x) / vec_per_row;
+  const int load_row_step = (kWarps * 32) / vec_per_row;
 
   for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
     __syncthreads();  // the previous item's last tile is no longer read: its stages may be refilled
@@ -644,6 +649,16 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     auto load_tile = [&](int i, int stage) {
       const int t0 = c0 + i * kTile;
       bf16* dst = kv_smem + size_t(stage) * stage_elems;
+      if (fast_load) {  // the tile lies in one cache block; thread: fixed 16-byte column `part`
+        const size_t base = cache_offset(cache, table[t0 / cache.block_size], kvh, t0 % cache.block_size);
+        for (int rw = load_row0; rw < 2 * kTile; rw += load_row_step) {  // rows 0..15: K, 16..31: V
+          const int j = rw & (kTile - 1);
+          if (t0 + j > pos) continue;
+          cp_async16(dst + size_t(rw) * hd + load_part * kLaneDims,
+                     (rw < kTile ? cache.k : cache.v) + base + size_t(j) * hd + size_t(load_part) * kLaneDims);
+        }
+        return;
+      }
       for (int c = int(threadIdx.x); c < vec_per_tile; c += kWarps * 32) {
         const int which = c / (kTile * vec_per_row);  // 0: K, 1: V
         const int rem = c - which * kTile * vec_per_row;
