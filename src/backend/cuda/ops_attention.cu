@@ -20,6 +20,27 @@
 //   written once and read once by the merge kernel.
 // attention_merge_kernel: one warp per (token, q head) whose KV range has several chunks;
 //   folds the chunk partials in chunk order and applies the output gate.
+//   These two serve steps with prompt tokens (the fallback for head_dims the tensor-core
+//   kernel lacks), verify batches, decode steps of more than 64 tokens, and decode steps
+//   whose workspace is too small.
+//
+// paged_attention_decode_kernel: decode steps (one token per sequence) of <= 64 tokens, the
+//   generated tokens of the model. Work item = (token, chunk of its range, kv head, head
+//   block of H = 4, 8 or 16 q heads of the group); a grid of at most the resident CTAs walks
+//   the items (numbered from the tokens' positions on the device: the host does not know the
+//   contexts), so a lone decode at context 512 (9 chunks x 2 kv heads x 2 head blocks) runs
+//   36 CTAs of 4 warps, each 4 tiles long, and long contexts fill every SM. Layout: K/V
+//   stages [kStages][K|V][kTile][hd] bf16 (48 KB at hd 256), two rows (q heads) per warp
+//   sharing each K/V vector (one for groups <= 4). Chunk partials [M][nq][chunk][hd] and
+//   (max, sum) in the workspace; the last item of a (token, kv head, head block) to finish
+//   (atomic counter, fences) folds them in chunk order, in the same launch. Roofline: K and V
+//   of the context read from HBM once per (token, kv head), (pos+1)·hd·2·2 B (the head blocks
+//   of one chunk run side by side and share it in L2), plus q, gate, out (3·nq·hd·4 B) and
+//   per chunk after the first 2·(hd+2)·4 B per q head of partials. Per score and row: 8 FMAs
+//   per lane for q·k and 8 for e·v; everything else (bf16 unpacking, shuffles, exp2) is
+//   shared by the 16 positions of a tile or the rows of a warp, so long contexts are bound by
+//   the FMA issue rate (16 FMA instructions per (q head, position) per warp) about as much
+//   as by HBM.
 //
 // Batch invariance. The arithmetic of one query is a function of its position p alone:
 //   * the visible range [0, p] is cut into chunks of chunk_size(p+1) positions (kChunk0,
@@ -35,7 +56,8 @@
 //   round-to-nearest intrinsic (__fmaf_rn, __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn) or
 //   ex2.approx, so the compiler cannot contract or reorder differently in different kernels,
 //   template instances or row slots. Tile size, warp count, split count and the tokens that
-//   share a CTA are therefore free choices of the launcher.
+//   share a CTA are therefore free choices of the launcher, and the decode kernel (one chunk
+//   per work item, merged by the last item) gives the same bits as the tile kernel.
 #include <algorithm>
 #include <cmath>
 #include <string>
