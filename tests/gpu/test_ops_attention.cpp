@@ -379,7 +379,7 @@ TEST(GpuOpsAttention, PagedAttentionBitIdenticalAcrossSteps) {
 }
 
 // Decode steps (one token per sequence, at most 64 tokens) take the work-item decode kernel
-// (a CTA per (token, chunk, kv head, head block), merged in the same launch). A query's bits
+// (a CTA per (token, chunk, kv head, head block), then the merge kernel). A query's bits
 // must not depend on its company: at contexts of 1, 17, 512 and 4100 positions the query alone
 // (batch 1), among 63 other sequences (batch 64, another head-block width), in a batch of 5,
 // next to a 2-token chunk (the step is no longer a decode: the tile kernel and its merge) and

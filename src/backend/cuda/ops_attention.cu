@@ -32,8 +32,10 @@
 //   36 CTAs of 4 warps, each 4 tiles long, and long contexts fill every SM. Layout: K/V
 //   stages [kStages][K|V][kTile][hd] bf16 (48 KB at hd 256), two rows (q heads) per warp
 //   sharing each K/V vector (one for groups <= 4). Chunk partials [M][nq][chunk][hd] and
-//   (max, sum) in the workspace; the last item of a (token, kv head, head block) to finish
-//   (atomic counter, fences) folds them in chunk order, in the same launch. Roofline: K and V
+//   (max, sum) in the workspace, folded by attention_merge_kernel. Both kernels are
+//   programmatic dependent launches (attention_prepare -> decode -> merge): each starts while
+//   its predecessor runs, reads the host-written step metadata, then waits for it (the
+//   launch latency and the metadata round trip leave the critical path). Roofline: K and V
 //   of the context read from HBM once per (token, kv head), (pos+1)·hd·2·2 B (the head blocks
 //   of one chunk run side by side and share it in L2), plus q, gate, out (3·nq·hd·4 B) and
 //   per chunk after the first 2·(hd+2)·4 B per q head of partials. Per score and row: 8 FMAs
@@ -57,7 +59,7 @@
 //   ex2.approx, so the compiler cannot contract or reorder differently in different kernels,
 //   template instances or row slots. Tile size, warp count, split count and the tokens that
 //   share a CTA are therefore free choices of the launcher, and the decode kernel (one chunk
-//   per work item, merged by the last item) gives the same bits as the tile kernel.
+//   per work item) gives the same bits as the tile kernel.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -76,6 +78,21 @@ constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   return v;
+}
+
+// Programmatic dependent launch (sm_90+): attention_prepare lets the decode kernel launch
+// early, and the decode kernel the merge kernel; each dependent waits for the prior grid to
+// complete, its writes visible, before it touches that grid's inputs or outputs. Without the
+// launch attribute both are no-ops.
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ size_t cache_offset(const KvCacheView& c, int block, int head, int slot) {
@@ -128,6 +145,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
                              const float* q_norm_w, const float* k_norm_w, const float* inv_freq, AttentionShape s,
                              StepMeta meta, KvCacheView cache, T* q_out, T* gate_out) {
   __shared__ float rope_buf[kPrepWarps][32 * kMaxDimsPerLane];
+  allow_dependent_launch();  // the decode attention kernel waits for this grid to complete
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nh = s.num_q_heads + s.num_kv_heads;
   const long long item = (long long)blockIdx.x * kPrepWarps + warp;
@@ -531,7 +549,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 }
 
 // One warp per (token, q head): folds the token's chunk partials in chunk order. Tokens with
-// a single chunk were finished by the main kernel.
+// a single chunk were finished by the main (or decode) kernel.
 template <typename T>
 __global__ void __launch_bounds__(kMergeWarps * 32)
     attention_merge_kernel(const T* __restrict__ gate, AttentionShape s, StepMeta meta, AttnLaunch L,
@@ -542,6 +560,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   const int pos = meta.token_pos[m];
   const int csize = chunk_size(pos + 1), nc = pos / csize + 1;
   if (nc == 1) return;
+  wait_for_prior_grid();  // launched as a dependent of the decode kernel: its partials
   const int hd = s.head_dim;
   const size_t oh = size_t(m) * s.num_q_heads + h;
   float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
@@ -602,17 +621,16 @@ __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int 
 // hb·H + r·kWarps + w) of kv head kvh's group, with exactly the per-row arithmetic of
 // paged_attention_kernel: the chunk's kTile-position tiles in order through the same cp.async
 // pipeline, online softmax in the exp2 domain. A token with a single chunk writes its output at
-// once. Otherwise each item stores its chunk partial in the workspace, then (release:
-// __threadfence, barrier, one atomicAdd per CTA) counts itself on the (token, kv head, head
-// block) counter; the item that brings the count to nc folds the nc partials in chunk order
-// with fold_partial (acquire: __threadfence, L2 loads), writes the output and resets the counter
-// to 0. The fold order is the chunk order whatever CTA merges, so the bits are those of
-// paged_attention_kernel + attention_merge_kernel. No CTA ever waits for another.
+// once; otherwise each item stores its chunk partial in the workspace and
+// attention_merge_kernel (a programmatic dependent launch: it starts while this grid runs and
+// waits for it) folds them in chunk order, as after paged_attention_kernel. This kernel is
+// itself a programmatic dependent launch: it reads the step metadata (host-written) first,
+// then waits for attention_prepare (which lets it launch early) before touching q, gate, the
+// cache, the workspace or out.
 template <typename T, int kWarps, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     paged_attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
-                                  StepMeta meta, KvCacheView cache, AttnLaunch L, unsigned* __restrict__ counters,
-                                  T* __restrict__ out) {
+                                  StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* kv_smem = reinterpret_cast<bf16*>(smem_raw);  // [kStages][2][kTile][hd]
   const int hd = s.head_dim, nq = s.num_q_heads;
@@ -620,8 +638,10 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const bool has_dims = kLaneDims * lane < hd;
   const int Y = s.num_kv_heads * L.head_blocks;
-  const DecodeTokens tok = decode_tokens(meta, lane);
-  const int n_items = tok.total * Y;  // CTA-uniform
+  allow_dependent_launch();  // the merge kernel may launch now; it waits for this grid
+  const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
+  const int n_items = tok.total * Y;                   // CTA-uniform
+  wait_for_prior_grid();  // q, gate (and the new tokens' K/V) come from attention_prepare
   const int vec_per_row = hd / kLaneDims;
   const int vec_per_tile = 2 * kTile * vec_per_row;
   const size_t stage_elems = size_t(2) * kTile * hd;
@@ -783,7 +803,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
       continue;
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r) {  // the partial, for attention_merge_kernel
       if (!row_ok[r]) continue;
       const size_t slot = row_oh[r] * L.chunk_stride + chunk;
       if (lane == 0) {
@@ -796,31 +816,6 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
         if (d < hd) L.ws_acc[slot * hd + d] = run_acc[r][i];
       }
     }
-    __threadfence();  // this thread's part of the partial is visible device-wide ...
-    __syncthreads();  // ... for every thread of the CTA, before the count says so
-    unsigned* counter = counters + size_t(t) * nq + size_t(kvh) * group + size_t(hb) * kRows * kWarps;
-    bool is_last = false;
-    if (threadIdx.x == 0) is_last = atomicAdd(counter, 1u) == unsigned(nc - 1);
-    if (!__syncthreads_or(is_last)) continue;  // CTA-uniform
-    __threadfence();  // the other chunks' partials, counted before ours, are visible
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (!row_ok[r]) continue;
-      float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
-      bool have = false;
-      for (int c = 0; c < nc; ++c) {
-        const size_t slot = row_oh[r] * L.chunk_stride + c;
-        float pa[kLaneDims];
-#pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) {
-          const int d = kLaneDims * lane + i;
-          pa[i] = d < hd ? __ldcg(L.ws_acc + slot * hd + d) : 0.0f;
-        }
-        fold_partial(M, Lsum, ACC, have, __ldcg(L.ws_ml + slot * 2), __ldcg(L.ws_ml + slot * 2 + 1), pa);
-      }
-      store_output(ACC, Lsum, gate + row_oh[r] * hd, out + row_oh[r] * hd, lane, hd);
-    }
-    if (threadIdx.x == 0) *counter = 0u;  // ready for the next launch
   }
 }
 
@@ -842,10 +837,9 @@ size_t chunk_slots(long long max_positions) {
   return size_t(std::min<long long>(kMaxChunks, c));
 }
 
-// Workspace per token: the chunk partials (acc and (max, sum) per q head and chunk slot) and
-// one merge counter per q head (the decode kernel uses one per (kv head, head block)).
+// Workspace per token: the chunk partials (acc and (max, sum) per q head and chunk slot).
 size_t split_bytes_per_token(const AttentionShape& s, size_t slots) {
-  return size_t(s.num_q_heads) * (slots * (size_t(s.head_dim) + 2) * sizeof(float) + sizeof(unsigned));
+  return size_t(s.num_q_heads) * slots * (size_t(s.head_dim) + 2) * sizeof(float);
 }
 
 void check_shape(const AttentionShape& s) {
@@ -876,17 +870,33 @@ void launch_main(dim3 grid, size_t smem, const T* q, const T* gate, const Attent
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
+// Launches a kernel as a programmatic dependent launch of the stream's previous kernel (it
+// must execute wait_for_prior_grid before touching that kernel's inputs or outputs).
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, Params(args)...));
+}
+
 template <typename T, int kWarps, int kRows>
 void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const AttentionShape& shape,
-                   const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, unsigned* counters, T* out,
-                   cudaStream_t stream) {
+                   const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
   // Resident CTAs: __launch_bounds__ caps registers at 128 (16 / kWarps CTAs per SM) and a CTA
   // takes at most 48 KB of shared memory (4 per SM). More CTAs would only wait for a slot.
   const size_t cap = size_t(sm_count()) * size_t(16 / kWarps);
   const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
-  paged_attention_decode_kernel<T, kWarps, kRows>
-      <<<grid, kWarps * 32, smem, stream>>>(q, gate, shape, meta, cache, L, counters, out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  launch_dependent(paged_attention_decode_kernel<T, kWarps, kRows>, dim3(grid), dim3(kWarps * 32), smem, stream, q,
+                   gate, shape, meta, cache, L, out);
 }
 
 template <typename T>
@@ -906,7 +916,7 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   const size_t smem = size_t(kStages) * 2 * kTile * shape.head_dim * sizeof(bf16);
   const bool decode = M == meta.num_seqs;
   // Decode steps of up to kDecodeMaxTokens tokens: one CTA per (token, chunk, kv head, head
-  // block) work item, merge in the same launch (same bits as the kernels below).
+  // block) work item, then the merge kernel (same bits as the tile kernel below).
   if (decode && M <= kDecodeMaxTokens &&
       (slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) {
     AttnLaunch L{};
@@ -919,18 +929,20 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     L.splits = 1;
     L.chunk_stride = int(slots);
     L.scale_log2 = scale * kLog2e;
-    unsigned* counters = nullptr;
     if (slots > 1) {
       L.ws_acc = static_cast<float*>(workspace);
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
-      counters = reinterpret_cast<unsigned*>(L.ws_ml + size_t(M) * shape.num_q_heads * slots * 2);
-      MOESERVE_CUDA_CHECK(cudaMemsetAsync(counters, 0, size_t(M) * shape.num_q_heads * sizeof(unsigned), stream));
     }
     const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
     switch (L.heads_per_cta) {
-      case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
-      case 8: launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
-      default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, counters, out, stream); break;
+      case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+      case 8: launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+      default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+    }
+    if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
+      const dim3 mgrid(unsigned(M), unsigned((shape.num_q_heads + kMergeWarps - 1) / kMergeWarps));
+      launch_dependent(attention_merge_kernel<T>, mgrid, dim3(kMergeWarps * 32), 0, stream, gate, shape, meta, L,
+                       out);
     }
     return;
   }
