@@ -311,15 +311,16 @@ __device__ __forceinline__ void fold_partial(float& M, float& L, float* ACC, boo
   M = nm;
 }
 
-// out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims.
-template <typename T>
+// out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims. kL2: gate through L2 only (for
+// dependent launches, which may have started before gate was written).
+template <bool kL2 = false, typename T>
 __device__ __forceinline__ void store_output(const float* ACC, float L, const T* gate_row, T* out_row, int lane,
                                              int hd) {
 #pragma unroll
   for (int i = 0; i < kLaneDims; ++i) {
     const int d = kLaneDims * lane + i;
     if (d < hd) {
-      const float g = to_f32(gate_row[d]);
+      const float g = to_f32(kL2 ? __ldcg(gate_row + d) : gate_row[d]);
       const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
       out_row[d] = from_f32<T>(__fmul_rn(__fdiv_rn(ACC[i], L), sig));
     }
@@ -565,16 +566,33 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   const size_t oh = size_t(m) * s.num_q_heads + h;
   float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
   bool have = false;
-  for (int c = 0; c < nc; ++c) {
-    const size_t slot = oh * L.chunk_stride + c;
-    float pa[kLaneDims];
-    for (int i = 0; i < kLaneDims; ++i) {
-      const int d = kLaneDims * lane + i;
-      pa[i] = d < hd ? L.ws_acc[slot * hd + d] : 0.0f;
+  // kMergeBatch partials are loaded together (one memory round trip, not one per chunk), then
+  // folded in chunk order. L2 loads (.cg): the partials were written by a grid that may have
+  // been running when this one started.
+  constexpr int kMergeBatch = 8;
+  const bool has_dims = kLaneDims * lane < hd;  // hd % 8 == 0: all 8 dims or none
+  for (int c0 = 0; c0 < nc; c0 += kMergeBatch) {
+    float pa[kMergeBatch][kLaneDims], pm[kMergeBatch], pl[kMergeBatch];
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b) {
+      const size_t slot = oh * L.chunk_stride + min(c0 + b, nc - 1);  // clamped: loaded, not folded
+      if (has_dims) {
+        const float4* src = reinterpret_cast<const float4*>(L.ws_acc + slot * hd + kLaneDims * lane);
+        const float4 lo = __ldcg(src), hi = __ldcg(src + 1);
+        pa[b][0] = lo.x, pa[b][1] = lo.y, pa[b][2] = lo.z, pa[b][3] = lo.w;
+        pa[b][4] = hi.x, pa[b][5] = hi.y, pa[b][6] = hi.z, pa[b][7] = hi.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) pa[b][i] = 0.0f;
+      }
+      pm[b] = __ldcg(L.ws_ml + slot * 2);
+      pl[b] = __ldcg(L.ws_ml + slot * 2 + 1);
     }
-    fold_partial(M, Lsum, ACC, have, L.ws_ml[slot * 2], L.ws_ml[slot * 2 + 1], pa);
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b)
+      if (c0 + b < nc) fold_partial(M, Lsum, ACC, have, pm[b], pl[b], pa[b]);
   }
-  store_output(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+  store_output<true>(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
 }
 
 // ---- paged attention: decode kernel -------------------------------------------------------
@@ -681,7 +699,8 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 #pragma unroll
       for (int i = 0; i < kLaneDims; ++i) {
         const int d = kLaneDims * lane + i;
-        qv[r][i] = row_ok[r] && d < hd ? __fmul_rn(to_f32(qrow[d]), L.scale_log2) : 0.0f;
+        // L2 loads: attention_prepare wrote q while this grid was starting.
+        qv[r][i] = row_ok[r] && d < hd ? __fmul_rn(to_f32(__ldcg(qrow + d)), L.scale_log2) : 0.0f;
       }
     }
 
@@ -799,7 +818,8 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     if (nc == 1) {  // CTA-uniform: the chunk is the whole range (fold_partial takes it as is)
 #pragma unroll
       for (int r = 0; r < kRows; ++r)
-        if (row_ok[r]) store_output(run_acc[r], run_l[r], gate + row_oh[r] * hd, out + row_oh[r] * hd, lane, hd);
+        if (row_ok[r])
+          store_output<true>(run_acc[r], run_l[r], gate + row_oh[r] * hd, out + row_oh[r] * hd, lane, hd);
       continue;
     }
 #pragma unroll
