@@ -29,9 +29,10 @@
 //   block of H = 4, 8 or 16 q heads of the group); a grid of at most the resident CTAs walks
 //   the items (numbered from the tokens' positions on the device: the host does not know the
 //   contexts), so a lone decode at context 512 (9 chunks x 2 kv heads x 2 head blocks) runs
-//   36 CTAs of 4 warps, each 4 tiles long, and long contexts fill every SM. Layout: K/V
-//   stages [kStages][K|V][kTile][hd] bf16 (48 KB at hd 256), two rows (q heads) per warp
-//   sharing each K/V vector (one for groups <= 4). Chunk partials [M][nq][chunk][hd] and
+//   36 CTAs, each 4 tiles long, and long contexts fill every SM. Layout: K/V stages
+//   [kStages][K|V][kTile][hd] bf16 (48 KB at hd 256); one row (q head) per warp in steps of
+//   <= 4 tokens and for groups <= 4, else two rows per warp sharing each K/V vector read from
+//   shared memory (fewer instructions per score). Chunk partials [M][nq][chunk][hd] and
 //   (max, sum) in the workspace, folded by attention_merge_kernel. Both kernels are
 //   programmatic dependent launches (attention_prepare -> decode -> merge): each starts while
 //   its predecessor runs, reads the host-written step metadata, then waits for it (the
@@ -940,9 +941,11 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   if (decode && M <= kDecodeMaxTokens &&
       (slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) {
     AttnLaunch L{};
-    // Heads per CTA: 4 warps of one row for small groups, else two rows per warp (they share
-    // every K/V vector read from shared memory: fewer instructions per score) on 4 warps (8 heads:
-    // two head blocks of the 122B's group of 16, so batch 1 spreads over twice the SMs) or 8.
+    // Heads per CTA: 4 (one per warp) for small groups, 8 (two head blocks of the 122B's group
+    // of 16, so that a lone decode spreads over twice the SMs) or 16. With 8: steps of <= 4
+    // tokens run 8 warps of one row (more warps per SM to hide latency: few items), larger
+    // steps 4 warps of two rows (they share every K/V vector read from shared memory: fewer
+    // instructions per score). Same bits either way.
     L.heads_per_cta = group <= 4 ? 4 : group <= 16 ? 8 : 16;
     L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
     L.tile_tokens = 1;
@@ -956,7 +959,12 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
     switch (L.heads_per_cta) {
       case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
-      case 8: launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+      case 8:
+        if (M <= 4)
+          launch_decode<T, 8, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+        else
+          launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+        break;
       default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
     }
     if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
