@@ -35,8 +35,9 @@
 //   shared memory (fewer instructions per score). Chunk partials [M][nq][chunk][hd] and
 //   (max, sum) in the workspace, folded by attention_merge_kernel. Both kernels are
 //   programmatic dependent launches (attention_prepare -> decode -> merge): each starts while
-//   its predecessor runs, reads the host-written step metadata, then waits for it (the
-//   launch latency and the metadata round trip leave the critical path). Roofline: K and V
+//   its predecessor runs, reads the host-written step metadata (and the decode kernel starts
+//   copying its first K/V tiles, all but the one holding the token's own new row), then waits
+//   for it: the launch latency and those round trips leave the critical path. Roofline: K and V
 //   of the context read from HBM once per (token, kv head), (pos+1)·hd·2·2 B (the head blocks
 //   of one chunk run side by side and share it in L2), plus q, gate, out (3·nq·hd·4 B) and
 //   per chunk after the first 2·(hd+2)·4 B per q head of partials. Per score and row: 8 FMAs
@@ -643,9 +644,10 @@ __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int 
 // once; otherwise each item stores its chunk partial in the workspace and
 // attention_merge_kernel (a programmatic dependent launch: it starts while this grid runs and
 // waits for it) folds them in chunk order, as after paged_attention_kernel. This kernel is
-// itself a programmatic dependent launch: it reads the step metadata (host-written) first,
-// then waits for attention_prepare (which lets it launch early) before touching q, gate, the
-// cache, the workspace or out.
+// itself a programmatic dependent launch: it reads the step metadata (host-written) and
+// starts the first item's K/V copies except the tile with the token's own position first,
+// then waits for attention_prepare (which lets it launch early and writes exactly q, gate and
+// that K/V row) before touching q, gate, that tile, the workspace or out.
 template <typename T, int kWarps, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     paged_attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
@@ -660,7 +662,6 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   allow_dependent_launch();  // the merge kernel may launch now; it waits for this grid
   const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
   const int n_items = tok.total * Y;                   // CTA-uniform
-  wait_for_prior_grid();  // q, gate (and the new tokens' K/V) come from attention_prepare
   const int vec_per_row = hd / kLaneDims;
   const int vec_per_tile = 2 * kTile * vec_per_row;
   const size_t stage_elems = size_t(2) * kTile * hd;
@@ -670,21 +671,92 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   const int load_part = int(threadIdx.x) % vec_per_row, load_row0 = int(threadIdx.x) / vec_per_row;
   const int load_row_step = (kWarps * 32) / vec_per_row;
 
-  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
-    __syncthreads();  // the previous item's last tile is no longer read: its stages may be refilled
+  struct Item {
+    int t, pos, kvh, hb, chunk, nc, c0, n_tiles;
+    const int32_t* table;  // the token's block table
+  };
+  auto map_item = [&](int item) {
+    Item w;
     const int u = item / Y, y = item - (item / Y) * Y;
     // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
     const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
     const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
-    const int t = __popc(b0) + __popc(b1) - 1;
-    const int src = t >> 1;
-    const int pos = __shfl_sync(kFull, (t & 1) ? tok.pos1 : tok.pos0, src);
-    const int seq = __shfl_sync(kFull, (t & 1) ? tok.seq1 : tok.seq0, src);
-    const int chunk = u - __shfl_sync(kFull, (t & 1) ? tok.first1 : tok.first0, src);
-    const int kvh = y / L.head_blocks, hb = y - kvh * L.head_blocks;
-    const int csize = chunk_size(pos + 1), nc = pos / csize + 1;
-    const int c0 = chunk * csize, c_last = min(c0 + csize, pos + 1) - 1;  // the chunk's positions
-    const int n_tiles = (c_last - c0) / kTile + 1;
+    w.t = __popc(b0) + __popc(b1) - 1;
+    const int src = w.t >> 1;
+    w.pos = __shfl_sync(kFull, (w.t & 1) ? tok.pos1 : tok.pos0, src);
+    const int seq = __shfl_sync(kFull, (w.t & 1) ? tok.seq1 : tok.seq0, src);
+    w.chunk = u - __shfl_sync(kFull, (w.t & 1) ? tok.first1 : tok.first0, src);
+    w.kvh = y / L.head_blocks;
+    w.hb = y - w.kvh * L.head_blocks;
+    const int csize = chunk_size(w.pos + 1);
+    w.nc = w.pos / csize + 1;
+    w.c0 = w.chunk * csize;
+    const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
+    w.n_tiles = (c_last - w.c0) / kTile + 1;
+    w.table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+    return w;
+  };
+  // Tile i of the item's chunk holds the token's own position (whose K/V attention_prepare
+  // writes) iff it is the range's last tile.
+  auto has_own_pos = [&](const Item& w, int i) { return w.pos < w.c0 + (i + 1) * kTile; };
+  // Copies tile i of the item's chunk into a stage; positions past pos are not read (their
+  // block may not exist) and their stale shared-memory contents are never used (selects below).
+  auto load_tile = [&](const Item& w, int i, int stage) {
+    const int t0 = w.c0 + i * kTile;
+    bf16* dst = kv_smem + size_t(stage) * stage_elems;
+    if (fast_load) {  // the tile lies in one cache block; thread: fixed 16-byte column `part`
+      const size_t base = cache_offset(cache, w.table[t0 / cache.block_size], w.kvh, t0 % cache.block_size);
+      for (int rw = load_row0; rw < 2 * kTile; rw += load_row_step) {  // rows 0..15: K, 16..31: V
+        const int j = rw & (kTile - 1);
+        if (t0 + j > w.pos) continue;
+        cp_async16(dst + size_t(rw) * hd + load_part * kLaneDims,
+                   (rw < kTile ? cache.k : cache.v) + base + size_t(j) * hd + size_t(load_part) * kLaneDims);
+      }
+      return;
+    }
+    for (int c = int(threadIdx.x); c < vec_per_tile; c += kWarps * 32) {
+      const int which = c / (kTile * vec_per_row);  // 0: K, 1: V
+      const int rem = c - which * kTile * vec_per_row;
+      const int j = rem / vec_per_row, part = rem - j * vec_per_row;
+      const int p = t0 + j;
+      if (p > w.pos) continue;
+      const size_t off = cache_offset(cache, w.table[p / cache.block_size], w.kvh, p % cache.block_size) +
+                         size_t(part) * kLaneDims;
+      cp_async16(dst + (size_t(which) * kTile + j) * hd + part * kLaneDims, (which ? cache.v : cache.k) + off);
+    }
+  };
+
+  // The CTA's first item starts copying its first tiles before the wait, except a tile with
+  // the token's own position: attention_prepare may still be writing that K/V row (it writes
+  // nothing else this kernel reads before the wait). These copies are committed after the
+  // wait, in one group with the rest of the prologue.
+  if (int(blockIdx.x) < n_items) {
+    const Item w = map_item(int(blockIdx.x));
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st)
+      if (st < w.n_tiles && !has_own_pos(w, st)) load_tile(w, st, st);
+  }
+  wait_for_prior_grid();  // q, gate and the new tokens' K/V come from attention_prepare
+
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    const bool first_item = item == int(blockIdx.x);  // CTA-uniform
+    const Item w = map_item(item);
+    if (first_item) {
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st)
+        if (st < w.n_tiles && has_own_pos(w, st)) load_tile(w, st, st);
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st) cp_async_commit();  // group 0: all of them
+    } else {
+      __syncthreads();  // the previous item's last tile is no longer read: its stages may be refilled
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st) {
+        if (st < w.n_tiles) load_tile(w, st, st);
+        cp_async_commit();  // empty groups keep the count uniform
+      }
+    }
+    const int t = w.t, pos = w.pos, kvh = w.kvh, hb = w.hb, chunk = w.chunk, nc = w.nc, c0 = w.c0;
+    const int n_tiles = w.n_tiles;
 
     bool row_ok[kRows];  // warp-uniform
     size_t row_oh[kRows];  // token·nq + q head
@@ -705,39 +777,6 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
       }
     }
 
-    const int32_t* table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
-    // Copies tile i of the chunk into a stage; positions past pos are not read (their block may
-    // not exist) and their stale shared-memory contents are never used (selects below).
-    auto load_tile = [&](int i, int stage) {
-      const int t0 = c0 + i * kTile;
-      bf16* dst = kv_smem + size_t(stage) * stage_elems;
-      if (fast_load) {  // the tile lies in one cache block; thread: fixed 16-byte column `part`
-        const size_t base = cache_offset(cache, table[t0 / cache.block_size], kvh, t0 % cache.block_size);
-        for (int rw = load_row0; rw < 2 * kTile; rw += load_row_step) {  // rows 0..15: K, 16..31: V
-          const int j = rw & (kTile - 1);
-          if (t0 + j > pos) continue;
-          cp_async16(dst + size_t(rw) * hd + load_part * kLaneDims,
-                     (rw < kTile ? cache.k : cache.v) + base + size_t(j) * hd + size_t(load_part) * kLaneDims);
-        }
-        return;
-      }
-      for (int c = int(threadIdx.x); c < vec_per_tile; c += kWarps * 32) {
-        const int which = c / (kTile * vec_per_row);  // 0: K, 1: V
-        const int rem = c - which * kTile * vec_per_row;
-        const int j = rem / vec_per_row, part = rem - j * vec_per_row;
-        const int p = t0 + j;
-        if (p > pos) continue;
-        const size_t off =
-            cache_offset(cache, table[p / cache.block_size], kvh, p % cache.block_size) + size_t(part) * kLaneDims;
-        cp_async16(dst + (size_t(which) * kTile + j) * hd + part * kLaneDims, (which ? cache.v : cache.k) + off);
-      }
-    };
-#pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
-      if (st < n_tiles) load_tile(st, st);
-      cp_async_commit();  // empty groups keep the count uniform
-    }
-
     float run_m[kRows], run_l[kRows], run_acc[kRows][kLaneDims];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -752,7 +791,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
       __syncthreads();               // everyone's have; and tile it-1's stage is free again
       {
         const int nx = it + kStages - 1;
-        if (nx < n_tiles) load_tile(nx, nx % kStages);
+        if (nx < n_tiles) load_tile(w, nx, nx % kStages);
         cp_async_commit();
       }
       if (!any_row) continue;  // warp-uniform
