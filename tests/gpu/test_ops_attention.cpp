@@ -8,7 +8,8 @@
 //     (split-KV + merge), inside a prefill chunk, a verify batch or next to other sequences,
 //     across the chunk-size change at 16384 positions (the alone outputs also against the CPU);
 //   the decode kernel (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
-//     bit for bit, at contexts of 1, 17, 512 and 4100 positions, and against the CPU.
+//     bit for bit, at contexts of 1, 17, 512 and 4100 positions, and against the CPU; right
+//     after attention_prepare (programmatic dependent launch) vs with a synchronisation.
 // Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
 // 35B-A3B one (16 q heads), the fixtures' (6/2 heads of 24, rotary 6) and an odd one
 // (head_dim 72, 4 KV heads).
@@ -514,4 +515,94 @@ TEST(GpuOpsAttention, DecodeKernelBitIdenticalBatch1VsBatch64) {
     EXPECT_TRUE(all_close("decode kernel alone vs CPU " + c.name(), got_all, ref,
                           {int64_t(targets.size()), c.nq, c.hd}, {"query", "head", "d"}, 2e-5, 1e-4));
   }
+}
+
+// attention_prepare followed at once by paged_attention on one stream, as the model runs them:
+// the decode kernel is a programmatic dependent launch that starts while attention_prepare
+// runs (it copies the older K/V rows before it waits) and the merge kernel one of the decode
+// kernel. Every repetition must give the bits of the same two calls with a synchronisation in
+// between. The new tokens' cache rows hold large garbage until attention_prepare writes them,
+// and the contexts put the new token in the first, second or a later tile of its chunk, so a
+// copy of its tile made too early would show.
+TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
+  MOESERVE_REQUIRE_GPU();
+  const AttnCase c{32, 2, 256, 64};
+  Rng rng(25);
+  const std::vector<int> lens{1, 17, 33, 64, 65, 512, 513, 1000, 4100};  // positions, the new token's included
+  std::vector<SeqSpec> seqs;
+  for (int len : lens) seqs.push_back({len - 1, 1, 0, {}});
+  const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
+  int max_blocks = 0;
+  for (const auto& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+  DeviceStepMeta meta(seqs, max_blocks);
+  const int M = meta.num_tokens();
+  Pools pools(rng, c, blocks);  // garbage everywhere, then the older positions
+  for (const auto& s : seqs) {
+    const int len = s.start_pos;
+    const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+    const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+    for (int p = 0; p < len; ++p)
+      for (int h = 0; h < c.nkv; ++h) {
+        const size_t dst = pools.offset(c, s.blocks[size_t(p / kBlock)], h, p % kBlock);
+        const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+        std::copy_n(kk.begin() + long(src), c.hd, pools.k_host.begin() + long(dst));
+        std::copy_n(vv.begin() + long(src), c.hd, pools.v_host.begin() + long(dst));
+      }
+  }
+  const cpu::RotaryEmbedding rope(c.rot, 1e7);
+  const auto qg = random_f32(rng, size_t(M) * c.nq * 2 * c.hd, 2.0f);
+  const auto k = random_f32(rng, size_t(M) * c.nkv * c.hd, 2.0f);
+  const auto v = random_f32(rng, size_t(M) * c.nkv * c.hd, 1.0f);
+  const auto qn = random_f32(rng, size_t(c.hd), 0.3f), kn = random_f32(rng, size_t(c.hd), 0.3f);
+  auto d_qg = to_device_f32(qg), d_kk = to_device_f32(k), d_vv = to_device_f32(v);
+  auto d_qn = to_device_f32(qn), d_kn = to_device_f32(kn), d_freq = to_device_f32(rope.inv_freq());
+  const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, 1e-6f};
+  const size_t ws_bytes = cuda::paged_attention_workspace_bytes(shape, M, max_blocks * kBlock);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  DeviceBuffer<float> d_q(size_t(M) * c.nq * c.hd), d_gate(d_q.size()), d_out(d_q.size());
+  auto d_k_pool = to_device_bf16(pools.k_host), d_v_pool = to_device_bf16(pools.v_host);
+  const cuda::KvCacheView view{d_k_pool.data(), d_v_pool.data(), blocks, c.nkv, kBlock, c.hd};
+  const auto k_garbage = to_device_bf16(pools.k_host), v_garbage = to_device_bf16(pools.v_host);
+  const float scale = 1.0f / std::sqrt(float(c.hd));
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  auto run = [&](bool sync) {
+    // The cache as before the step (the new rows garbage again), q, gate and out cleared.
+    const size_t pool_bytes = pools.k_host.size() * sizeof(bf16);
+    EXPECT_EQ(cudaMemcpyAsync(d_k_pool.data(), k_garbage.data(), pool_bytes, cudaMemcpyDeviceToDevice, st),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(d_v_pool.data(), v_garbage.data(), pool_bytes, cudaMemcpyDeviceToDevice, st),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_q.data(), 0xff, d_q.size() * sizeof(float), st), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_gate.data(), 0xff, d_gate.size() * sizeof(float), st), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_out.data(), 0xff, d_out.size() * sizeof(float), st), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    cuda::attention_prepare(d_qg.data(), d_kk.data(), d_vv.data(), d_qn.data(), d_kn.data(), d_freq.data(), shape,
+                            meta.meta(), view, d_q.data(), d_gate.data(), st);
+    if (sync) EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    cuda::paged_attention(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, ws.data(), ws_bytes,
+                          d_out.data(), st);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    return to_host(d_out);
+  };
+  const auto ref = run(true);
+  size_t finite = 0;
+  for (float x : ref) finite += std::isfinite(x) ? 1 : 0;
+  EXPECT_EQ(finite, ref.size()) << "the synchronised run left non-finite outputs";
+  for (int rep = 0; rep < 20; ++rep) {
+    const auto got = run(false);
+    size_t mismatched = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &got[i], 4);
+      std::memcpy(&b, &ref[i], 4);
+      if (a != b && mismatched++ == 0) first = i;
+    }
+    const size_t row = size_t(c.nq) * c.hd;
+    EXPECT_EQ(mismatched, 0u) << "repetition " << rep << ": " << mismatched << " values differ; first: context "
+                              << lens[first / row] << " head " << (first % row) / size_t(c.hd) << ": "
+                              << got[first] << " vs " << ref[first];
+    if (mismatched) break;
+  }
+  cudaStreamDestroy(st);
 }
