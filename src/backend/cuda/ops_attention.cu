@@ -69,6 +69,7 @@
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -80,21 +81,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   return v;
-}
-
-// Programmatic dependent launch (sm_90+): attention_prepare lets the decode kernel launch
-// early, and the decode kernel the merge kernel; each dependent waits for the prior grid to
-// complete, its writes visible, before it touches that grid's inputs or outputs. Without the
-// launch attribute both are no-ops.
-__device__ __forceinline__ void allow_dependent_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ size_t cache_offset(const KvCacheView& c, int block, int head, int slot) {
@@ -147,7 +133,7 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
                              const float* q_norm_w, const float* k_norm_w, const float* inv_freq, AttentionShape s,
                              StepMeta meta, KvCacheView cache, T* q_out, T* gate_out) {
   __shared__ float rope_buf[kPrepWarps][32 * kMaxDimsPerLane];
-  allow_dependent_launch();  // the decode attention kernel waits for this grid to complete
+  pdl_launch_dependents();  // the decode attention kernel (PDL) waits for this grid to complete
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nh = s.num_q_heads + s.num_kv_heads;
   const long long item = (long long)blockIdx.x * kPrepWarps + warp;
@@ -563,7 +549,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   const int pos = meta.token_pos[m];
   const int csize = chunk_size(pos + 1), nc = pos / csize + 1;
   if (nc == 1) return;
-  wait_for_prior_grid();  // launched as a dependent of the decode kernel: its partials
+  pdl_wait();  // launched as a dependent of the decode kernel: its partials
   const int hd = s.head_dim;
   const size_t oh = size_t(m) * s.num_q_heads + h;
   float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
@@ -647,7 +633,10 @@ __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int 
 // itself a programmatic dependent launch: it reads the step metadata (host-written) and
 // starts the first item's K/V copies except the tile with the token's own position first,
 // then waits for attention_prepare (which lets it launch early and writes exactly q, gate and
-// that K/V row) before touching q, gate, that tile, the workspace or out.
+// that K/V row) before touching q, gate, that tile, the workspace or out. (An exception to
+// pdl.cuh's rule, on purpose: the older rows were written by the attention_prepare of earlier
+// steps, complete before this step began, and no kernel of the step writes them; the metadata
+// comes from the step's host copy.)
 template <typename T, int kWarps, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     paged_attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
@@ -659,7 +648,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
   const bool has_dims = kLaneDims * lane < hd;
   const int Y = s.num_kv_heads * L.head_blocks;
-  allow_dependent_launch();  // the merge kernel may launch now; it waits for this grid
+  pdl_launch_dependents();  // the merge kernel may get resident now; it waits for this grid
   const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
   const int n_items = tok.total * Y;                   // CTA-uniform
   const int vec_per_row = hd / kLaneDims;
@@ -736,7 +725,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     for (int st = 0; st < kStages - 1; ++st)
       if (st < w.n_tiles && !has_own_pos(w, st)) load_tile(w, st, st);
   }
-  wait_for_prior_grid();  // q, gate and the new tokens' K/V come from attention_prepare
+  pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
 
   for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
     const bool first_item = item == int(blockIdx.x);  // CTA-uniform
@@ -930,24 +919,6 @@ void launch_main(dim3 grid, size_t smem, const T* q, const T* gate, const Attent
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-// Launches a kernel as a programmatic dependent launch of the stream's previous kernel (it
-// must execute wait_for_prior_grid before touching that kernel's inputs or outputs).
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, Params(args)...));
-}
-
 template <typename T, int kWarps, int kRows>
 void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const AttentionShape& shape,
                    const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
@@ -955,8 +926,8 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
   // takes at most 48 KB of shared memory (4 per SM). More CTAs would only wait for a slot.
   const size_t cap = size_t(sm_count()) * size_t(16 / kWarps);
   const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
-  launch_dependent(paged_attention_decode_kernel<T, kWarps, kRows>, dim3(grid), dim3(kWarps * 32), smem, stream, q,
-                   gate, shape, meta, cache, L, out);
+  launch_pdl(true, paged_attention_decode_kernel<T, kWarps, kRows>, dim3(grid), dim3(kWarps * 32), smem, stream, q,
+             gate, shape, meta, cache, L, out);  // one wave at most
 }
 
 template <typename T>
@@ -1008,8 +979,8 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     }
     if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
       const dim3 mgrid(unsigned(M), unsigned((shape.num_q_heads + kMergeWarps - 1) / kMergeWarps));
-      launch_dependent(attention_merge_kernel<T>, mgrid, dim3(kMergeWarps * 32), 0, stream, gate, shape, meta, L,
-                       out);
+      launch_pdl(true, attention_merge_kernel<T>, mgrid, dim3(kMergeWarps * 32), 0, stream, gate, shape, meta, L,
+                 out);
     }
     return;
   }
