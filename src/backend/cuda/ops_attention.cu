@@ -4,7 +4,9 @@
 //   per CTA, so a step of M tokens runs M·(nq+nkv) independent warps. Lane i holds dims
 //   i, i+32, ... (head_dim <= 256). A warp's arithmetic depends only on its own token.
 //   Roofline: reads qg (2·nq·hd) and k, v (2·nkv·hd) once, writes q, gate (2·nq·hd) and the
-//   two cache rows (2·nkv·hd bf16) per token.
+//   two cache rows (2·nkv·hd bf16) per token. In steps of <= 64 tokens it is a programmatic
+//   dependent launch (reads the metadata, then waits for the projection kernel) and lets the
+//   decode attention kernel launch at once.
 //
 // paged_attention_kernel: one CTA per (query tile, kv head [, q-head block], KV split).
 //   A query tile is up to Q consecutive tokens of one sequence; the CTA's rows are
@@ -90,6 +92,7 @@ __device__ __forceinline__ size_t cache_offset(const KvCacheView& c, int block, 
 // ---- attention_prepare ------------------------------------------------------------------
 
 constexpr int kPrepWarps = 4;
+constexpr int kPrepPdlMaxTokens = 64;  // steps of at most this many tokens launch it with PDL
 
 // RMSNorm (1+w) over hd values held by a warp (lane i holds dims i, i+32, ...), then NeoX
 // RoPE on the first rotary_dim dims. vals: this lane's values; row: the warp's 256-float
@@ -140,7 +143,12 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
   if (item >= (long long)meta.num_tokens * nh) return;  // warp-uniform; only __syncwarp below
   const int m = int(item / nh), h = int(item % nh);
   const int hd = s.head_dim;
+  // The step metadata (a host copy) before the wait; qg, k, v come from the projection kernel.
   const int pos = meta.token_pos[m];
+  const int block = h < s.num_q_heads ? 0
+                                      : meta.block_tables[size_t(meta.token_seq[m]) * meta.max_blocks_per_seq +
+                                                          pos / cache.block_size];
+  pdl_wait();
   float vals[kMaxDimsPerLane];
   if (h < s.num_q_heads) {
     const T* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
@@ -158,8 +166,6 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
     }
   } else {
     const int kh = h - s.num_q_heads;
-    const int seq = meta.token_seq[m];
-    const int block = meta.block_tables[size_t(seq) * meta.max_blocks_per_seq + pos / cache.block_size];
     const int slot = pos % cache.block_size;
     const T* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
@@ -907,9 +913,9 @@ void launch_prepare(const T* qg, const T* k, const T* v, const float* q_norm_w, 
   check_shape(shape);
   const long long items = (long long)meta.num_tokens * (shape.num_q_heads + shape.num_kv_heads);
   const unsigned blocks = unsigned((items + kPrepWarps - 1) / kPrepWarps);
-  attention_prepare_kernel<T><<<blocks, kPrepWarps * 32, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape,
-                                                                       meta, cache, q_out, gate_out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  // A programmatic dependent launch for decode-sized steps (about one wave at most).
+  launch_pdl(meta.num_tokens <= kPrepPdlMaxTokens, attention_prepare_kernel<T>, dim3(blocks), dim3(kPrepWarps * 32), 0,
+             stream, qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta, cache, q_out, gate_out);
 }
 
 template <typename T, int kWarps>
