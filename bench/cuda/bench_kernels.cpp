@@ -437,7 +437,9 @@ class KernelBench {
   void attention(int b, int ctx, int calls, bool in_total) {
     const auto& c = c_;
     const std::string suffix = " ctx=" + std::to_string(ctx);
-    if (!wanted("attention_prepare" + suffix) && !wanted("paged_attention" + suffix)) return;
+    if (!wanted("attention_prepare" + suffix) && !wanted("paged_attention" + suffix) &&
+        !wanted("attention_prepare+paged" + suffix))
+      return;
     const AttentionShape as{int(c.num_attention_heads), int(c.num_key_value_heads), int(c.head_dim),
                             int(c.rotary_dim()), float(c.rms_norm_eps)};
     constexpr int kBlock = 16;
@@ -485,6 +487,23 @@ class KernelBench {
       const Timing t = timer_.time(launch, copies);
       const double bytes = kv_read + double(b) * double(q_dim) * 3 * 4;  // + q, gate read, out written
       record("paged_attention" + suffix, "bf16 kv", "kv " + std::to_string(ctx + 1), b, calls, t, bytes, in_total);
+    }
+    // The two as the model runs them back to back (the decode kernel is a programmatic
+    // dependent launch of attention_prepare): the generated tokens' attention per layer. Not
+    // in the step total (the rows above are). Bytes: the K/V read and the activations of both.
+    if (wanted("attention_prepare+paged" + suffix)) {
+      const float scale = 1.0f / std::sqrt(float(as.head_dim));
+      auto launch = [&](int64_t i) {
+        const StepMeta m = meta.at(int(i % copies));
+        attention_prepare(qg.data(), k.data(), v.data(), qn.data(), kn.data(), inv_freq.data(), as, m, kv, q.data(),
+                          gate.data(), s_);
+        paged_attention(q.data(), gate.data(), as, m, kv, scale, ws.data(), ws.bytes(), out.data(), s_);
+      };
+      const Timing t = timer_.time(launch, copies);
+      const double bytes = kv_read + double(b) * (double(q_dim) * 2 * 4 + double(kv_dim) * 2 * 4 +  // qg, k, v
+                                                  double(q_dim) * 5 * 4 + double(kv_dim) * 2 * 2);  // q, gate, out, K/V
+      record("attention_prepare+paged" + suffix, "bf16 kv", "kv " + std::to_string(ctx + 1), b, calls, t, bytes,
+             false);
     }
   }
 

@@ -6,7 +6,10 @@
 //     tables, and contexts long enough for a split-KV kernel (up to 16k positions);
 //   batch invariance: a query's output is bit-identical whether it runs as a lone decode
 //     (split-KV + merge), inside a prefill chunk, a verify batch or next to other sequences,
-//     across the chunk-size change at 16384 positions (the alone outputs also against the CPU).
+//     across the chunk-size change at 16384 positions (the alone outputs also against the CPU);
+//   the decode kernel (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
+//     bit for bit, at contexts of 1, 17, 512 and 4100 positions, and against the CPU; right
+//     after attention_prepare (programmatic dependent launch) vs with a synchronisation.
 // Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
 // 35B-A3B one (16 q heads), the fixtures' (6/2 heads of 24, rotary 6) and an odd one
 // (head_dim 72, 4 KV heads).
@@ -374,4 +377,232 @@ TEST(GpuOpsAttention, PagedAttentionBitIdenticalAcrossSteps) {
     EXPECT_TRUE(all_close("paged_attention alone vs CPU " + c.name(), got_all, ref,
                           {int64_t(keys.size()), c.nq, c.hd}, {"query", "head", "d"}, 2e-5, 1e-4));
   }
+}
+
+// Decode steps (one token per sequence, at most 64 tokens) take the work-item decode kernel
+// (a CTA per (token, chunk, kv head, head block), then the merge kernel). A query's bits
+// must not depend on its company: at contexts of 1, 17, 512 and 4100 positions the query alone
+// (batch 1), among 63 other sequences (batch 64, another head-block width), in a batch of 5,
+// next to a 2-token chunk (the step is no longer a decode: the tile kernel and its merge) and
+// as a decode without workspace (the tile kernel folding the chunks in registers) gives the
+// same bits; the lone outputs are also checked against the CPU op.
+TEST(GpuOpsAttention, DecodeKernelBitIdenticalBatch1VsBatch64) {
+  MOESERVE_REQUIRE_GPU();
+  // The test shapes (groups of 16, 8, 3 and 3 q heads) and a group of 32 (16 heads per CTA).
+  std::vector<AttnCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({32, 1, 128, 32});
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    Rng rng(24);
+    constexpr int kSeqs = 64;
+    const std::vector<int> targets{1, 17, 512, 4100};  // contexts: the query sits at position ctx - 1
+    const std::vector<int> target_seq{63, 0, 37, 13};  // their sequences (slots in the batch of 64)
+    std::vector<int> lens(kSeqs);
+    for (int& len : lens) len = int(rng.integer(1, 600));
+    for (size_t k = 0; k < targets.size(); ++k) lens[size_t(target_seq[k])] = targets[k];
+    lens[5] = std::max(lens[5], 2);  // sequence 5 also runs as a 2-token chunk
+    std::vector<SeqSpec> ctx;
+    for (int len : lens) ctx.push_back({0, len, 0, {}});
+    const int blocks = assign_shuffled_blocks(rng, ctx, kBlock);
+    int max_blocks = 0;
+    for (const auto& s : ctx) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+    Pools pools(rng, c, blocks);
+    for (const auto& s : ctx) {
+      const int len = s.num_tokens;
+      const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      pools.cpu.write(s.blocks, 0, len, kk.data(), vv.data());
+      for (int p = 0; p < len; ++p)
+        for (int h = 0; h < c.nkv; ++h) {
+          const size_t dst = pools.offset(c, s.blocks[size_t(p / kBlock)], h, p % kBlock);
+          const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+          std::copy_n(kk.begin() + long(src), c.hd, pools.k_host.begin() + long(dst));
+          std::copy_n(vv.begin() + long(src), c.hd, pools.v_host.begin() + long(dst));
+        }
+    }
+    auto d_k = to_device_bf16(pools.k_host), d_v = to_device_bf16(pools.v_host);
+    const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, 1e-6f};
+    const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, kBlock, c.hd};
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    const size_t row = size_t(c.nq) * c.hd;
+    auto query = [&](int seq, int pos, uint64_t salt, float sd) {
+      Rng r((uint64_t(seq) << 40) ^ (uint64_t(pos) << 8) ^ salt);
+      return random_bf16(r, row, sd);
+    };
+    struct Part {
+      int seq, start, n;
+    };
+    // One step through the f32 entry point; the workspace sized as the model does (or none).
+    auto run = [&](const std::vector<Part>& parts, bool with_workspace) {
+      std::vector<SeqSpec> seqs;
+      std::vector<float> q, g;
+      for (const Part& p : parts) {
+        seqs.push_back({p.start, p.n, 0, ctx[size_t(p.seq)].blocks});
+        for (int t = 0; t < p.n; ++t) {
+          const auto qq = query(p.seq, p.start + t, 1, 3.0f), gg = query(p.seq, p.start + t, 2, 2.0f);
+          q.insert(q.end(), qq.begin(), qq.end());
+          g.insert(g.end(), gg.begin(), gg.end());
+        }
+      }
+      DeviceStepMeta meta(seqs, max_blocks);
+      const int M = meta.num_tokens();
+      const size_t ws_bytes =
+          with_workspace ? cuda::paged_attention_workspace_bytes(shape, M, max_blocks * kBlock) : 0;
+      DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+      auto d_q = to_device_f32(q), d_g = to_device_f32(g);
+      DeviceBuffer<float> d_out(q.size());
+      cuda::paged_attention(d_q.data(), d_g.data(), shape, meta.meta(), view, scale,
+                            with_workspace ? ws.data() : nullptr, ws_bytes, d_out.data(), nullptr);
+      return to_host(d_out);
+    };
+    // Compares the rows of the step (in part order) with the lone decodes of the targets.
+    std::vector<std::vector<float>> alone;
+    for (size_t k = 0; k < targets.size(); ++k) alone.push_back(run({{target_seq[k], targets[k] - 1, 1}}, true));
+    auto check = [&](const std::string& name, const std::vector<Part>& parts, bool with_workspace) {
+      SCOPED_TRACE(name);
+      const auto got = run(parts, with_workspace);
+      size_t tok = 0, compared = 0, mismatched = 0;
+      std::string first;
+      for (const Part& p : parts)
+        for (int t = 0; t < p.n; ++t, ++tok)
+          for (size_t k = 0; k < targets.size(); ++k) {
+            if (p.seq != target_seq[k] || p.start + t != targets[k] - 1) continue;
+            ++compared;
+            for (size_t i = 0; i < row; ++i) {
+              uint32_t a, b;
+              std::memcpy(&a, &got[tok * row + i], 4);
+              std::memcpy(&b, &alone[k][i], 4);
+              if (a == b) continue;
+              if (mismatched++ == 0)
+                first = "context " + std::to_string(targets[k]) + " head " + std::to_string(i / size_t(c.hd)) +
+                        " d " + std::to_string(i % size_t(c.hd)) + ": " + std::to_string(got[tok * row + i]) +
+                        " in the step, " + std::to_string(alone[k][i]) + " alone";
+            }
+          }
+      EXPECT_EQ(compared, targets.size()) << name;
+      EXPECT_EQ(mismatched, 0u) << name << ": " << mismatched << " values differ from the lone decode; first: "
+                                << first;
+      std::printf("  %s: %zu tokens, %zu values differ from the lone decode\n", name.c_str(), tok, mismatched);
+    };
+    std::vector<Part> batch64, batch5, with_chunk, targets_only;
+    for (int s = 0; s < kSeqs; ++s) batch64.push_back({s, lens[size_t(s)] - 1, 1});
+    for (size_t k = 0; k < targets.size(); ++k) targets_only.push_back({target_seq[k], targets[k] - 1, 1});
+    batch5 = targets_only;
+    batch5.insert(batch5.begin() + 2, {5, lens[5] - 1, 1});
+    with_chunk = targets_only;
+    with_chunk.push_back({5, lens[5] - 2, 2});
+    check("decode batch of 64", batch64, true);
+    check("decode batch of 5", batch5, true);
+    check("the four decodes next to a 2-token chunk (tile kernel, split KV)", with_chunk, true);
+    check("the four decodes without workspace (tile kernel, one CTA per query tile)", targets_only, false);
+
+    // The lone decodes against the CPU op.
+    std::vector<float> q_all, g_all, got_all;
+    std::vector<cpu::AttentionChunk> chunks;
+    for (size_t k = 0; k < targets.size(); ++k) {
+      const auto qq = query(target_seq[k], targets[k] - 1, 1, 3.0f), gg = query(target_seq[k], targets[k] - 1, 2, 2.0f);
+      q_all.insert(q_all.end(), qq.begin(), qq.end());
+      g_all.insert(g_all.end(), gg.begin(), gg.end());
+      got_all.insert(got_all.end(), alone[k].begin(), alone[k].end());
+    }
+    std::vector<float> o_cpu(q_all.size());
+    for (size_t k = 0; k < targets.size(); ++k)
+      chunks.push_back({q_all.data() + k * row, o_cpu.data() + k * row, 1, targets[k] - 1,
+                        ctx[size_t(target_seq[k])].blocks});
+    cpu::paged_attention(pool(), pools.cpu, c.nq, scale, chunks);
+    std::vector<float> ref(o_cpu.size());
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = o_cpu[i] * cpu::sigmoid(g_all[i]);
+    EXPECT_TRUE(all_close("decode kernel alone vs CPU " + c.name(), got_all, ref,
+                          {int64_t(targets.size()), c.nq, c.hd}, {"query", "head", "d"}, 2e-5, 1e-4));
+  }
+}
+
+// attention_prepare followed at once by paged_attention on one stream, as the model runs them:
+// the decode kernel is a programmatic dependent launch that starts while attention_prepare
+// runs (it copies the older K/V rows before it waits) and the merge kernel one of the decode
+// kernel. Every repetition must give the bits of the same two calls with a synchronisation in
+// between. The new tokens' cache rows hold large garbage until attention_prepare writes them,
+// and the contexts put the new token in the first, second or a later tile of its chunk, so a
+// copy of its tile made too early would show.
+TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
+  MOESERVE_REQUIRE_GPU();
+  const AttnCase c{32, 2, 256, 64};
+  Rng rng(25);
+  const std::vector<int> lens{1, 17, 33, 64, 65, 512, 513, 1000, 4100};  // positions, the new token's included
+  std::vector<SeqSpec> seqs;
+  for (int len : lens) seqs.push_back({len - 1, 1, 0, {}});
+  const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
+  int max_blocks = 0;
+  for (const auto& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+  DeviceStepMeta meta(seqs, max_blocks);
+  const int M = meta.num_tokens();
+  Pools pools(rng, c, blocks);  // garbage everywhere, then the older positions
+  for (const auto& s : seqs) {
+    const int len = s.start_pos;
+    const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+    const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+    for (int p = 0; p < len; ++p)
+      for (int h = 0; h < c.nkv; ++h) {
+        const size_t dst = pools.offset(c, s.blocks[size_t(p / kBlock)], h, p % kBlock);
+        const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+        std::copy_n(kk.begin() + long(src), c.hd, pools.k_host.begin() + long(dst));
+        std::copy_n(vv.begin() + long(src), c.hd, pools.v_host.begin() + long(dst));
+      }
+  }
+  const cpu::RotaryEmbedding rope(c.rot, 1e7);
+  const auto qg = random_f32(rng, size_t(M) * c.nq * 2 * c.hd, 2.0f);
+  const auto k = random_f32(rng, size_t(M) * c.nkv * c.hd, 2.0f);
+  const auto v = random_f32(rng, size_t(M) * c.nkv * c.hd, 1.0f);
+  const auto qn = random_f32(rng, size_t(c.hd), 0.3f), kn = random_f32(rng, size_t(c.hd), 0.3f);
+  auto d_qg = to_device_f32(qg), d_kk = to_device_f32(k), d_vv = to_device_f32(v);
+  auto d_qn = to_device_f32(qn), d_kn = to_device_f32(kn), d_freq = to_device_f32(rope.inv_freq());
+  const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, 1e-6f};
+  const size_t ws_bytes = cuda::paged_attention_workspace_bytes(shape, M, max_blocks * kBlock);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  DeviceBuffer<float> d_q(size_t(M) * c.nq * c.hd), d_gate(d_q.size()), d_out(d_q.size());
+  auto d_k_pool = to_device_bf16(pools.k_host), d_v_pool = to_device_bf16(pools.v_host);
+  const cuda::KvCacheView view{d_k_pool.data(), d_v_pool.data(), blocks, c.nkv, kBlock, c.hd};
+  const auto k_garbage = to_device_bf16(pools.k_host), v_garbage = to_device_bf16(pools.v_host);
+  const float scale = 1.0f / std::sqrt(float(c.hd));
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  auto run = [&](bool sync) {
+    // The cache as before the step (the new rows garbage again), q, gate and out cleared.
+    const size_t pool_bytes = pools.k_host.size() * sizeof(bf16);
+    EXPECT_EQ(cudaMemcpyAsync(d_k_pool.data(), k_garbage.data(), pool_bytes, cudaMemcpyDeviceToDevice, st),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(d_v_pool.data(), v_garbage.data(), pool_bytes, cudaMemcpyDeviceToDevice, st),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_q.data(), 0xff, d_q.size() * sizeof(float), st), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_gate.data(), 0xff, d_gate.size() * sizeof(float), st), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(d_out.data(), 0xff, d_out.size() * sizeof(float), st), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    cuda::attention_prepare(d_qg.data(), d_kk.data(), d_vv.data(), d_qn.data(), d_kn.data(), d_freq.data(), shape,
+                            meta.meta(), view, d_q.data(), d_gate.data(), st);
+    if (sync) EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    cuda::paged_attention(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, ws.data(), ws_bytes,
+                          d_out.data(), st);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    return to_host(d_out);
+  };
+  const auto ref = run(true);
+  size_t finite = 0;
+  for (float x : ref) finite += std::isfinite(x) ? 1 : 0;
+  EXPECT_EQ(finite, ref.size()) << "the synchronised run left non-finite outputs";
+  for (int rep = 0; rep < 20; ++rep) {
+    const auto got = run(false);
+    size_t mismatched = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint32_t a, b;
+      std::memcpy(&a, &got[i], 4);
+      std::memcpy(&b, &ref[i], 4);
+      if (a != b && mismatched++ == 0) first = i;
+    }
+    const size_t row = size_t(c.nq) * c.hd;
+    EXPECT_EQ(mismatched, 0u) << "repetition " << rep << ": " << mismatched << " values differ; first: context "
+                              << lens[first / row] << " head " << (first % row) / size_t(c.hd) << ": "
+                              << got[first] << " vs " << ref[first];
+    if (mismatched) break;
+  }
+  cudaStreamDestroy(st);
 }

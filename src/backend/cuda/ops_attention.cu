@@ -4,7 +4,9 @@
 //   per CTA, so a step of M tokens runs M·(nq+nkv) independent warps. Lane i holds dims
 //   i, i+32, ... (head_dim <= 256). A warp's arithmetic depends only on its own token.
 //   Roofline: reads qg (2·nq·hd) and k, v (2·nkv·hd) once, writes q, gate (2·nq·hd) and the
-//   two cache rows (2·nkv·hd bf16) per token.
+//   two cache rows (2·nkv·hd bf16) per token. In steps of <= 64 tokens it is a programmatic
+//   dependent launch (reads the metadata, then waits for the projection kernel) and lets the
+//   decode attention kernel launch at once.
 //
 // paged_attention_kernel: one CTA per (query tile, kv head [, q-head block], KV split).
 //   A query tile is up to Q consecutive tokens of one sequence; the CTA's rows are
@@ -20,6 +22,31 @@
 //   written once and read once by the merge kernel.
 // attention_merge_kernel: one warp per (token, q head) whose KV range has several chunks;
 //   folds the chunk partials in chunk order and applies the output gate.
+//   These two serve steps with prompt tokens (the fallback for head_dims the tensor-core
+//   kernel lacks), verify batches, decode steps of more than 64 tokens, and decode steps
+//   whose workspace is too small.
+//
+// paged_attention_decode_kernel: decode steps (one token per sequence) of <= 64 tokens, the
+//   generated tokens of the model. Work item = (token, chunk of its range, kv head, head
+//   block of H = 4, 8 or 16 q heads of the group); a grid of at most the resident CTAs walks
+//   the items (numbered from the tokens' positions on the device: the host does not know the
+//   contexts), so a lone decode at context 512 (9 chunks x 2 kv heads x 2 head blocks) runs
+//   36 CTAs, each 4 tiles long, and long contexts fill every SM. Layout: K/V stages
+//   [kStages][K|V][kTile][hd] bf16 (48 KB at hd 256); one row (q head) per warp in steps of
+//   <= 4 tokens and for groups <= 4, else two rows per warp sharing each K/V vector read from
+//   shared memory (fewer instructions per score). Chunk partials [M][nq][chunk][hd] and
+//   (max, sum) in the workspace, folded by attention_merge_kernel. Both kernels are
+//   programmatic dependent launches (attention_prepare -> decode -> merge): each starts while
+//   its predecessor runs, reads the host-written step metadata (and the decode kernel starts
+//   copying its first K/V tiles, all but the one holding the token's own new row), then waits
+//   for it: the launch latency and those round trips leave the critical path. Roofline: K and V
+//   of the context read from HBM once per (token, kv head), (pos+1)·hd·2·2 B (the head blocks
+//   of one chunk run side by side and share it in L2), plus q, gate, out (3·nq·hd·4 B) and
+//   per chunk after the first 2·(hd+2)·4 B per q head of partials. Per score and row: 8 FMAs
+//   per lane for q·k and 8 for e·v; everything else (bf16 unpacking, shuffles, exp2) is
+//   shared by the 16 positions of a tile or the rows of a warp, so long contexts are bound by
+//   the FMA issue rate (16 FMA instructions per (q head, position) per warp) about as much
+//   as by HBM.
 //
 // Batch invariance. The arithmetic of one query is a function of its position p alone:
 //   * the visible range [0, p] is cut into chunks of chunk_size(p+1) positions (kChunk0,
@@ -35,7 +62,8 @@
 //   round-to-nearest intrinsic (__fmaf_rn, __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn) or
 //   ex2.approx, so the compiler cannot contract or reorder differently in different kernels,
 //   template instances or row slots. Tile size, warp count, split count and the tokens that
-//   share a CTA are therefore free choices of the launcher.
+//   share a CTA are therefore free choices of the launcher, and the decode kernel (one chunk
+//   per work item) gives the same bits as the tile kernel.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -43,6 +71,7 @@
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -63,6 +92,7 @@ __device__ __forceinline__ size_t cache_offset(const KvCacheView& c, int block, 
 // ---- attention_prepare ------------------------------------------------------------------
 
 constexpr int kPrepWarps = 4;
+constexpr int kPrepPdlMaxTokens = 64;  // steps of at most this many tokens launch it with PDL
 
 // RMSNorm (1+w) over hd values held by a warp (lane i holds dims i, i+32, ...), then NeoX
 // RoPE on the first rotary_dim dims. vals: this lane's values; row: the warp's 256-float
@@ -106,13 +136,19 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
                              const float* q_norm_w, const float* k_norm_w, const float* inv_freq, AttentionShape s,
                              StepMeta meta, KvCacheView cache, T* q_out, T* gate_out) {
   __shared__ float rope_buf[kPrepWarps][32 * kMaxDimsPerLane];
+  pdl_launch_dependents();  // the decode attention kernel (PDL) waits for this grid to complete
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nh = s.num_q_heads + s.num_kv_heads;
   const long long item = (long long)blockIdx.x * kPrepWarps + warp;
   if (item >= (long long)meta.num_tokens * nh) return;  // warp-uniform; only __syncwarp below
   const int m = int(item / nh), h = int(item % nh);
   const int hd = s.head_dim;
+  // The step metadata (a host copy) before the wait; qg, k, v come from the projection kernel.
   const int pos = meta.token_pos[m];
+  const int block = h < s.num_q_heads ? 0
+                                      : meta.block_tables[size_t(meta.token_seq[m]) * meta.max_blocks_per_seq +
+                                                          pos / cache.block_size];
+  pdl_wait();
   float vals[kMaxDimsPerLane];
   if (h < s.num_q_heads) {
     const T* src = qg + size_t(m) * s.num_q_heads * 2 * hd + size_t(h) * 2 * hd;
@@ -130,8 +166,6 @@ __global__ void __launch_bounds__(kPrepWarps * 32)
     }
   } else {
     const int kh = h - s.num_q_heads;
-    const int seq = meta.token_seq[m];
-    const int block = meta.block_tables[size_t(seq) * meta.max_blocks_per_seq + pos / cache.block_size];
     const int slot = pos % cache.block_size;
     const T* src = k + size_t(m) * s.num_kv_heads * hd + size_t(kh) * hd;
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
@@ -160,7 +194,7 @@ constexpr int kLaneDims = 8;        // dims per lane: one 16-byte bf16 vector
 constexpr int kChunk0 = 64;         // smallest split-KV chunk, a multiple of kTile (64: decode at
                                     // context 512 spreads over 8 chunks per kv head, not 2)
 constexpr int kMaxChunks = 64;      // chunks per query at most; the chunk size doubles beyond
-constexpr int kSplitMaxTokens = 32;  // steps of at most this many tokens may split over CTAs
+constexpr int kSplitMaxTokens = 64;  // steps of at most this many tokens may split over CTAs
 constexpr int kMergeWarps = 4;
 constexpr size_t kMaxSmem = size_t(kStages) * 2 * kTile * 32 * kLaneDims * sizeof(bf16);
 static_assert(kMaxSmem <= 48 * 1024, "attention tile pipeline must fit the default 48 KB of shared memory");
@@ -271,15 +305,16 @@ __device__ __forceinline__ void fold_partial(float& M, float& L, float* ACC, boo
   M = nm;
 }
 
-// out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims.
-template <typename T>
+// out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims. kL2: gate through L2 only (for
+// dependent launches, which may have started before gate was written).
+template <bool kL2 = false, typename T>
 __device__ __forceinline__ void store_output(const float* ACC, float L, const T* gate_row, T* out_row, int lane,
                                              int hd) {
 #pragma unroll
   for (int i = 0; i < kLaneDims; ++i) {
     const int d = kLaneDims * lane + i;
     if (d < hd) {
-      const float g = to_f32(gate_row[d]);
+      const float g = to_f32(kL2 ? __ldcg(gate_row + d) : gate_row[d]);
       const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
       out_row[d] = from_f32<T>(__fmul_rn(__fdiv_rn(ACC[i], L), sig));
     }
@@ -509,7 +544,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 }
 
 // One warp per (token, q head): folds the token's chunk partials in chunk order. Tokens with
-// a single chunk were finished by the main kernel.
+// a single chunk were finished by the main (or decode) kernel.
 template <typename T>
 __global__ void __launch_bounds__(kMergeWarps * 32)
     attention_merge_kernel(const T* __restrict__ gate, AttentionShape s, StepMeta meta, AttnLaunch L,
@@ -520,20 +555,323 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   const int pos = meta.token_pos[m];
   const int csize = chunk_size(pos + 1), nc = pos / csize + 1;
   if (nc == 1) return;
+  pdl_wait();  // launched as a dependent of the decode kernel: its partials
   const int hd = s.head_dim;
   const size_t oh = size_t(m) * s.num_q_heads + h;
   float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
   bool have = false;
-  for (int c = 0; c < nc; ++c) {
-    const size_t slot = oh * L.chunk_stride + c;
-    float pa[kLaneDims];
-    for (int i = 0; i < kLaneDims; ++i) {
-      const int d = kLaneDims * lane + i;
-      pa[i] = d < hd ? L.ws_acc[slot * hd + d] : 0.0f;
+  // kMergeBatch partials are loaded together (one memory round trip, not one per chunk), then
+  // folded in chunk order. L2 loads (.cg): the partials were written by a grid that may have
+  // been running when this one started.
+  constexpr int kMergeBatch = 8;
+  const bool has_dims = kLaneDims * lane < hd;  // hd % 8 == 0: all 8 dims or none
+  for (int c0 = 0; c0 < nc; c0 += kMergeBatch) {
+    float pa[kMergeBatch][kLaneDims], pm[kMergeBatch], pl[kMergeBatch];
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b) {
+      const size_t slot = oh * L.chunk_stride + min(c0 + b, nc - 1);  // clamped: loaded, not folded
+      if (has_dims) {
+        const float4* src = reinterpret_cast<const float4*>(L.ws_acc + slot * hd + kLaneDims * lane);
+        const float4 lo = __ldcg(src), hi = __ldcg(src + 1);
+        pa[b][0] = lo.x, pa[b][1] = lo.y, pa[b][2] = lo.z, pa[b][3] = lo.w;
+        pa[b][4] = hi.x, pa[b][5] = hi.y, pa[b][6] = hi.z, pa[b][7] = hi.w;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) pa[b][i] = 0.0f;
+      }
+      pm[b] = __ldcg(L.ws_ml + slot * 2);
+      pl[b] = __ldcg(L.ws_ml + slot * 2 + 1);
     }
-    fold_partial(M, Lsum, ACC, have, L.ws_ml[slot * 2], L.ws_ml[slot * 2 + 1], pa);
+#pragma unroll
+    for (int b = 0; b < kMergeBatch; ++b)
+      if (c0 + b < nc) fold_partial(M, Lsum, ACC, have, pm[b], pl[b], pa[b]);
   }
-  store_output(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+  store_output<true>(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+}
+
+// ---- paged attention: decode kernel -------------------------------------------------------
+
+constexpr int kDecodeMaxTokens = 64;  // steps of at most this many tokens (one per sequence)
+
+// Work items of the decode kernel: (token t, chunk c, y) with y = kv head · head_blocks + head
+// block, numbered u·Y + y where u = first[t] + c and first[t] = Σ_{t' < t} nc(t'). Every warp
+// derives the numbering itself from the tokens' positions (lane l holds tokens 2l and 2l+1),
+// so the kernel needs no shared memory beyond its K/V stages.
+struct DecodeTokens {
+  int pos0, pos1;      // positions of tokens 2·lane, 2·lane + 1 (-1 past M)
+  int seq0, seq1;      // their sequences
+  int first0, first1;  // their first u
+  int total;           // Σ nc over the step's tokens
+};
+
+__device__ __forceinline__ int num_chunks(int pos) { return pos / chunk_size(pos + 1) + 1; }
+
+__device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int lane) {
+  DecodeTokens d;
+  const int t0 = 2 * lane, t1 = 2 * lane + 1, M = meta.num_tokens;
+  d.pos0 = t0 < M ? meta.token_pos[t0] : -1;
+  d.pos1 = t1 < M ? meta.token_pos[t1] : -1;
+  d.seq0 = t0 < M ? meta.token_seq[t0] : 0;
+  d.seq1 = t1 < M ? meta.token_seq[t1] : 0;
+  const int a = d.pos0 >= 0 ? num_chunks(d.pos0) : 0, b = d.pos1 >= 0 ? num_chunks(d.pos1) : 0;
+  int incl = a + b;  // inclusive scan over the lanes
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(kFull, incl, o);
+    if (lane >= o) incl += n;
+  }
+  d.first0 = incl - a - b;
+  d.first1 = d.first0 + a;
+  d.total = __shfl_sync(kFull, incl, 31);
+  return d;
+}
+
+// grid: (items or fewer CTAs); block: kWarps warps, kRows (token, q head) rows per warp (they
+// share each K/V vector the warp reads from shared memory). Each CTA walks the items
+// blockIdx.x, blockIdx.x + gridDim.x, ...; item (t, c, y) computes chunk c of token t's range
+// [0, pos] for the q heads [hb·H, (hb+1)·H) (H = kRows·kWarps; row r of warp w is head
+// hb·H + r·kWarps + w) of kv head kvh's group, with exactly the per-row arithmetic of
+// paged_attention_kernel: the chunk's kTile-position tiles in order through the same cp.async
+// pipeline, online softmax in the exp2 domain. A token with a single chunk writes its output at
+// once; otherwise each item stores its chunk partial in the workspace and
+// attention_merge_kernel (a programmatic dependent launch: it starts while this grid runs and
+// waits for it) folds them in chunk order, as after paged_attention_kernel. This kernel is
+// itself a programmatic dependent launch: it reads the step metadata (host-written) and
+// starts the first item's K/V copies except the tile with the token's own position first,
+// then waits for attention_prepare (which lets it launch early and writes exactly q, gate and
+// that K/V row) before touching q, gate, that tile, the workspace or out. (An exception to
+// pdl.cuh's rule, on purpose: the older rows were written by the attention_prepare of earlier
+// steps, complete before this step began, and no kernel of the step writes them; the metadata
+// comes from the step's host copy.)
+template <typename T, int kWarps, int kRows>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
+    paged_attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
+                                  StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* kv_smem = reinterpret_cast<bf16*>(smem_raw);  // [kStages][2][kTile][hd]
+  const int hd = s.head_dim, nq = s.num_q_heads;
+  const int group = nq / s.num_kv_heads;
+  const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+  const bool has_dims = kLaneDims * lane < hd;
+  const int Y = s.num_kv_heads * L.head_blocks;
+  pdl_launch_dependents();  // the merge kernel may get resident now; it waits for this grid
+  const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
+  const int n_items = tok.total * Y;                   // CTA-uniform
+  const int vec_per_row = hd / kLaneDims;
+  const int vec_per_tile = 2 * kTile * vec_per_row;
+  const size_t stage_elems = size_t(2) * kTile * hd;
+  // Tile copies without divisions or per-position table reads when a tile lies in one cache
+  // block and the 16-byte columns of a row divide the CTA's threads (head_dim 8·2^k <= 256).
+  const bool fast_load = cache.block_size % kTile == 0 && (kWarps * 32) % vec_per_row == 0;
+  const int load_part = int(threadIdx.x) % vec_per_row, load_row0 = int(threadIdx.x) / vec_per_row;
+  const int load_row_step = (kWarps * 32) / vec_per_row;
+
+  struct Item {
+    int t, pos, kvh, hb, chunk, nc, c0, n_tiles;
+    const int32_t* table;  // the token's block table
+  };
+  auto map_item = [&](int item) {
+    Item w;
+    const int u = item / Y, y = item - (item / Y) * Y;
+    // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
+    const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
+    const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
+    w.t = __popc(b0) + __popc(b1) - 1;
+    const int src = w.t >> 1;
+    w.pos = __shfl_sync(kFull, (w.t & 1) ? tok.pos1 : tok.pos0, src);
+    const int seq = __shfl_sync(kFull, (w.t & 1) ? tok.seq1 : tok.seq0, src);
+    w.chunk = u - __shfl_sync(kFull, (w.t & 1) ? tok.first1 : tok.first0, src);
+    w.kvh = y / L.head_blocks;
+    w.hb = y - w.kvh * L.head_blocks;
+    const int csize = chunk_size(w.pos + 1);
+    w.nc = w.pos / csize + 1;
+    w.c0 = w.chunk * csize;
+    const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
+    w.n_tiles = (c_last - w.c0) / kTile + 1;
+    w.table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+    return w;
+  };
+  // Tile i of the item's chunk holds the token's own position (whose K/V attention_prepare
+  // writes) iff it is the range's last tile.
+  auto has_own_pos = [&](const Item& w, int i) { return w.pos < w.c0 + (i + 1) * kTile; };
+  // Copies tile i of the item's chunk into a stage; positions past pos are not read (their
+  // block may not exist) and their stale shared-memory contents are never used (selects below).
+  auto load_tile = [&](const Item& w, int i, int stage) {
+    const int t0 = w.c0 + i * kTile;
+    bf16* dst = kv_smem + size_t(stage) * stage_elems;
+    if (fast_load) {  // the tile lies in one cache block; thread: fixed 16-byte column `part`
+      const size_t base = cache_offset(cache, w.table[t0 / cache.block_size], w.kvh, t0 % cache.block_size);
+      for (int rw = load_row0; rw < 2 * kTile; rw += load_row_step) {  // rows 0..15: K, 16..31: V
+        const int j = rw & (kTile - 1);
+        if (t0 + j > w.pos) continue;
+        cp_async16(dst + size_t(rw) * hd + load_part * kLaneDims,
+                   (rw < kTile ? cache.k : cache.v) + base + size_t(j) * hd + size_t(load_part) * kLaneDims);
+      }
+      return;
+    }
+    for (int c = int(threadIdx.x); c < vec_per_tile; c += kWarps * 32) {
+      const int which = c / (kTile * vec_per_row);  // 0: K, 1: V
+      const int rem = c - which * kTile * vec_per_row;
+      const int j = rem / vec_per_row, part = rem - j * vec_per_row;
+      const int p = t0 + j;
+      if (p > w.pos) continue;
+      const size_t off = cache_offset(cache, w.table[p / cache.block_size], w.kvh, p % cache.block_size) +
+                         size_t(part) * kLaneDims;
+      cp_async16(dst + (size_t(which) * kTile + j) * hd + part * kLaneDims, (which ? cache.v : cache.k) + off);
+    }
+  };
+
+  // The CTA's first item starts copying its first tiles before the wait, except a tile with
+  // the token's own position: attention_prepare may still be writing that K/V row (it writes
+  // nothing else this kernel reads before the wait). These copies are committed after the
+  // wait, in one group with the rest of the prologue.
+  if (int(blockIdx.x) < n_items) {
+    const Item w = map_item(int(blockIdx.x));
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st)
+      if (st < w.n_tiles && !has_own_pos(w, st)) load_tile(w, st, st);
+  }
+  pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
+
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    const bool first_item = item == int(blockIdx.x);  // CTA-uniform
+    const Item w = map_item(item);
+    if (first_item) {
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st)
+        if (st < w.n_tiles && has_own_pos(w, st)) load_tile(w, st, st);
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st) cp_async_commit();  // group 0: all of them
+    } else {
+      __syncthreads();  // the previous item's last tile is no longer read: its stages may be refilled
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st) {
+        if (st < w.n_tiles) load_tile(w, st, st);
+        cp_async_commit();  // empty groups keep the count uniform
+      }
+    }
+    const int t = w.t, pos = w.pos, kvh = w.kvh, hb = w.hb, chunk = w.chunk, nc = w.nc, c0 = w.c0;
+    const int n_tiles = w.n_tiles;
+
+    bool row_ok[kRows];  // warp-uniform
+    size_t row_oh[kRows];  // token·nq + q head
+    float qv[kRows][kLaneDims];
+    bool any_row = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int hg = hb * kRows * kWarps + r * kWarps + warp;  // q head within the group
+      row_ok[r] = hg < group;
+      any_row = any_row || row_ok[r];
+      row_oh[r] = size_t(t) * nq + size_t(kvh) * group + size_t(row_ok[r] ? hg : 0);
+      const T* qrow = q + row_oh[r] * hd;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) {
+        const int d = kLaneDims * lane + i;
+        // L2 loads: attention_prepare wrote q while this grid was starting.
+        qv[r][i] = row_ok[r] && d < hd ? __fmul_rn(to_f32(__ldcg(qrow + d)), L.scale_log2) : 0.0f;
+      }
+    }
+
+    float run_m[kRows], run_l[kRows], run_acc[kRows][kLaneDims];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      run_m[r] = -INFINITY;
+      run_l[r] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = 0.0f;
+    }
+
+    for (int it = 0; it < n_tiles; ++it) {
+      cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` have landed
+      __syncthreads();               // everyone's have; and tile it-1's stage is free again
+      {
+        const int nx = it + kStages - 1;
+        if (nx < n_tiles) load_tile(w, nx, nx % kStages);
+        cp_async_commit();
+      }
+      if (!any_row) continue;  // warp-uniform
+      const int t0 = c0 + it * kTile;
+      const bf16* Ks = kv_smem + size_t(it % kStages) * stage_elems;
+      const bf16* Vs = Ks + size_t(kTile) * hd;
+      // Scores: partial dots over the lane's 8 dims for the 16 positions, then reduce-scatter
+      // (the operations of paged_attention_kernel). Rows past the group compute zeros.
+      float part[kRows][kTile];
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        float kf[kLaneDims];
+        if (has_dims) {
+          load_bf16x8(Ks + size_t(j) * hd + kLaneDims * lane, kf);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kLaneDims; ++i) kf[i] = 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float a = __fmul_rn(qv[r][0], kf[0]);
+#pragma unroll
+          for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[r][i], kf[i], a);
+          part[r][j] = a;
+        }
+      }
+      const bool valid = t0 + (lane & 15) <= pos;
+      const int nvalid = min(kTile, pos - t0 + 1);  // the same for every row of the token
+      float e[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float sc = reduce_scatter16(part[r], lane);  // score of position t0 + (lane & 15)
+        const float tmax = half_warp_max(valid ? sc : -INFINITY);
+        const float nm = fmaxf(run_m[r], tmax);  // finite: position t0 is valid
+        const float corr = exp2_approx(__fsub_rn(run_m[r], nm));
+        e[r] = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+        run_l[r] = __fmaf_rn(run_l[r], corr, half_warp_sum(e[r]));
+        run_m[r] = nm;
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmul_rn(run_acc[r][i], corr);
+      }
+      // acc += e_j · V_j over the valid positions, in position order.
+#pragma unroll
+      for (int j = 0; j < kTile; ++j) {
+        if (j < nvalid) {  // warp-uniform
+          float vf[kLaneDims];
+          if (has_dims) {
+            load_bf16x8(Vs + size_t(j) * hd + kLaneDims * lane, vf);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kLaneDims; ++i) vf[i] = 0.0f;
+          }
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const float ej = __shfl_sync(kFull, e[r], j);
+#pragma unroll
+            for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmaf_rn(ej, vf[i], run_acc[r][i]);
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+
+    if (nc == 1) {  // CTA-uniform: the chunk is the whole range (fold_partial takes it as is)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        if (row_ok[r])
+          store_output<true>(run_acc[r], run_l[r], gate + row_oh[r] * hd, out + row_oh[r] * hd, lane, hd);
+      continue;
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {  // the partial, for attention_merge_kernel
+      if (!row_ok[r]) continue;
+      const size_t slot = row_oh[r] * L.chunk_stride + chunk;
+      if (lane == 0) {
+        L.ws_ml[slot * 2] = run_m[r];
+        L.ws_ml[slot * 2 + 1] = run_l[r];
+      }
+#pragma unroll
+      for (int i = 0; i < kLaneDims; ++i) {
+        const int d = kLaneDims * lane + i;
+        if (d < hd) L.ws_acc[slot * hd + d] = run_acc[r][i];
+      }
+    }
+  }
 }
 
 // ---- launchers ----------------------------------------------------------------------------
@@ -554,6 +892,7 @@ size_t chunk_slots(long long max_positions) {
   return size_t(std::min<long long>(kMaxChunks, c));
 }
 
+// Workspace per token: the chunk partials (acc and (max, sum) per q head and chunk slot).
 size_t split_bytes_per_token(const AttentionShape& s, size_t slots) {
   return size_t(s.num_q_heads) * slots * (size_t(s.head_dim) + 2) * sizeof(float);
 }
@@ -574,9 +913,9 @@ void launch_prepare(const T* qg, const T* k, const T* v, const float* q_norm_w, 
   check_shape(shape);
   const long long items = (long long)meta.num_tokens * (shape.num_q_heads + shape.num_kv_heads);
   const unsigned blocks = unsigned((items + kPrepWarps - 1) / kPrepWarps);
-  attention_prepare_kernel<T><<<blocks, kPrepWarps * 32, 0, stream>>>(qg, k, v, q_norm_w, k_norm_w, inv_freq, shape,
-                                                                       meta, cache, q_out, gate_out);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  // A programmatic dependent launch for decode-sized steps (about one wave at most).
+  launch_pdl(meta.num_tokens <= kPrepPdlMaxTokens, attention_prepare_kernel<T>, dim3(blocks), dim3(kPrepWarps * 32), 0,
+             stream, qg, k, v, q_norm_w, k_norm_w, inv_freq, shape, meta, cache, q_out, gate_out);
 }
 
 template <typename T, int kWarps>
@@ -584,6 +923,17 @@ void launch_main(dim3 grid, size_t smem, const T* q, const T* gate, const Attent
                  const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
   paged_attention_kernel<T, kWarps><<<grid, kWarps * 32, smem, stream>>>(q, gate, shape, meta, cache, L, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int kWarps, int kRows>
+void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const AttentionShape& shape,
+                   const StepMeta& meta, KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
+  // Resident CTAs: __launch_bounds__ caps registers at 128 (16 / kWarps CTAs per SM) and a CTA
+  // takes at most 48 KB of shared memory (4 per SM). More CTAs would only wait for a slot.
+  const size_t cap = size_t(sm_count()) * size_t(16 / kWarps);
+  const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
+  launch_pdl(true, paged_attention_decode_kernel<T, kWarps, kRows>, dim3(grid), dim3(kWarps * 32), smem, stream, q,
+             gate, shape, meta, cache, L, out);  // one wave at most
 }
 
 template <typename T>
@@ -598,10 +948,51 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   if (cache.head_dim != shape.head_dim || cache.num_kv_heads != shape.num_kv_heads)
     throw Error("attention: the KV cache geometry does not match the attention shape");
   const int group = shape.num_q_heads / shape.num_kv_heads;
+  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
+  const size_t per_token = split_bytes_per_token(shape, slots);
+  const size_t smem = size_t(kStages) * 2 * kTile * shape.head_dim * sizeof(bf16);
+  const bool decode = M == meta.num_seqs;
+  // Decode steps of up to kDecodeMaxTokens tokens: one CTA per (token, chunk, kv head, head
+  // block) work item, then the merge kernel (same bits as the tile kernel below).
+  if (decode && M <= kDecodeMaxTokens &&
+      (slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) {
+    AttnLaunch L{};
+    // Heads per CTA: 4 (one per warp) for small groups, 8 (two head blocks of the 122B's group
+    // of 16, so that a lone decode spreads over twice the SMs) or 16. With 8: steps of <= 4
+    // tokens run 8 warps of one row (more warps per SM to hide latency: few items), larger
+    // steps 4 warps of two rows (they share every K/V vector read from shared memory: fewer
+    // instructions per score). Same bits either way.
+    L.heads_per_cta = group <= 4 ? 4 : group <= 16 ? 8 : 16;
+    L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
+    L.tile_tokens = 1;
+    L.splits = 1;
+    L.chunk_stride = int(slots);
+    L.scale_log2 = scale * kLog2e;
+    if (slots > 1) {
+      L.ws_acc = static_cast<float*>(workspace);
+      L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
+    }
+    const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
+    switch (L.heads_per_cta) {
+      case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+      case 8:
+        if (M <= 4)
+          launch_decode<T, 8, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+        else
+          launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+        break;
+      default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+    }
+    if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
+      const dim3 mgrid(unsigned(M), unsigned((shape.num_q_heads + kMergeWarps - 1) / kMergeWarps));
+      launch_pdl(true, attention_merge_kernel<T>, mgrid, dim3(kMergeWarps * 32), 0, stream, gate, shape, meta, L,
+                 out);
+    }
+    return;
+  }
   // Decode steps (one token per sequence) take the smallest CTA that holds the group's rows;
   // steps with prefill chunks or verify batches take 16 warps so that several tokens of a
   // sequence share each K/V tile.
-  const bool decode = M == meta.num_seqs;
   const int warps = !decode ? 16 : group <= 2 * 4 ? 4 : group <= 2 * 8 ? 8 : 16;
   const int rows = kRowsPerWarp * warps;
   AttnLaunch L{};
@@ -610,10 +1001,8 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   L.tile_tokens = rows / L.heads_per_cta;
   L.scale_log2 = scale * kLog2e;
   // Split the KV range over CTAs when the step is small and the workspace holds the partials.
-  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
   L.chunk_stride = int(slots);
   L.splits = 1;
-  const size_t per_token = split_bytes_per_token(shape, slots);
   if (slots > 1 && workspace != nullptr && size_t(M) * per_token <= workspace_bytes) {
     const long long ctas = (long long)M * shape.num_kv_heads * L.head_blocks;
     const long long want = (2LL * sm_count() + ctas - 1) / ctas;
@@ -624,7 +1013,6 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
   }
   const dim3 grid(unsigned(M), unsigned(shape.num_kv_heads * L.head_blocks), unsigned(L.splits));
-  const size_t smem = size_t(kStages) * 2 * kTile * shape.head_dim * sizeof(bf16);
   switch (warps) {
     case 4: launch_main<T, 4>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;
     case 8: launch_main<T, 8>(grid, smem, q, gate, shape, meta, cache, L, out, stream); break;

@@ -45,13 +45,19 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
                        float* q_out, float* gate_out, cudaStream_t stream);
 
 // Scratch for split-KV partial results, sized once for the largest step: steps of at most
-// 32 tokens spread each query's KV chunks over several CTAs and keep one partial per
-// (token, q head, chunk) here, min(max_tokens, 32) · nq · min(64, ceil(max_context / 256)) ·
-// (head_dim + 2) floats (0 when max_context <= 256). A smaller or null workspace only turns
-// the split off; the results are the same bits either way.
+// 64 tokens spread each query's KV chunks over several CTAs and keep one partial per
+// (token, q head, chunk) here: min(max_tokens, 64) · nq · min(64, ceil(max_context / 64)) ·
+// (head_dim + 2) floats (0 when max_context <= 64). A smaller or null workspace only turns
+// the split off (and decode steps then take the tile kernel); the results are the same bits
+// either way.
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
 
-// out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate).
+// out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate). Decode steps (one token
+// per sequence) of at most 64 tokens run the decode kernel (a CTA per (token, KV chunk, kv
+// head, head block)) and a merge kernel, both programmatic dependent launches (the decode
+// kernel reads `meta` before it waits for the stream's previous kernel: the step metadata
+// must come from a host copy, as the model's does, not from that kernel); other steps run
+// the tile kernel and, when split, the merge kernel. Same bits for a token in every case.
 void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, bf16* out,
                      cudaStream_t stream);
