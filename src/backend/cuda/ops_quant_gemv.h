@@ -50,7 +50,7 @@ bool row_gemv_supported(const DeviceLinear& w);
 void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream);
 // y (+)= W · (silu(g) ⊙ u) with g, u f32 [M, K] (the shared expert's down projection without a
 // silu_mul launch): bit-identical to silu_mul_split(g, u) followed by row_gemv_f32. Needs
-// row_gemv_gated_supported(w) (row_gemv_supported and K <= 12288: a row of silu(g)·u is staged
+// row_gemv_gated_supported(w) (row_gemv_supported and K <= 11776: a row of silu(g)·u is staged
 // in shared memory).
 bool row_gemv_gated_supported(const DeviceLinear& w);
 void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
