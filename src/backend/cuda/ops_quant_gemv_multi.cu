@@ -89,16 +89,20 @@ __device__ __forceinline__ uint2 ld_stream64(const void* p) {
 // ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
 __device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
-// The raw weights of one row and one step for this lane: group i = k 512t + 128i + 4L .. +3.
+// The raw weights of one row and one step for this lane: group i = k 512t + 128i + 4L .. +3,
+// which lies in scale block 4t + i for every lane; lane L loads the scale of block 4t + L % 4
+// (one load per step instead of four) and the groups take it by shuffle (block_scales).
 template <int F>
 struct StepRaw {
   uint32_t v[F == kBf16 ? 8 : 4];
-  float s[F == kFp8 ? 4 : 1];  // FP8: the block scale of each group
+  float s;  // FP8 only
 };
 
 template <int F>
 __device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const float* __restrict__ srow, int K,
-                                          int kbase, StepRaw<F>& r) {
+                                          int t, StepRaw<F>& r) {
+  const int lane = threadIdx.x & 31;
+  const int kbase = t * kStep + 4 * lane;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int k = kbase + 128 * i;
@@ -108,15 +112,22 @@ __device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const
         r.v[2 * i] = p.x, r.v[2 * i + 1] = p.y;
       } else {
         r.v[i] = ld_stream32(row + k);
-        if constexpr (F == kFp8) r.s[i] = __ldg(srow + k / 128);
       }
     }
   }
+  if constexpr (F == kFp8) r.s = __ldg(srow + min(4 * t + (lane & 3), (K + 127) / 128 - 1));
+}
+
+// The 4 block scales of a step (warp-uniform code: every lane of the warp calls it).
+template <int F>
+__device__ __forceinline__ void block_scales(const StepRaw<F>& r, float (&s)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s[i] = F == kFp8 ? __shfl_sync(0xffffffffu, r.s, i) : 1.0f;
 }
 
 // The 4 dequantised weights of group i (exact f32: one rounding of q·scale, as the CPU's).
 template <int F>
-__device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float row_scale, float (&w)[4]) {
+__device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float scale, float (&w)[4]) {
   if constexpr (F == kBf16) {
     w[0] = __uint_as_float(r.v[2 * i] << 16), w[1] = __uint_as_float(r.v[2 * i] & 0xFFFF0000u);
     w[2] = __uint_as_float(r.v[2 * i + 1] << 16), w[3] = __uint_as_float(r.v[2 * i + 1] & 0xFFFF0000u);
@@ -125,11 +136,11 @@ __device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float 
     for (int h = 0; h < 2; ++h) {
       const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((r.v[i] >> (16 * h)) & 0xFFFFu), __NV_E4M3);
       const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
-      w[2 * h] = __fmul_rn(f.x, r.s[i]), w[2 * h + 1] = __fmul_rn(f.y, r.s[i]);
+      w[2 * h] = __fmul_rn(f.x, scale), w[2 * h + 1] = __fmul_rn(f.y, scale);
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = __fmul_rn(float(int8_t((r.v[i] >> (8 * j)) & 0xFFu)), row_scale);
+    for (int j = 0; j < 4; ++j) w[j] = __fmul_rn(float(int8_t((r.v[i] >> (8 * j)) & 0xFFu)), scale);
   }
 }
 
@@ -165,12 +176,12 @@ __device__ __forceinline__ void fill_act(const float* __restrict__ g, const floa
 // tokens (xt: its first token's row, mt of them), steps [t_begin, t_end) of its slice (possibly
 // empty). acc[r][m]: the lane's fma chain. Every thread of the CTA calls this (the same
 // instantiation: one job per CTA), so the barrier in fill_act is reached by all.
-template <int F, int MT, int R, int D, bool kGated>
+template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void warp_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
                                           float* act, int K, int n0, int m0, int mt, int t_begin, int t_end,
                                           float (&acc)[R][MT]) {
   constexpr size_t kElem = F == kBf16 ? 2 : 1;
-  const int lane = threadIdx.x & 31;
+  constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // steps per batch: the same bytes in flight
   const int kb = (K + 127) / 128;
   const uint8_t* rows[R];
   const float* srow[R];
@@ -188,7 +199,7 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
     for (int d = 0; d < D; ++d)
       if (t0 + d < t_end) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) load_step<F>(rows[r], srow[r], K, (t0 + d) * kStep + 4 * lane, raw[d][r]);
+        for (int r = 0; r < R; ++r) load_step<F>(rows[r], srow[r], K, t0 + d, raw[d][r]);
       }
   };
   load_batch(t_begin);  // the first weights are in flight while the CTA stages silu(g)·u
@@ -203,15 +214,18 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
     if (t0 != t_begin) load_batch(t0);
 #pragma unroll
     for (int d = 0; d < D; ++d) {
-      if (t0 + d >= t_end) break;
-      const int kbase = (t0 + d) * kStep + 4 * lane;
+      if (t0 + d >= t_end) break;  // warp-uniform
+      const int kbase = (t0 + d) * kStep + 4 * (threadIdx.x & 31);
+      float bs[R][4];  // FP8 block scales of the step's 4 groups, per row
+#pragma unroll
+      for (int r = 0; r < R; ++r) block_scales<F>(raw[d][r], bs[r]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int k = kbase + 128 * i;
-        if (k >= K) break;
+        if (k >= K) break;  // per lane (K % 512 != 0)
         float w[R][4];
 #pragma unroll
-        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, row_scale[r], w[r]);
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, F == kFp8 ? bs[r][i] : row_scale[r], w[r]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           if (m >= mt) break;
@@ -227,8 +241,13 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
   }
 }
 
+// CTAs per SM the registers are budgeted for: 4 (64 registers) for one token and one row per
+// warp, the latency-bound decode case that needs the most loads in flight; 2 otherwise.
+template <int MT, int R, bool kGated>
+inline constexpr int kMinBlocks = MT == 1 && R == 1 && !kGated ? 4 : 2;
+
 template <int MT, int R, int D, bool kGated>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
     row_gemv_f32_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K, int S,
                         int T, int tiles) {
   __shared__ float partial[kWarps][R][MT];
