@@ -2,34 +2,41 @@
 // (ops_quant_gemv.h). quant_gemv / quant_gemv_multi with f32 x and f32 y, and
 // linear_f32_input(_multi) (ops_small_linear.h), route here whenever row_gemv_supported().
 //
-// Layout. x f32 [M, K] row-major (gated: g, u f32 [M, K], x = silu(g)·u computed in the kernel
-// exactly as silu_mul_split does); W [N, K] row-major: FP8 e4m3 with f32 block-128 scales
-// [ceil(N/128), ceil(K/128)], INT8 with f32 row scales [N], or bf16 (Dense, and NVFP4
-// dequantised at load); K % 4 == 0; y f32 [M, N] (= or +=).
+// Layout. x f32 [M, K] row-major, 16-byte aligned rows (K % 4 == 0, 16-byte aligned base);
+// gated: g, u f32 [M, K] and x = silu(g)·u, computed exactly as silu_mul_split does. W [N, K]
+// row-major: FP8 e4m3 with f32 block-128 scales [ceil(N/128), ceil(K/128)], INT8 with f32 row
+// scales [N], or bf16 (Dense, and NVFP4 dequantised at load). y f32 [M, N] (= or +=).
 //
 // Arithmetic of one output y[m, n], the same for every M, tile, grid, variant and set of jobs
 // (batch invariance; a job's bits equal those of a launch of its own):
-//   w'[k] = the exact f32 dequantised weight (fp8·block scale, int8·row scale, rounded once
-//           to f32 as the CPU reference does; bf16 as is).
+//   w'[k] = the exact f32 dequantised weight (fp8·block scale or int8·row scale rounded once to
+//           f32, as the CPU reference computes it; bf16 as is).
 //   K is cut into steps of 512 k. In step t, lane L owns the 16 k = 512t + 128i + 4L + j
-//   (i, j = 0..3): each group of 4 consecutive k is one 16-byte x load for the lane, so a warp's
-//   x loads are 512 contiguous bytes (no L1 replays), and one 4-byte (8-byte bf16) weight load.
-//   The steps are cut into S(K) slices of T(K) consecutive steps (S = 1, 2, 4 or 8: the fewest
-//   with T <= 4; K = 8192 -> 4 slices of 4 steps, K = 3072 -> 2 of 3, K = 1024 -> 1 of 2).
-//   A lane keeps ONE fma chain over its k of its slice, in (t, i, j) order (k >= K skipped);
-//   a slice's 32 lanes are summed by an xor shuffle tree (16, 8, 4, 2, 1); the slices are
-//   added in slice order; accumulate adds that sum to y.
+//   (i, j = 0..3): each group of 4 consecutive k is one 16-byte x load, so a warp's x loads
+//   cover 512 contiguous bytes (no L1 replays); group i lies in scale block 4t + i.
+//   The steps are cut into S(K) slices of T(K) consecutive steps (S = 1, 2, 4 or 8, the fewest
+//   with T <= 4: K = 8192 -> 4 slices of 4 steps, K = 3072 -> 2 of 3, K = 1024 -> 1 of 2).
+//   A lane keeps ONE fma chain y += w'[k]·x[k] over its k of its slice in (t, i, j) order (k >= K
+//   skipped); a slice's 32 lanes are summed by an xor shuffle tree (16, 8, 4, 2, 1); the slices
+//   are added in slice order; accumulate then adds that sum to y (one rounding).
 // Parallelisation. A CTA is 8 warps = 8/S row groups x S slices; a warp takes R consecutive
-// output rows of one job (each x load serves the R rows) for a tile of MT tokens (each weight
-// load, converted once, serves the MT tokens from registers). Every lane issues the loads of
-// D steps x R rows (64 B of FP8/INT8 per lane, 128 B of bf16) before it uses any of them. The
-// grid is 1-D, CTA b = row block b / tiles, token tile b % tiles, so the tiles that read one
-// weight slice run together (the later ones hit L2). Up to kMaxRowJobs jobs (any mix of the
-// three formats, one K, the same x) own consecutive row blocks. (MT, R, D) are picked by M and
-// by the rows of the launch; they change the schedule, never an output's arithmetic.
-// Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4, from L2 per
-// row block) and y. At M = 8 the FMAs (M per weight, FMA-issue-bound on CUDA cores near the
-// FP8 byte rate) and x loads from L1 (M·16 B per 4 weights per R rows) are the limit, not bytes.
+// output rows of one job (each x load serves the R rows) and a tile of MT tokens (each weight
+// load, converted once, serves the MT tokens from registers). A lane issues the loads of D steps
+// x R rows before it uses any (FP8/INT8: 64 B per lane, 4-byte loads that a warp turns into
+// 128-byte lines; bf16 the same bytes in 8-byte loads); the weights bypass L1, which keeps x.
+// The slices of a row meet in shared memory after one barrier. The grid is 1-D, CTA b = row
+// block b / tiles and token tile b % tiles, so the tiles that read one weight slice run together
+// (the later ones hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the
+// same x) own consecutive row blocks; each CTA serves one job. (MT, R, D) are picked by M and the
+// launch's rows: M = 1: (1, 1, 4), or (1, 2, 4) when the rows leave >= 32 warps per SM;
+// M = 2: (2, 2, 2); M <= 4: (4, 2, 2); else tiles of 8 tokens (8, 4, 1). They change the
+// schedule, never an output's arithmetic. Gated: the CTA first issues its first weight loads,
+// then writes silu(g)·u of its MT tokens (all of K) to shared memory, then reads x from there
+// (MT·K·4 <= 46 KB: smaller token tiles for long K).
+// Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
+// L2) and y; grid-wide the whole weight is in flight in one or two rounds of loads. At M = 8
+// the FMAs (8 per weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per
+// R rows) take about as long as the FP8 bytes: CUDA cores cannot do better there.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -140,7 +147,12 @@ __device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float 
     }
   } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) w[j] = __fmul_rn(float(int8_t((r.v[i] >> (8 * j)) & 0xFFu)), scale);
+    for (int j = 0; j < 4; ++j) {
+      // int8 q -> f32 without the quarter-rate I2F: the float 2^23 + (q + 128) has the biased
+      // byte as its low mantissa bits; subtracting 2^23 + 128 is exact.
+      const uint32_t biased = __byte_perm(r.v[i] ^ 0x80808080u, 0x4B000000u, 0x7440u | unsigned(j));
+      w[j] = __fmul_rn(__fsub_rn(__uint_as_float(biased), 8388736.0f), scale);
+    }
   }
 }
 
