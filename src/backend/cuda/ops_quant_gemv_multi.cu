@@ -30,9 +30,9 @@
 // same x) own consecutive row blocks; each CTA serves one job. (MT, R, D) are picked by M and the
 // launch's rows: M = 1: (1, 1, 4), or (1, 2, 4) when the rows leave >= 32 warps per SM;
 // M = 2: (2, 2, 2); M <= 4: (4, 2, 2); else tiles of 8 tokens (8, 4, 1). They change the
-// schedule, never an output's arithmetic. Gated: the CTA first issues its first weight loads,
-// then writes silu(g)·u of its MT tokens (all of K) to shared memory, then reads x from there
-// (MT·K·4 <= 46 KB: smaller token tiles for long K).
+// schedule, never an output's arithmetic. Gated (M = 1: (1, 2, 4)): the CTA first issues its
+// first weight loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then
+// reads x from there (MT·K·4 <= 46 KB: smaller token tiles for long K).
 // Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
 // L2) and y; grid-wide the whole weight is in flight in one or two rounds of loads. At M = 8
 // the FMAs (8 per weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per
@@ -361,7 +361,8 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
 void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
   if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
     const size_t row_bytes = size_t(K) * sizeof(float);
-    if (M == 1 || 2 * row_bytes > kGatedSmem) launch_variant<1, 1, 4, true>(x, u, M, jobs, K, stream);
+    // Two rows per warp at one token: half the CTAs, so half the g, u reads and silu evaluations.
+    if (M == 1 || 2 * row_bytes > kGatedSmem) launch_variant<1, 2, 4, true>(x, u, M, jobs, K, stream);
     else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 2, true>(x, u, M, jobs, K, stream);
     else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 2, true>(x, u, M, jobs, K, stream);
     else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
