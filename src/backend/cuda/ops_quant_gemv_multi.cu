@@ -29,7 +29,7 @@
 // (the later ones hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the
 // same x) own consecutive row blocks; each CTA serves one job. (MT, R, D) are picked by M and the
 // launch's rows: M = 1: (1, 1, 4), or (1, 2, 4) when the rows leave >= 32 warps per SM;
-// M = 2: (2, 2, 2); M <= 4: (4, 2, 2); else tiles of 8 tokens (8, 4, 1). They change the
+// M = 2: (2, 2, 4); M <= 4: (4, 2, 4); else tiles of 8 tokens (8, 4, 1). They change the
 // schedule, never an output's arithmetic. Gated (M = 1: (1, 2, 4)): the CTA first issues its
 // first weight loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then
 // reads x from there (MT·K·4 <= 46 KB: smaller token tiles for long K).
@@ -363,8 +363,8 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
     const size_t row_bytes = size_t(K) * sizeof(float);
     // Two rows per warp at one token: half the CTAs, so half the g, u reads and silu evaluations.
     if (M == 1 || 2 * row_bytes > kGatedSmem) launch_variant<1, 2, 4, true>(x, u, M, jobs, K, stream);
-    else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 2, true>(x, u, M, jobs, K, stream);
-    else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 2, true>(x, u, M, jobs, K, stream);
+    else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 4, true>(x, u, M, jobs, K, stream);
+    else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 4, true>(x, u, M, jobs, K, stream);
     else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
     return;
   }
@@ -377,9 +377,9 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
     else
       launch_variant<1, 1, 4, false>(x, u, M, jobs, K, stream);
   } else if (M == 2) {
-    launch_variant<2, 2, 2, false>(x, u, M, jobs, K, stream);
+    launch_variant<2, 2, 4, false>(x, u, M, jobs, K, stream);
   } else if (M <= 4) {
-    launch_variant<4, 2, 2, false>(x, u, M, jobs, K, stream);
+    launch_variant<4, 2, 4, false>(x, u, M, jobs, K, stream);
   } else {
     launch_variant<8, 4, 1, false>(x, u, M, jobs, K, stream);
   }
