@@ -38,8 +38,9 @@ void quant_gemv_multi(const float* x, int M, std::span<const LinearOut> outs, cu
 // Each output is bit-identical to a launch of its job alone, at any M (a row's bits never depend
 // on M, on the other rows or jobs, or on the grid): its summation order depends on K only.
 // quant_gemv / quant_gemv_multi with f32 x and f32 y, and linear_f32_input(_multi), take this
-// path whenever row_gemv_supported(), so all of them give these bits.
-// Layout, parallelisation and roofline: ops_quant_gemv_multi.cu.
+// path whenever row_gemv_supported(), so all of them give these bits. x (and g, u below): f32
+// rows of K, 16-byte aligned base; y must not alias x. Throws when a job is not supported or
+// the jobs' K differ. Layout, summation order, parallelisation, roofline: ops_quant_gemv_multi.cu.
 constexpr int kMaxRowJobs = 8;
 struct RowGemvJob {
   const DeviceLinear* w;
