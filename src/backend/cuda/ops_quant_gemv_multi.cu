@@ -33,6 +33,9 @@
 // schedule, never an output's arithmetic. Gated (M = 1: (1, 2, 4)): the CTA first issues its
 // first weight loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then
 // reads x from there (MT·K·4 <= 46 KB: smaller token tiles for long K).
+// PDL (pdl.cuh, M <= 64): each CTA triggers its dependents at entry, issues its first weight
+// loads, and only then waits for the previous kernel (griddepcontrol.wait) before it reads x,
+// g, u or touches y: the weights are never written by another kernel.
 // Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
 // L2) and y; grid-wide the whole weight is in flight in one or two rounds of loads. At M = 8
 // the FMAs (8 per weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per
@@ -44,6 +47,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_quant_gemv.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -55,6 +59,7 @@ enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
 // Gated: the tile's silu(g)·u in dynamic shared memory, at most this much, so that with the
 // static partial sums (<= 1 KB) a CTA stays within the 48 KB that need no opt-in.
 constexpr size_t kGatedSmem = 46 * 1024;
+constexpr int kPdlMaxRows = 64;  // launches of up to this many rows of x use PDL
 
 struct Job {
   const uint8_t* w;
@@ -81,15 +86,16 @@ KSplit k_split(int K) {
   return s;
 }
 
-// Streaming weight loads: read once, kept out of L1 (which holds x).
+// Streaming weight loads: read once, kept out of L1 (which holds x). volatile: issued where
+// written, i.e. before pdl_wait (the compiler may not sink them past it).
 __device__ __forceinline__ uint32_t ld_stream32(const void* p) {
   uint32_t v;
-  asm("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
 __device__ __forceinline__ uint2 ld_stream64(const void* p) {
   uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 
@@ -214,7 +220,9 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
         for (int r = 0; r < R; ++r) load_step<F>(rows[r], srow[r], K, t0 + d, raw[d][r]);
       }
   };
-  load_batch(t_begin);  // the first weights are in flight while the CTA stages silu(g)·u
+  load_batch(t_begin);  // the first weights are in flight while the previous kernel finishes
+  // PDL: x, g, u and y may be written or read by earlier kernels; the weights never are.
+  pdl_wait();
   const float* xt;
   if constexpr (kGated) {
     fill_act(x, u, K, m0, mt, act);
@@ -262,6 +270,7 @@ template <int MT, int R, int D, bool kGated>
 __global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
     row_gemv_f32_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K, int S,
                         int T, int tiles) {
+  pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
   __shared__ float partial[kWarps][R][MT];
   extern __shared__ float4 act_smem[];  // gated: silu(g)·u of the tile, [MT][K] f32
   const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
@@ -352,8 +361,10 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   const int tiles = (M + MT - 1) / MT;
   if (blocks * tiles > INT_MAX) throw Error("row_gemv_f32: launch grid too large");
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
-  row_gemv_f32_kernel<MT, R, D, kGated><<<unsigned(blocks * tiles), kThreads, smem, stream>>>(x, u, M, jobs, K, ks.S,
-                                                                                             ks.T, tiles);
+  // Programmatic dependent launch for generated-token row counts (pdl.cuh): the CTAs that fit
+  // start their weight loads while the previous kernel finishes.
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated>, dim3(unsigned(blocks * tiles)),
+             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
