@@ -58,6 +58,7 @@
 #include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "backend/cuda/step_meta.h"
 #include "io/qwen35_config.h"
@@ -372,6 +373,10 @@ class KernelBench {
         linear("in_proj_z", c.linear_value_dim(), H, dense_proj_, b, nlin, false, false);
         linear("in_proj_b", nv, H, WeightFormat::Dense, b, nlin, false, true);
         linear("in_proj_a", nv, H, WeightFormat::Dense, b, nlin, false, true);
+        linear_group("in_proj_qkv+z+b+a (1 launch)",
+                     {{c.linear_conv_dim(), dense_proj_}, {c.linear_value_dim(), dense_proj_},
+                      {nv, WeightFormat::Dense}, {nv, WeightFormat::Dense}},
+                     H, b, nlin);
         gdn(b, nlin);
         linear("out_proj", H, c.linear_value_dim(), dense_proj_, b, nlin, true, false);
       }
@@ -381,6 +386,10 @@ class KernelBench {
       linear("shared_up", Is, H, dense_proj_, b, int(L), false, false);
       linear("shared_down", H, Is, dense_proj_, b, int(L), false, false);
       linear("shared_expert_gate", 1, H, WeightFormat::Dense, b, int(L), false, true);
+      linear_group("router+seg+shared_gate+up (1 launch)",
+                   {{E, WeightFormat::Dense}, {1, WeightFormat::Dense}, {Is, dense_proj_}, {Is, dense_proj_}}, H, b,
+                   int(L));
+      shared_down_gated(H, Is, b, int(L));
       basic(b);
       linear("lm_head", c.vocab_size, H, head_, b, 1, false, false);
     }
@@ -432,6 +441,69 @@ class KernelBench {
     const Timing t = timer_.time(launch, n);
     const double bytes = wbytes + double(b) * double(K) * 4 + double(b) * double(N) * 4 * (accumulate ? 2 : 1);
     record(op, fmt_label(fmt), std::to_string(N) + "x" + std::to_string(K), b, calls, t, bytes);
+  }
+
+  // Several projections of the same f32 x in ONE row_gemv_f32 launch (mixed formats), as the
+  // model can run them (router + shared_expert_gate + shared_gate + shared_up; in_proj_qkv +
+  // z + b + a). Not in the step total: the separate rows above are what the model runs today.
+  struct Proj {
+    int64_t N;
+    WeightFormat fmt;
+  };
+  void linear_group(const std::string& op, const std::vector<Proj>& ps, int64_t K, int b, int calls) {
+    if (!wanted(op)) return;
+    std::vector<std::vector<DeviceLinear>> sets(1);
+    double wbytes = 0;
+    int64_t rows = 0;
+    std::string fmt, shape;
+    for (const auto& p : ps) {
+      sets[0].push_back(mk_.linear(p.N, K, p.fmt));
+      wbytes += double(sets[0].back().bytes());
+      rows += p.N;
+      fmt += std::string(fmt.empty() ? "" : "+") + fmt_label(p.fmt);
+      shape += (shape.empty() ? "" : "+") + std::to_string(p.N);
+    }
+    const int n = copies_for(wbytes);
+    for (int i = 1; i < n; ++i) {
+      sets.emplace_back();
+      for (const auto& p : ps) sets.back().push_back(mk_.linear(p.N, K, p.fmt));
+    }
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    std::vector<std::vector<RowGemvJob>> jobs(sets.size());
+    for (size_t i = 0; i < sets.size(); ++i) {
+      size_t off = 0;
+      for (const auto& w : sets[i]) {
+        jobs[i].push_back({&w, y_.data() + off, false});
+        off += size_t(b) * size_t(w.N);
+      }
+    }
+    auto launch = [&](int64_t i) { row_gemv_f32(x_.data(), b, jobs[size_t(i % n)], s_); };
+    const Timing t = timer_.time(launch, n);
+    const double bytes = wbytes + double(b) * double(K) * 4 + double(b) * double(rows) * 4;
+    record(op, fmt, shape + "x" + std::to_string(K), b, calls, t, bytes, /*in_total=*/false);
+  }
+
+  // The shared expert's down projection reading silu(g)·u directly (row_gemv_f32_gated): the
+  // silu_mul_split + shared_down pair in one launch. Not in the step total.
+  void shared_down_gated(int64_t H, int64_t Is, int b, int calls) {
+    const std::string op = "shared_down gated (silu fused)";
+    if (!wanted(op)) return;
+    std::vector<DeviceLinear> ws;
+    ws.push_back(mk_.linear(H, Is, dense_proj_));
+    const double wbytes = double(ws[0].bytes());
+    const int n = copies_for(wbytes);
+    for (int i = 1; i < n; ++i) ws.push_back(mk_.linear(H, Is, dense_proj_));
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    if (!row_gemv_gated_supported(ws[0])) return;
+    DeviceBuffer<float> g = mk_.f32(size_t(b) * Is, -4, 4), u = mk_.f32(size_t(b) * Is, -2, 2);
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s_));
+    auto launch = [&](int64_t i) {
+      row_gemv_f32_gated(g.data(), u.data(), b, ws[size_t(i % n)], y_.data(), false, s_);
+    };
+    const Timing t = timer_.time(launch, n);
+    const double bytes = wbytes + double(b) * double(Is) * 8 + double(b) * double(H) * 4;
+    record(op, fmt_label(dense_proj_), std::to_string(H) + "x" + std::to_string(Is), b, calls, t, bytes,
+           /*in_total=*/false);
   }
 
   void attention(int b, int ctx, int calls, bool in_total) {

@@ -12,12 +12,15 @@
 // printed "vs exact W" line shows what that rounding costs, and is not asserted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "backend/cpu/linear.h"
 #include "backend/cuda/device_linear.h"
 #include "backend/cuda/linear_runner.h"
+#include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
 #include "core/thread_pool.h"
@@ -338,7 +341,7 @@ TEST(GpuOpsLinear, Nvfp4DequantisedAtUpload) {
 }
 
 // quant_gemv_multi (q/k/v, gate/up in one launch): every output bit-identical to the same
-// weight's own quant_gemv, for fused formats, and for a mixed list (separate launches).
+// weight's own quant_gemv, for one format and for a mixed FP8 + bf16 list (one launch too).
 TEST(GpuOpsLinear, MultiProjectionEqualsSeparate) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(19);
@@ -369,6 +372,233 @@ TEST(GpuOpsLinear, MultiProjectionEqualsSeparate) {
         for (size_t j = 0; j < a.size(); ++j) diffs += a[j] != b[j];
         EXPECT_EQ(diffs, 0) << "set of " << d.size() << ", output " << i << ", M=" << M;
       }
+    }
+  }
+}
+
+// ---- row_gemv_f32 (ops_quant_gemv_multi.cu): the generated tokens' row GEMV ---------------
+
+namespace {
+
+// One row_gemv_f32 launch of `ws` over the first M rows of d_x; y_i starts as init_i (or
+// zeros) and is accumulated into where acc_i.
+std::vector<std::vector<float>> row_gemv(const std::vector<const cuda::DeviceLinear*>& ws, const float* d_x, int M,
+                                         const std::vector<bool>& acc = {},
+                                         const std::vector<std::vector<float>>* init = nullptr) {
+  std::vector<DeviceBuffer<float>> ys;
+  std::vector<cuda::RowGemvJob> jobs;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const size_t n = size_t(M) * size_t(ws[i]->N);
+    ys.push_back(init ? to_device_f32((*init)[i]) : to_device_f32(std::vector<float>(n, 0.0f)));
+    jobs.push_back({ws[i], ys.back().data(), !acc.empty() && acc[i]});
+  }
+  for (size_t i = 0; i < ws.size(); ++i) jobs[i].y = ys[i].data();
+  cuda::row_gemv_f32(d_x, M, jobs, nullptr);
+  std::vector<std::vector<float>> out;
+  for (const auto& y : ys) out.push_back(to_host(y));
+  return out;
+}
+
+std::vector<float> row_gemv1(const cuda::DeviceLinear& w, const float* d_x, int M) {
+  return row_gemv({&w}, d_x, M)[0];
+}
+
+size_t count_diffs(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t d = a.size() != b.size() ? std::max(a.size(), b.size()) : 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) d += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return d;
+}
+
+// Row `row` of a row-major [*, n] array.
+std::vector<float> row_of(const std::vector<float>& v, int row, int64_t n) {
+  return std::vector<float>(v.begin() + long(size_t(row) * size_t(n)), v.begin() + long(size_t(row + 1) * size_t(n)));
+}
+
+}  // namespace
+
+// Every format against the CPU (exact dequantised W, the same f32 x): K split into 1, 2, 4 and
+// 8 slices (K = 1024, 3072, 8192, 16896 with a second load batch per slice), an empty last
+// slice (K = 4608), partial steps and scale blocks (K = 1000, 200, 72), N not a multiple of
+// the rows per CTA, N = 1; M over every variant (1, 2, 3-4, 5-8, tiles of 8). A row's bits at
+// M must equal the same row at M = 64, and y += x·Wᵀ must hold (the residual accumulation).
+TEST(GpuOpsLinear, RowGemvF32MatchesCpu) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(20);
+  constexpr int kRows = 64;
+  std::vector<TestWeight> ws;
+  ws.push_back(make_fp8_block(rng, 3072, 8192, 0.03f, false));  // o_proj / out_proj
+  ws.push_back(make_fp8_block(rng, 1024, 3072, 0.03f, true));   // shared gate / up
+  ws.push_back(make_fp8_block(rng, 3072, 1024, 0.03f, false));  // shared down
+  ws.push_back(make_fp8_block(rng, 130, 4608, 0.03f, false));   // 9 steps: 4 slices of 3, the last empty
+  ws.push_back(make_fp8_block(rng, 200, 1000, 0.05f, false));   // partial step and scale block
+  ws.push_back(make_fp8_block(rng, 300, 200, 0.05f, true));
+  ws.push_back(make_int8_rowwise(rng, 1000, 3072, 0.05f));
+  ws.push_back(make_int8_rowwise(rng, 263, 72, 0.05f));
+  ws.push_back(make_dense_bf16(rng, 256, 3072, 0.05f));  // router
+  ws.push_back(make_dense_bf16(rng, 1, 3072, 0.05f));    // shared_expert_gate
+  ws.push_back(make_dense_bf16(rng, 64, 3072, 0.05f));   // in_proj_b / a
+  ws.push_back(make_dense_bf16(rng, 37, 16896, 0.05f));  // 33 steps: 8 slices of 5 (two load batches)
+  ws.push_back(make_dense_bf16(rng, 520, 1000, 0.05f));
+  for (const auto& t : ws) {
+    const int64_t N = t.weight.out_features, K = t.weight.in_features;
+    SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+    ASSERT_TRUE(cuda::row_gemv_supported(d));
+    const auto x = random_f32(rng, size_t(kRows) * size_t(K), 1.0f);
+    const auto d_x = to_device_f32(x);
+    const CpuProduct ref = cpu_product(x, kRows, t.dequant, N, K);
+    const auto full = row_gemv1(d, d_x.data(), kRows);
+    for (int M : {kRows, 1, 2, 3, 4, 5, 8, 9, 13}) {
+      const std::string tag = "row_gemv_f32 " + t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                              " M=" + std::to_string(M);
+      const auto y = M == kRows ? full : row_gemv1(d, d_x.data(), M);
+      const auto bound = dot_bounds(rows(ref.absdot, M, N), K);
+      EXPECT_TRUE(all_close(tag, y, rows(ref.y, M, N), {M, N}, {"M", "N"}, 0, 0, &bound));
+      EXPECT_EQ(count_diffs(y, rows(full, M, N)), 0u) << tag << ": rows at M differ from the same rows at M=64";
+      if (M == 3 || M == 8) {  // y += x·Wᵀ: exactly y0 + (the plain result), one rounding
+        const std::vector<std::vector<float>> init{random_f32(rng, size_t(M) * size_t(N), 1.0f)};
+        const auto& y0 = init[0];
+        const auto acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
+        std::vector<float> want(y0.size());
+        for (size_t i = 0; i < want.size(); ++i) want[i] = y0[i] + y[i];
+        EXPECT_EQ(count_diffs(acc, want), 0u) << tag << ": accumulate is not y0 + x·Wᵀ";
+      }
+    }
+    // The routes that must give these bits: quant_gemv / LinearRunner with f32 x, and
+    // linear_f32_input for bf16 weights.
+    for (int M : {1, 8}) {
+      DeviceBuffer<float> d_y(size_t(M) * size_t(N));
+      cuda::quant_gemv(d_x.data(), M, d, d_y.data(), true, false, nullptr);
+      EXPECT_EQ(count_diffs(to_host(d_y), rows(full, M, N)), 0u) << "quant_gemv(f32) M=" << M;
+      if (cuda::small_linear_supported(d)) {
+        cuda::linear_f32_input(d_x.data(), M, d, d_y.data(), nullptr);
+        EXPECT_EQ(count_diffs(to_host(d_y), rows(full, M, N)), 0u) << "linear_f32_input M=" << M;
+      }
+    }
+  }
+}
+
+// One launch of mixed formats (the model's router + shared_expert_gate + shared_gate +
+// shared_up, and in_proj_qkv + in_proj_z + in_proj_b + in_proj_a; an INT8 job too; 9 jobs =
+// two launches): every output bit-identical to its job alone, at every M, with and without
+// accumulation in the other jobs; and each token's row at M = 1 equals the same token placed
+// among 7 and 63 others.
+TEST(GpuOpsLinear, RowGemvF32MixedFormatsEqualSeparate) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(21);
+  const int64_t K = 3072;
+  std::vector<TestWeight> router_set, gdn_set, many;
+  router_set.push_back(make_dense_bf16(rng, 256, K, 0.05f));
+  router_set.push_back(make_dense_bf16(rng, 1, K, 0.05f));
+  router_set.push_back(make_fp8_block(rng, 1024, K, 0.03f, false));
+  router_set.push_back(make_fp8_block(rng, 1024, K, 0.03f, false));
+  gdn_set.push_back(make_fp8_block(rng, 4096, K, 0.03f, false));
+  gdn_set.push_back(make_fp8_block(rng, 2048, K, 0.03f, false));
+  gdn_set.push_back(make_dense_bf16(rng, 64, K, 0.05f));
+  gdn_set.push_back(make_dense_bf16(rng, 64, K, 0.05f));
+  gdn_set.push_back(make_int8_rowwise(rng, 520, K, 0.05f));
+  for (int i = 0; i < 9; ++i)
+    many.push_back(i % 3 == 0 ? make_fp8_block(rng, 100 + 37 * i, K, 0.03f, false)
+                   : i % 3 == 1 ? make_dense_bf16(rng, 1 + 13 * i, K, 0.05f)
+                                : make_int8_rowwise(rng, 50 + 11 * i, K, 0.05f));
+  constexpr int kRows = 64;
+  const auto x = random_f32(rng, size_t(kRows) * size_t(K), 1.0f);
+  const auto d_x = to_device_f32(x);
+  for (const auto* set : {&router_set, &gdn_set, &many}) {
+    std::vector<cuda::DeviceLinear> d;
+    for (const auto& t : *set) d.push_back(cuda::upload_linear(t.weight, nullptr));
+    std::vector<const cuda::DeviceLinear*> ptrs;
+    for (const auto& w : d) ptrs.push_back(&w);
+    for (int M : {1, 2, 5, 8, 64}) {
+      const auto fused = row_gemv(ptrs, d_x.data(), M);
+      for (size_t i = 0; i < d.size(); ++i) {
+        const auto alone = row_gemv1(d[i], d_x.data(), M);
+        EXPECT_EQ(count_diffs(fused[i], alone), 0u) << "set of " << d.size() << ", job " << i << ", M=" << M;
+      }
+      // Accumulating jobs beside plain ones.
+      std::vector<bool> acc(d.size());
+      std::vector<std::vector<float>> init;
+      for (size_t i = 0; i < d.size(); ++i) {
+        acc[i] = i % 2 == 1;
+        init.push_back(random_f32(rng, size_t(M) * size_t(d[i].N), 1.0f));
+      }
+      const auto mixed = row_gemv(ptrs, d_x.data(), M, acc, &init);
+      for (size_t i = 0; i < d.size(); ++i) {
+        std::vector<float> want = fused[i];
+        if (acc[i])
+          for (size_t e = 0; e < want.size(); ++e) want[e] = init[i][e] + fused[i][e];
+        EXPECT_EQ(count_diffs(mixed[i], want), 0u) << "accumulate mix, job " << i << ", M=" << M;
+      }
+    }
+    // Token 0 alone vs the same token at row 5 of 8 and row 37 of 64 (other rows random).
+    const auto alone = row_gemv(ptrs, d_x.data(), 1);
+    for (auto [M, pos] : {std::pair{8, 5}, std::pair{64, 37}}) {
+      std::vector<float> xm = random_f32(rng, size_t(M) * size_t(K), 1.0f);
+      std::copy(x.begin(), x.begin() + K, xm.begin() + long(size_t(pos) * size_t(K)));
+      const auto d_xm = to_device_f32(xm);
+      const auto got = row_gemv(ptrs, d_xm.data(), M);
+      for (size_t i = 0; i < d.size(); ++i)
+        EXPECT_EQ(count_diffs(row_of(got[i], pos, d[i].N), alone[i]), 0u)
+            << "job " << i << ": token at row " << pos << " of " << M << " differs from M=1";
+    }
+  }
+}
+
+// The shared expert's down projection on silu(g)·u read directly: bit-identical to
+// silu_mul_split followed by row_gemv_f32 (and close to the CPU product with that act), at
+// every M, with accumulation, and a token's row at M = 1 equals the same token among 7 / 63.
+TEST(GpuOpsLinear, RowGemvF32GatedEqualsSiluMulThenGemv) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(22);
+  constexpr int kRows = 64;
+  std::vector<TestWeight> ws;
+  ws.push_back(make_fp8_block(rng, 3072, 1024, 0.03f, false));  // shared_down
+  ws.push_back(make_fp8_block(rng, 300, 3072, 0.03f, true));    // wider K: smaller tiles of tokens
+  ws.push_back(make_int8_rowwise(rng, 263, 1000, 0.05f));
+  ws.push_back(make_dense_bf16(rng, 520, 72, 0.05f));
+  for (const auto& t : ws) {
+    const int64_t N = t.weight.out_features, K = t.weight.in_features;
+    SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+    ASSERT_TRUE(cuda::row_gemv_gated_supported(d));
+    const auto g = random_f32(rng, size_t(kRows) * size_t(K), 3.0f), u = random_f32(rng, size_t(kRows) * size_t(K), 1.0f);
+    const auto d_g = to_device_f32(g), d_u = to_device_f32(u);
+    DeviceBuffer<float> d_act(size_t(kRows) * size_t(K));
+    cuda::silu_mul_split(d_g.data(), d_u.data(), kRows, int(K), d_act.data(), nullptr);
+    const auto act = to_host(d_act);
+    const CpuProduct ref = cpu_product(act, kRows, t.dequant, N, K);
+    std::vector<float> gated_full;
+    for (int M : {kRows, 1, 2, 3, 5, 8, 13}) {
+      const std::string tag = "row_gemv_f32_gated " + t.label + " M=" + std::to_string(M);
+      DeviceBuffer<float> d_act_m(size_t(M) * size_t(K));  // silu_mul_split of just these rows
+      cuda::silu_mul_split(d_g.data(), d_u.data(), M, int(K), d_act_m.data(), nullptr);
+      const auto plain = row_gemv1(d, d_act_m.data(), M);
+      DeviceBuffer<float> d_y(size_t(M) * size_t(N));
+      cuda::row_gemv_f32_gated(d_g.data(), d_u.data(), M, d, d_y.data(), false, nullptr);
+      const auto y = to_host(d_y);
+      EXPECT_EQ(count_diffs(y, plain), 0u) << tag << ": gated != silu_mul_split + row_gemv_f32";
+      const auto bound = dot_bounds(rows(ref.absdot, M, N), K);
+      EXPECT_TRUE(all_close(tag, y, rows(ref.y, M, N), {M, N}, {"M", "N"}, 0, 0, &bound));
+      if (M == kRows) gated_full = y;
+      else EXPECT_EQ(count_diffs(y, rows(gated_full, M, N)), 0u) << tag << ": rows differ from M=64";
+      if (M == 3 || M == 8) {
+        const auto y0 = random_f32(rng, size_t(M) * size_t(N), 1.0f);
+        auto d_acc = to_device_f32(y0);
+        cuda::row_gemv_f32_gated(d_g.data(), d_u.data(), M, d, d_acc.data(), true, nullptr);
+        std::vector<float> want(y0.size());
+        for (size_t i = 0; i < want.size(); ++i) want[i] = y0[i] + y[i];
+        EXPECT_EQ(count_diffs(to_host(d_acc), want), 0u) << tag << ": accumulate is not y0 + W·act";
+      }
+    }
+    for (auto [M, pos] : {std::pair{8, 5}, std::pair{64, 37}}) {  // token 0 among others
+      std::vector<float> gm = random_f32(rng, size_t(M) * size_t(K), 3.0f), um = random_f32(rng, size_t(M) * size_t(K), 1.0f);
+      std::copy(g.begin(), g.begin() + K, gm.begin() + long(size_t(pos) * size_t(K)));
+      std::copy(u.begin(), u.begin() + K, um.begin() + long(size_t(pos) * size_t(K)));
+      const auto d_gm = to_device_f32(gm), d_um = to_device_f32(um);
+      DeviceBuffer<float> d_y(size_t(M) * size_t(N));
+      cuda::row_gemv_f32_gated(d_gm.data(), d_um.data(), M, d, d_y.data(), false, nullptr);
+      EXPECT_EQ(count_diffs(row_of(to_host(d_y), pos, N), rows(gated_full, 1, N)), 0u)
+          << "token at row " << pos << " of " << M << " differs from M=1";
     }
   }
 }

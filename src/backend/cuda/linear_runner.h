@@ -29,7 +29,8 @@ class LinearRunner {
   // y: bf16 [M, N] or f32 [M, N] (y_f32). With accumulate, y (f32 only) += X·Wᵀ.
   void run(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, cudaStream_t stream,
            bool accumulate = false);
-  // f32 activations (the model's path): always the row-tiled kernels, in either mode.
+  // f32 activations (the model's path): always the row-tiled kernels, in either mode (with an
+  // f32 output and an FP8 / INT8 / bf16 weight: row_gemv_f32, ops_quant_gemv.h).
   void run(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, cudaStream_t stream,
            bool accumulate = false);
 

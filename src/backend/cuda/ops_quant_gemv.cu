@@ -1,4 +1,7 @@
-// Kernels of ops_quant_gemv.h and dequantize_to_bf16 (linear_runner.h).
+// Kernels of ops_quant_gemv.h and dequantize_to_bf16 (linear_runner.h). f32 activations with
+// an f32 output and an FP8 / INT8 / bf16 weight (the model's generated tokens) take the row
+// GEMV of ops_quant_gemv_multi.cu instead; the kernels here serve bf16 activations, bf16
+// outputs, GPTQ and K % 4 != 0.
 //
 // Any M: rows of X are taken in tiles of 16 (grid x = row tile, the fastest-varying index,
 // so the tiles that need one weight slice run together and share it through L2); every
@@ -14,6 +17,8 @@
 // 512 k), scales per 128-block (FP8) or per row (INT8); warp-shuffle sum.
 // Roofline (decode): the weight bytes (N·K·elem) once per call; x re-reads hit L1/L2.
 #include <cuda_fp8.h>
+
+#include <algorithm>
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -421,11 +426,6 @@ RowKind row_kind(quant::WeightFormat f) {
   }
 }
 
-bool vec_capable(const DeviceLinear& w) {
-  return w.K % 16 == 0 && (w.format == quant::WeightFormat::Fp8Block || w.format == quant::WeightFormat::Int8Rowwise ||
-                           w.format == quant::WeightFormat::Dense || w.format == quant::WeightFormat::Nvfp4);
-}
-
 // One row_gemv_vec_kernel launch over `count` weights sharing format and K. The (MT, R)
 // variant is picked by M: rows of x per tile and output rows per warp (registers vs loads in
 // flight); every variant computes each output with the same arithmetic.
@@ -557,28 +557,28 @@ void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32
 
 void quant_gemv(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                 cudaStream_t stream) {
+  if (y_f32 && row_gemv_supported(w)) {  // the generated-token kernel (ops_quant_gemv_multi.cu)
+    const RowGemvJob job{&w, static_cast<float*>(y), accumulate};
+    row_gemv_f32(x, M, std::span<const RowGemvJob>(&job, 1), stream);
+    return;
+  }
   launch_gemv(x, M, w, y, y_f32, accumulate, stream);
 }
 
 void quant_gemv_multi(const float* x, int M, std::span<const LinearOut> outs, cudaStream_t stream) {
   if (M == 0 || outs.empty()) return;
-  bool fuse = outs.size() <= size_t(kMaxJobs);
-  for (const auto& o : outs)
-    fuse = fuse && vec_capable(*o.w) && o.w->K == outs[0].w->K &&
-           row_kind(o.w->format) == row_kind(outs[0].w->format);
+  bool fuse = true;  // any mix of FP8 / INT8 / bf16 with one K: row_gemv_f32's launches
+  for (const auto& o : outs) fuse = fuse && row_gemv_supported(*o.w) && o.w->K == outs[0].w->K;
   if (!fuse) {
-    for (const auto& o : outs) launch_gemv(x, M, *o.w, o.y, true, false, stream);
-    MOESERVE_CUDA_CHECK_LAUNCH();
+    for (const auto& o : outs) quant_gemv(x, M, *o.w, o.y, true, false, stream);
     return;
   }
-  const DeviceLinear* ws[kMaxJobs];
-  void* ys[kMaxJobs];
-  for (size_t i = 0; i < outs.size(); ++i) {
-    ws[i] = outs[i].w;
-    ys[i] = outs[i].y;
+  RowGemvJob jobs[kMaxRowJobs];
+  for (size_t b = 0; b < outs.size(); b += kMaxRowJobs) {
+    const size_t n = std::min(outs.size() - b, size_t(kMaxRowJobs));
+    for (size_t i = 0; i < n; ++i) jobs[i] = RowGemvJob{outs[b + i].w, outs[b + i].y, false};
+    row_gemv_f32(x, M, std::span<const RowGemvJob>(jobs, n), stream);
   }
-  launch_vec<float>(x, M, ws, ys, int(outs.size()), true, false, stream);
-  MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
 void dequantize_to_bf16(const DeviceLinear& w, bf16* out, cudaStream_t stream) {

@@ -16,17 +16,45 @@ namespace moeserve::cuda {
 
 void quant_gemv(const bf16* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                 cudaStream_t stream);
-// The same with f32 activations (the model's path: x is not rounded to bf16).
+// The same with f32 activations (the model's path: x is not rounded to bf16). With y_f32 and a
+// weight that row_gemv_supported(), this is row_gemv_f32 (below) with one job.
 void quant_gemv(const float* x, int M, const DeviceLinear& w, void* y, bool y_f32, bool accumulate,
                 cudaStream_t stream);
 
-// Several projections of the same f32 x (q/k/v, gate/up): y_i [M, N_i] f32 = x·W_iᵀ. Weights of
-// one FP8 / INT8 / bf16 format and one K (K % 16 == 0), at most 4, run as ONE launch; each
-// output is bit-identical to its own quant_gemv. Anything else runs as separate launches.
+// Several projections of the same f32 x (q/k/v, gate/up): y_i [M, N_i] f32 = x·W_iᵀ. Weights
+// that row_gemv_supported(), of any mix of FP8 / INT8 / bf16 and one K, run as row_gemv_f32
+// (one launch per kMaxRowJobs); each output is bit-identical to its own quant_gemv. Anything
+// else runs as separate launches.
 struct LinearOut {
   const DeviceLinear* w;
   float* y;
 };
 void quant_gemv_multi(const float* x, int M, std::span<const LinearOut> outs, cudaStream_t stream);
+
+// ---- Row GEMVs of generated tokens over f32 activations (ops_quant_gemv_multi.cu) ----------
+// y_i [M, N_i] f32 (=, or += with accumulate) x [M, K] · W_iᵀ for FP8 block-128, INT8
+// row-wise and bf16 (Dense / NVFP4) weights with K % 4 == 0, up to kMaxRowJobs jobs of ANY mix
+// of these formats (one K, the same x) in ONE launch (more jobs: one launch per kMaxRowJobs).
+// Each output is bit-identical to a launch of its job alone, at any M (a row's bits never depend
+// on M, on the other rows or jobs, or on the grid): its summation order depends on K only.
+// quant_gemv / quant_gemv_multi with f32 x and f32 y, and linear_f32_input(_multi), take this
+// path whenever row_gemv_supported(), so all of them give these bits. x (and g, u below): f32
+// rows of K, 16-byte aligned base; y must not alias x. Throws when a job is not supported or
+// the jobs' K differ. Layout, summation order, parallelisation, roofline: ops_quant_gemv_multi.cu.
+constexpr int kMaxRowJobs = 8;
+struct RowGemvJob {
+  const DeviceLinear* w;
+  float* y;
+  bool accumulate = false;
+};
+bool row_gemv_supported(const DeviceLinear& w);
+void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream);
+// y (+)= W · (silu(g) ⊙ u) with g, u f32 [M, K] (the shared expert's down projection without a
+// silu_mul launch): bit-identical to silu_mul_split(g, u) followed by row_gemv_f32. Needs
+// row_gemv_gated_supported(w) (row_gemv_supported and K <= 11776: a row of silu(g)·u is staged
+// in shared memory).
+bool row_gemv_gated_supported(const DeviceLinear& w);
+void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
+                        cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -6,9 +6,10 @@
 // bf16. These are a small share of a step's bytes (E·H + 2·nv·H + H weights per layer).
 //
 // Layout: x f32 [M, K] row-major; W bf16 [N, K] row-major (Dense DeviceLinear); y f32 [M, N].
-// Each y[m, n] is summed in one fixed order (lane-strided over K in 8-element chunks, then a
-// fixed warp tree), whatever M is: the result for a row never depends on its batch.
-// Roofline: N·K·2 bytes of weight per 4 rows of x (weights stay in L2 across row tiles).
+// They run row_gemv_f32 (ops_quant_gemv.h): each y[m, n] is summed in one fixed order that
+// depends on K only, whatever M is, so a row's result never depends on its batch, and is the
+// same as in a mixed-format row_gemv_f32 launch with other projections of the same x.
+// Roofline: N·K·2 bytes of weight per call.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -24,9 +25,8 @@ bool small_linear_supported(const DeviceLinear& w);
 // y[m, n] = sum_k x[m, k] · W[n, k]  (f32 accumulate).
 void linear_f32_input(const float* x, int M, const DeviceLinear& w, float* y, cudaStream_t stream);
 
-// Several such projections of the same x in one launch when they share K (K % 256 == 0):
-// the router with the shared-expert gate, in_proj_b with in_proj_a. Bit-identical to
-// separate linear_f32_input calls.
+// Several such projections of the same x in one launch when they share K: the router with the
+// shared-expert gate, in_proj_b with in_proj_a. Bit-identical to separate linear_f32_input calls.
 struct SmallLinearOut {
   const DeviceLinear* w;
   float* y;

@@ -1,0 +1,455 @@
+// Row GEMVs of generated tokens over f32 activations: row_gemv_f32 and row_gemv_f32_gated
+// (ops_quant_gemv.h). quant_gemv / quant_gemv_multi with f32 x and f32 y, and
+// linear_f32_input(_multi) (ops_small_linear.h), route here whenever row_gemv_supported().
+//
+// Layout. x f32 [M, K] row-major, 16-byte aligned rows (K % 4 == 0, 16-byte aligned base);
+// gated: g, u f32 [M, K] and x = silu(g)·u, computed exactly as silu_mul_split does. W [N, K]
+// row-major: FP8 e4m3 with f32 block-128 scales [ceil(N/128), ceil(K/128)], INT8 with f32 row
+// scales [N], or bf16 (Dense, and NVFP4 dequantised at load). y f32 [M, N] (= or +=).
+//
+// Arithmetic of one output y[m, n], the same for every M, tile, grid, variant and set of jobs
+// (batch invariance; a job's bits equal those of a launch of its own):
+//   w'[k] = the exact f32 dequantised weight (fp8·block scale or int8·row scale rounded once to
+//           f32, as the CPU reference computes it; bf16 as is).
+//   K is cut into steps of 512 k. In step t, lane L owns the 16 k = 512t + 128i + 4L + j
+//   (i, j = 0..3): each group of 4 consecutive k is one 16-byte x load, so a warp's x loads
+//   cover 512 contiguous bytes (no L1 replays); group i lies in scale block 4t + i.
+//   The steps are cut into S(K) slices of T(K) consecutive steps (S = 1, 2, 4 or 8, the fewest
+//   with T <= 4: K = 8192 -> 4 slices of 4 steps, K = 3072 -> 2 of 3, K = 1024 -> 1 of 2).
+//   A lane keeps ONE fma chain y += w'[k]·x[k] over its k of its slice in (t, i, j) order (k >= K
+//   skipped); a slice's 32 lanes are summed by an xor shuffle tree (16, 8, 4, 2, 1); the slices
+//   are added in slice order; accumulate then adds that sum to y (one rounding).
+// Parallelisation. A CTA is 8 warps = 8/S row groups x S slices; a warp takes R consecutive
+// output rows of one job (each x load serves the R rows) and a tile of MT tokens (each weight
+// load, converted once, serves the MT tokens from registers). A lane issues the loads of D steps
+// x R rows before it uses any (FP8/INT8: 64 B per lane, 4-byte loads that a warp turns into
+// 128-byte lines; bf16 the same bytes in 8-byte loads); the weights bypass L1, which keeps x.
+// The slices of a row meet in shared memory after one barrier. The grid is 1-D, CTA b = row
+// block b / tiles and token tile b % tiles, so the tiles that read one weight slice run together
+// (the later ones hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the
+// same x) own consecutive row blocks; each CTA serves one job. (MT, R, D) are picked by M and the
+// launch's rows: M = 1: (1, 1, 4), or (1, 2, 4) when the rows leave >= 32 warps per SM;
+// M = 2: (2, 2, 4); M <= 4: (4, 2, 4); else tiles of 8 tokens (8, 4, 1). They change the
+// schedule, never an output's arithmetic. Gated (M = 1: (1, 2, 4)): the CTA first issues its
+// first weight loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then
+// reads x from there (MT·K·4 <= 46 KB: smaller token tiles for long K).
+// PDL (pdl.cuh, M <= 64): each CTA triggers its dependents at entry, issues its first weight
+// loads, and only then waits for the previous kernel (griddepcontrol.wait) before it reads x,
+// g, u or touches y: the weights are never written by another kernel.
+// Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
+// L2) and y; grid-wide the whole weight is in flight in one or two rounds of loads. At M = 8
+// the FMAs (8 per weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per
+// R rows) take about as long as the FP8 bytes: CUDA cores cannot do better there.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_quant_gemv.h"
+#include "backend/cuda/pdl.cuh"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStep = 512;  // k per warp step: 32 lanes x 16
+enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
+// Gated: the tile's silu(g)·u in dynamic shared memory, at most this much, so that with the
+// static partial sums (<= 1 KB) a CTA stays within the 48 KB that need no opt-in.
+constexpr size_t kGatedSmem = 46 * 1024;
+constexpr int kPdlMaxRows = 64;  // launches of up to this many rows of x use PDL
+
+struct Job {
+  const uint8_t* w;
+  const float* scale;  // FP8 block scales, INT8 row scales, bf16: unused
+  float* y;
+  int N;
+  int fmt;
+  int block_begin;  // first row block of this job
+  int accumulate;
+};
+struct Jobs {
+  Job job[kMaxRowJobs];
+  int count;
+};
+
+// Slices of the K steps: a function of K only (the reduction order may not depend on more).
+struct KSplit {
+  int steps, S, T;
+};
+KSplit k_split(int K) {
+  KSplit s{(K + kStep - 1) / kStep, 1, 0};
+  while (s.S < 8 && s.steps > 4 * s.S) s.S *= 2;
+  s.T = (s.steps + s.S - 1) / s.S;
+  return s;
+}
+
+// Streaming weight loads: read once, kept out of L1 (which holds x). volatile: issued where
+// written, i.e. before pdl_wait (the compiler may not sink them past it).
+__device__ __forceinline__ uint32_t ld_stream32(const void* p) {
+  uint32_t v;
+  asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_stream64(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
+__device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+// The raw weights of one row and one step for this lane: group i = k 512t + 128i + 4L .. +3,
+// which lies in scale block 4t + i for every lane; lane L loads the scale of block 4t + L % 4
+// (one load per step instead of four) and the groups take it by shuffle (block_scales).
+template <int F>
+struct StepRaw {
+  uint32_t v[F == kBf16 ? 8 : 4];
+  float s;  // FP8 only
+};
+
+template <int F>
+__device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const float* __restrict__ srow, int K,
+                                          int t, StepRaw<F>& r) {
+  const int lane = threadIdx.x & 31;
+  const int kbase = t * kStep + 4 * lane;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int k = kbase + 128 * i;
+    if (k < K) {
+      if constexpr (F == kBf16) {
+        const uint2 p = ld_stream64(row + size_t(k) * 2);
+        r.v[2 * i] = p.x, r.v[2 * i + 1] = p.y;
+      } else {
+        r.v[i] = ld_stream32(row + k);
+      }
+    }
+  }
+  if constexpr (F == kFp8) r.s = __ldg(srow + min(4 * t + (lane & 3), (K + 127) / 128 - 1));
+}
+
+// The 4 block scales of a step (warp-uniform code: every lane of the warp calls it).
+template <int F>
+__device__ __forceinline__ void block_scales(const StepRaw<F>& r, float (&s)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s[i] = F == kFp8 ? __shfl_sync(0xffffffffu, r.s, i) : 1.0f;
+}
+
+// The 4 dequantised weights of group i (exact f32: one rounding of q·scale, as the CPU's).
+template <int F>
+__device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float scale, float (&w)[4]) {
+  if constexpr (F == kBf16) {
+    w[0] = __uint_as_float(r.v[2 * i] << 16), w[1] = __uint_as_float(r.v[2 * i] & 0xFFFF0000u);
+    w[2] = __uint_as_float(r.v[2 * i + 1] << 16), w[3] = __uint_as_float(r.v[2 * i + 1] & 0xFFFF0000u);
+  } else if constexpr (F == kFp8) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((r.v[i] >> (16 * h)) & 0xFFFFu), __NV_E4M3);
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&hr));
+      w[2 * h] = __fmul_rn(f.x, scale), w[2 * h + 1] = __fmul_rn(f.y, scale);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      // int8 q -> f32 without the quarter-rate I2F: the float 2^23 + (q + 128) has the biased
+      // byte as its low mantissa bits; subtracting 2^23 + 128 is exact.
+      const uint32_t biased = __byte_perm(r.v[i] ^ 0x80808080u, 0x4B000000u, 0x7440u | unsigned(j));
+      w[j] = __fmul_rn(__fsub_rn(__uint_as_float(biased), 8388736.0f), scale);
+    }
+  }
+}
+
+// x[m, k .. k+3] of the tile: the activations (global, through L1), or silu(g)·u from the
+// CTA's shared-memory copy (gated).
+template <bool kGated>
+__device__ __forceinline__ void load_x4(const float* __restrict__ xt, size_t off, float (&v)[4]) {
+  float4 a;
+  if constexpr (kGated)
+    a = *reinterpret_cast<const float4*>(xt + off);
+  else
+    a = __ldg(reinterpret_cast<const float4*>(xt + off));
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+}
+
+// Gated: act[m, k] = silu(g[m0 + m, k])·u[m0 + m, k] for the tile's mt tokens, all of K, into
+// shared memory, by the whole CTA (coalesced 16-byte loads), then a barrier.
+__device__ __forceinline__ void fill_act(const float* __restrict__ g, const float* __restrict__ u, int K, int m0,
+                                         int mt, float* act) {
+  const int q = K / 4;
+  const float4* g4 = reinterpret_cast<const float4*>(g + size_t(m0) * K);
+  const float4* u4 = reinterpret_cast<const float4*>(u + size_t(m0) * K);
+  float4* a4 = reinterpret_cast<float4*>(act);
+  for (int e = threadIdx.x; e < mt * q; e += kThreads) {
+    const float4 a = __ldg(g4 + e), b = __ldg(u4 + e);
+    a4[e] = make_float4(silu_mul_value(a.x, b.x), silu_mul_value(a.y, b.y), silu_mul_value(a.z, b.z),
+                        silu_mul_value(a.w, b.w));
+  }
+  __syncthreads();
+}
+
+// One warp: rows n0 .. n0+R-1 (clamped to N-1; the extra rows are not stored), the tile's
+// tokens (xt: its first token's row, mt of them), steps [t_begin, t_end) of its slice (possibly
+// empty). acc[r][m]: the lane's fma chain. Every thread of the CTA calls this (the same
+// instantiation: one job per CTA), so the barrier in fill_act is reached by all.
+template <int F, int MT, int R, int kD, bool kGated>
+__device__ __forceinline__ void warp_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
+                                          float* act, int K, int n0, int m0, int mt, int t_begin, int t_end,
+                                          float (&acc)[R][MT]) {
+  constexpr size_t kElem = F == kBf16 ? 2 : 1;
+  constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // steps per batch: the same bytes in flight
+  const int kb = (K + 127) / 128;
+  const uint8_t* rows[R];
+  const float* srow[R];
+  float row_scale[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int n = min(n0 + r, job.N - 1);
+    rows[r] = job.w + size_t(n) * size_t(K) * kElem;
+    srow[r] = F == kFp8 ? job.scale + size_t(n / 128) * kb : nullptr;
+    row_scale[r] = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
+  }
+  StepRaw<F> raw[D][R];
+  auto load_batch = [&](int t0) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+      if (t0 + d < t_end) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) load_step<F>(rows[r], srow[r], K, t0 + d, raw[d][r]);
+      }
+  };
+  load_batch(t_begin);  // the first weights are in flight while the previous kernel finishes
+  // PDL: x, g, u and y may be written or read by earlier kernels; the weights never are.
+  pdl_wait();
+  const float* xt;
+  if constexpr (kGated) {
+    fill_act(x, u, K, m0, mt, act);
+    xt = act;
+  } else {
+    xt = x + size_t(m0) * K;
+  }
+  for (int t0 = t_begin; t0 < t_end; t0 += D) {
+    if (t0 != t_begin) load_batch(t0);
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (t0 + d >= t_end) break;  // warp-uniform
+      const int kbase = (t0 + d) * kStep + 4 * (threadIdx.x & 31);
+      float bs[R][4];  // FP8 block scales of the step's 4 groups, per row
+#pragma unroll
+      for (int r = 0; r < R; ++r) block_scales<F>(raw[d][r], bs[r]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int k = kbase + 128 * i;
+        if (k >= K) break;  // per lane (K % 512 != 0)
+        float w[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, F == kFp8 ? bs[r][i] : row_scale[r], w[r]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= mt) break;
+          float xv[4];
+          load_x4<kGated>(xt, size_t(m) * K + k, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
+        }
+      }
+    }
+  }
+}
+
+// CTAs per SM the registers are budgeted for: 4 (64 registers) for one token and one row per
+// warp, the latency-bound decode case that needs the most loads in flight; 2 otherwise.
+template <int MT, int R, bool kGated>
+inline constexpr int kMinBlocks = MT == 1 && R == 1 && !kGated ? 4 : 2;
+
+template <int MT, int R, int D, bool kGated>
+__global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
+    row_gemv_f32_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K, int S,
+                        int T, int tiles) {
+  pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
+  __shared__ float partial[kWarps][R][MT];
+  extern __shared__ float4 act_smem[];  // gated: silu(g)·u of the tile, [MT][K] f32
+  const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
+  // The CTA's job, by static indices (a dynamic index would copy the parameters to local memory).
+  Job job = jobs.job[0];
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int slice = warp % S, group = warp / S, groups = kWarps / S;
+  const int n_block = (rb - job.block_begin) * groups * R;  // first row of this CTA
+  const int n0 = n_block + group * R;
+  const int m0 = tile * MT, mt = min(MT, M - m0);
+  const int steps = (K + kStep - 1) / kStep;
+  const int t_begin = slice * T, t_end = min(t_begin + T, steps);
+  float* act = reinterpret_cast<float*>(act_smem);
+
+  float acc[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+  // CTA-uniform: the whole CTA belongs to one job. No early exit: all threads reach the barriers.
+  switch (job.fmt) {
+    case kFp8:
+      warp_rows<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      break;
+    case kInt8:
+      warp_rows<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      break;
+    default:
+      warp_rows<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      break;
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      float v = acc[r][m];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0) partial[warp][r][m] = v;
+    }
+  __syncthreads();
+  // One thread per (token, row) of the CTA, rows fastest (coalesced y): the slices in order.
+  for (int e = threadIdx.x; e < MT * groups * R; e += kThreads) {
+    const int m = e / (groups * R), gr = e % (groups * R);
+    const int g = gr / R, r = gr % R, n = n_block + gr;
+    if (m < mt && n < job.N) {
+      float v = partial[g * S][r][m];
+      for (int s = 1; s < S; ++s) v = __fadd_rn(v, partial[g * S + s][r][m]);
+      float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  }
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+int fmt_of(const DeviceLinear& w) {
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      return kFp8;
+    case quant::WeightFormat::Int8Rowwise:
+      return kInt8;
+    default:
+      return kBf16;  // Dense and NVFP4 (dequantised to bf16 at load)
+  }
+}
+
+template <int MT, int R, int D, bool kGated>
+void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+  const KSplit ks = k_split(K);
+  const int rows_per_block = (kWarps / ks.S) * R;
+  long long blocks = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.job[i].block_begin = int(blocks);
+    blocks += (jobs.job[i].N + rows_per_block - 1) / rows_per_block;
+  }
+  const int tiles = (M + MT - 1) / MT;
+  if (blocks * tiles > INT_MAX) throw Error("row_gemv_f32: launch grid too large");
+  const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
+  // Programmatic dependent launch for generated-token row counts (pdl.cuh): the CTAs that fit
+  // start their weight loads while the previous kernel finishes.
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated>, dim3(unsigned(blocks * tiles)),
+             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+// (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
+void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
+  if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
+    const size_t row_bytes = size_t(K) * sizeof(float);
+    // Two rows per warp at one token: half the CTAs, so half the g, u reads and silu evaluations.
+    if (M == 1 || 2 * row_bytes > kGatedSmem) launch_variant<1, 2, 4, true>(x, u, M, jobs, K, stream);
+    else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 4, true>(x, u, M, jobs, K, stream);
+    else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 4, true>(x, u, M, jobs, K, stream);
+    else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
+    return;
+  }
+  if (M == 1) {
+    // Two rows per warp only when that still leaves >= 32 warps per SM.
+    long long rows = 0;
+    for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
+    if (rows * k_split(K).S >= 64LL * sm_count())
+      launch_variant<1, 2, 4, false>(x, u, M, jobs, K, stream);
+    else
+      launch_variant<1, 1, 4, false>(x, u, M, jobs, K, stream);
+  } else if (M == 2) {
+    launch_variant<2, 2, 4, false>(x, u, M, jobs, K, stream);
+  } else if (M <= 4) {
+    launch_variant<4, 2, 4, false>(x, u, M, jobs, K, stream);
+  } else {
+    launch_variant<8, 4, 1, false>(x, u, M, jobs, K, stream);
+  }
+}
+
+Job make_job(const RowGemvJob& j) {
+  const DeviceLinear& w = *j.w;
+  const int f = fmt_of(w);
+  const uint8_t* bytes = f == kFp8    ? w.fp8.data()
+                         : f == kInt8 ? reinterpret_cast<const uint8_t*>(w.int8.data())
+                                      : reinterpret_cast<const uint8_t*>(w.dense.data());
+  return Job{bytes, f == kBf16 ? nullptr : w.scale.data(), j.y, int(w.N), f, 0, j.accumulate ? 1 : 0};
+}
+
+}  // namespace
+
+bool row_gemv_supported(const DeviceLinear& w) {
+  if (w.N <= 0 || w.K <= 0 || w.K % 4 != 0 || w.N > INT_MAX / 2 || w.K > INT_MAX / 2) return false;
+  const size_t nk = size_t(w.N) * size_t(w.K);
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      return w.fp8.size() == nk;
+    case quant::WeightFormat::Int8Rowwise:
+      return w.int8.size() == nk;
+    case quant::WeightFormat::Dense:
+    case quant::WeightFormat::Nvfp4:
+      return w.dense.size() == nk;
+    default:
+      return false;
+  }
+}
+
+bool row_gemv_gated_supported(const DeviceLinear& w) {
+  return row_gemv_supported(w) && size_t(w.K) * sizeof(float) <= kGatedSmem;
+}
+
+void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream) {
+  if (M == 0 || jobs.empty()) return;
+  const int64_t K = jobs[0].w->K;
+  for (const auto& j : jobs)
+    if (!row_gemv_supported(*j.w) || j.w->K != K)
+      throw Error("row_gemv_f32: every job needs an FP8 / INT8 / bf16 weight with the same K, K % 4 == 0");
+  for (size_t b = 0; b < jobs.size(); b += kMaxRowJobs) {  // more than kMaxRowJobs: several launches
+    Jobs js{};
+    js.count = int(std::min(jobs.size() - b, size_t(kMaxRowJobs)));
+    for (int i = 0; i < js.count; ++i) js.job[i] = make_job(jobs[b + size_t(i)]);
+    launch(x, nullptr, M, js, int(K), stream);
+  }
+}
+
+void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
+                        cudaStream_t stream) {
+  if (M == 0) return;
+  if (!row_gemv_gated_supported(w))
+    throw Error("row_gemv_f32_gated: needs an FP8 / INT8 / bf16 weight with K % 4 == 0, K <= 11776");
+  Jobs js{};
+  js.count = 1;
+  js.job[0] = make_job(RowGemvJob{&w, y, accumulate});
+  launch(g, u, M, js, int(w.K), stream);
+}
+
+}  // namespace moeserve::cuda
