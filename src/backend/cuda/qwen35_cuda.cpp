@@ -12,7 +12,6 @@
 #include "backend/cuda/ops_gdn_chunked.h"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_quant_gemv.h"
-#include "backend/cuda/ops_small_linear.h"
 #include "backend/cuda/pdl.h"
 #include "core/log.h"
 #include "core/progress_bar.h"
@@ -563,46 +562,6 @@ void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const f
   }
 }
 
-// Router, DeltaNet gate and shared-expert gate projections of the f32 norm output: the GEMV
-// rows through the f32-input kernels (ops_small_linear.h) when the weight is dense bf16, the
-// tensor-core rows through mma_gemm (which splits x into bf16 hi + lo, so x is not rounded).
-// Formats without a tensor-core kernel take the GEMV kernels for every row.
-void Qwen35CudaModel::project_f32(const DeviceLinear& w, int M, int gemv_rows, float* y) {
-  project_f32_pair(w, y, w, nullptr, M, gemv_rows);
-}
-
-// Two such projections of x32_ (w2 may be skipped with y2 = nullptr); the GEMV rows of both
-// in one launch when both take the f32-input path.
-void Qwen35CudaModel::project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M,
-                                       int gemv_rows) {
-  struct Proj {
-    const DeviceLinear* w;
-    float* y;
-    int g;  // rows [0, g) on the GEMV kernels, [g, M) on the tensor cores
-  };
-  Proj p[2] = {{&w1, y1, 0}, {&w2, y2, 0}};
-  const int n = y2 ? 2 : 1;
-  for (int i = 0; i < n; ++i) p[i].g = mma_gemm_supported(*p[i].w) ? std::min(gemv_rows, M) : M;
-  const bool fused = n == 2 && p[0].g == p[1].g && p[0].g > 0 && small_linear_supported(w1) &&
-                     small_linear_supported(w2);
-  if (fused) {
-    const SmallLinearOut outs[] = {{&w1, y1}, {&w2, y2}};
-    linear_f32_input_multi(x32_.data(), p[0].g, outs, stream_);
-  }
-  for (int i = 0; i < n; ++i) {
-    const DeviceLinear& w = *p[i].w;
-    if (!fused && p[i].g > 0) {
-      if (small_linear_supported(w))
-        linear_f32_input(x32_.data(), p[i].g, w, p[i].y, stream_);
-      else
-        linear_->run(x32_.data(), p[i].g, w, p[i].y, true, stream_);
-    }
-    if (p[i].g < M)
-      mma_gemm(x32_.data() + size_t(p[i].g) * size_t(w.K), M - p[i].g, w, p[i].y + size_t(p[i].g) * size_t(w.N),
-               false, stream_);
-  }
-}
-
 void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
   // G: rows on the matmul GEMVs; the attention kernels split at the generated rows instead.
   const int G = options_.tensor_core_decode ? 0 : split.generated_rows;
@@ -649,9 +608,12 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       const int idx = cache_index_[li];
       GdnLayerParams p{g.conv1d.data(), g.dt_bias.data(), g.a_log.data(), g.norm.data(),
                        conv_state_[size_t(idx)].data(), rec_state_[size_t(idx)].data()};
-      const LinearOut qkvz[] = {{&g.in_proj_qkv, qkv_.data()}, {&g.in_proj_z, z_.data()}};
-      linear_multi_rows(qkvz, x32_.data(), M, G, s);
-      project_f32_pair(g.in_proj_b, b_.data(), g.in_proj_a, a_.data(), M, G);
+      // One launch for the generated rows (mixed FP8 / bf16 jobs over the same x, ops_quant_gemv.h).
+      const LinearOut in_proj[] = {{&g.in_proj_qkv, qkv_.data()},
+                                   {&g.in_proj_z, z_.data()},
+                                   {&g.in_proj_b, b_.data()},
+                                   {&g.in_proj_a, a_.data()}};
+      linear_multi_rows(in_proj, x32_.data(), M, G, s);
       if (chunked_gdn_ && split.generated_rows < M) {
         // Generated tokens: the recurrent decode kernel; prompt tokens: the chunked (WY) form on
         // position-aligned chunks of 64 (prefill_alignment()).
@@ -672,21 +634,33 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     }
     add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
-    project_f32_pair(moe.router, router_logits_.data(), moe.shared_expert_gate, shared_gate_logit_.data(), M, G);
-    // The shared expert runs on the side stream while the routing and the routed gate/up run on
-    // this one (both read x32_; at decode both are latency-bound kernels that leave most of the
-    // GPU idle); the routed experts' combine waits for it (join_event_) and adds it in its pass:
-    // residual = (residual + routed) + sigmoid(gate)·shared.
+    // Router, shared-expert gate, shared gate and up: one launch for the generated rows.
+    const LinearOut moe_in[] = {{&moe.router, router_logits_.data()},
+                                {&moe.shared_expert_gate, shared_gate_logit_.data()},
+                                {&moe.shared_gate, shared_g_.data()},
+                                {&moe.shared_up, shared_u_.data()}};
+    linear_multi_rows(moe_in, x32_.data(), M, G, s);
+    // The shared expert's down projection runs on the side stream while the routing and the
+    // routed gate/up run on this one (at decode both are latency-bound kernels that leave most
+    // of the GPU idle); the routed experts wait for it (join_event_) only before the kernel that
+    // adds it: residual = (residual + routed) + sigmoid(gate)·shared.
     const bool side = options_.batch_invariant;  // otherwise linear_ shares one dequant workspace
     cudaStream_t ss = side ? aux_stream_ : s;
     if (side) {
       MOESERVE_CUDA_CHECK(cudaEventRecord(fork_event_, s));
       MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(ss, fork_event_, 0));
     }
-    const LinearOut gate_up[] = {{&moe.shared_gate, shared_g_.data()}, {&moe.shared_up, shared_u_.data()}};
-    linear_multi_rows(gate_up, x32_.data(), M, G, ss);
-    silu_mul_split(shared_g_.data(), shared_u_.data(), M, Is, shared_act_.data(), ss);
-    linear_rows(moe.shared_down, shared_act_.data(), M, G, shared_down_.data(), false, ss);
+    int sd = 0;  // rows whose down projection reads silu(g)·u directly (the gated GEMV)
+    if (G > 0 && row_gemv_gated_supported(moe.shared_down)) {
+      row_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
+      sd = G;
+    }
+    if (sd < M) {
+      const size_t o = size_t(sd) * size_t(Is);
+      silu_mul_split(shared_g_.data() + o, shared_u_.data() + o, M - sd, Is, shared_act_.data() + o, ss);
+      linear_rows(moe.shared_down, shared_act_.data() + o, M - sd, G - sd, shared_down_.data() + size_t(sd) * size_t(H),
+                  false, ss);
+    }
     cudaEvent_t shared_ready = nullptr;
     if (side) {
       MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));

@@ -88,8 +88,6 @@ class Qwen35CudaModel final : public model::CausalLM {
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
   void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
-  void project_f32(const DeviceLinear& w, int M, int gemv_rows, float* y);
-  void project_f32_pair(const DeviceLinear& w1, float* y1, const DeviceLinear& w2, float* y2, int M, int gemv_rows);
   // LM head of logit rows [row_begin, row_begin + rows); the first gemv_rows of them are GEMV rows.
   void enqueue_lm_head_rows(int row_begin, int rows, int gemv_rows);
   void allocate_workspaces();
