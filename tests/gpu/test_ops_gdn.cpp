@@ -383,7 +383,8 @@ TEST(GpuOpsGdn, DecodeKernelEqualsTwoPassAloneAndPadded) {
     const std::vector<int64_t> cdims{slots, shape.conv_dim(), shape.conv_kernel - 1};
     const std::vector<int64_t> rdims{slots, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim};
 
-    const auto out_fused = run_gpu(fused, in, seqs);
+    // 64 sequences: Auto would take the two-pass path (more than one wave); force the decode kernel.
+    const auto out_fused = run_gpu(fused, in, seqs, false, cuda::GdnKernels::Decode);
     const auto out_two = run_gpu(two_pass, in, seqs, false, cuda::GdnKernels::TwoPass);
     const auto conv_fused = to_host(fused.d_conv_state), rec_fused = to_host(fused.d_rec_state);
     EXPECT_TRUE(all_close("gdn decode vs two-pass.out " + name_of(shape), out_fused, out_two, dims,

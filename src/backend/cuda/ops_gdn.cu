@@ -1049,10 +1049,14 @@ void launch_gdn(const T* qkv, const T* z, const float* b, const float* a, const 
   const int M = meta.num_tokens;
 
   // Decode-like steps (one new token per sequence: sequences are never empty, so M equal to
-  // the number of sequences means exactly that): one launch, the same bits as below.
-  if (kernels == GdnKernels::Auto && M == meta.num_seqs) {
+  // the number of sequences means exactly that) whose grid is about one wave: one launch, the
+  // same bits as below. Larger decode batches take the two-pass path, which the H200 ran faster
+  // there (122B shape, batch 8: 30.5 vs 48.6 us; batch 1: 10.9 vs 8.7 us; docs/PERF.md run N).
+  if (kernels != GdnKernels::TwoPass && M == meta.num_seqs) {
     const DecodeSplit split = decode_split(s);
-    if (split.parts > 0 && decode_cluster_fits<T>(s, split)) {
+    const long long ctas = (long long)(s.num_v_heads / s.num_k_heads) * split.parts * s.num_k_heads * meta.num_seqs;
+    const bool one_wave = ctas <= 2LL * sm_count();
+    if (split.parts > 0 && (one_wave || kernels == GdnKernels::Decode) && decode_cluster_fits<T>(s, split)) {
       launch_gdn_decode(qkv, z, b, a, s, layer, meta, split, out, stream);
       return;
     }

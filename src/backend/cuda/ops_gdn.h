@@ -63,9 +63,11 @@ void gated_delta_net(const float* qkv, const float* z, const float* b, const flo
 // have one new token (M == num_seqs, decode and graph padding) runs as ONE launch
 // (gdn_decode_kernel: conv, gates, l2norm, the delta rule and the gated norm, a key head's
 // v-heads in one thread-block cluster) when gdn_decode_kernel_supported(shape); any other
-// step runs the prep kernel and the recurrence (+ norm). TwoPass always takes the latter
-// (tests compare the two bit for bit; benchmarks time both). Both give the same bits.
-enum class GdnKernels { Auto, TwoPass };
+// step runs the prep kernel and the recurrence (+ norm); Auto takes the decode kernel only when
+// its grid is about one wave (small batches), Decode whenever the step is decode-like. TwoPass
+// always takes the prep + recurrence path (tests compare them bit for bit; benchmarks time
+// them). All give the same bits.
+enum class GdnKernels { Auto, Decode, TwoPass };
 void gated_delta_net(const bf16* qkv, const bf16* z, const float* b, const float* a, const GdnShape& shape,
                      const GdnLayerParams& layer, const StepMeta& meta, void* workspace, size_t workspace_bytes,
                      bf16* out, cudaStream_t stream, GdnKernels kernels);
