@@ -564,15 +564,18 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const float* _
 
   if (nstage > 0) issue(0);
   float acc[4][4], pre[4][4];  // X or Y; U (role 0) or P U (role 1) of the chunk
+  float gl = 0.0f, gt[4];      // γ_{L−1} and γ of the thread's tokens (role 0) of the chunk
   for (int g = 0; g < nstage; ++g) {
     const int q = g / (nA + 1), k = g % (nA + 1);
     int off, L;
     chunk_range(p0, n, q, off, L);
     const int r0 = t0 + off - first_row;  // workspace row of the chunk's first token
-    if (k == 0) {  // the chunk's U / P U rows, loaded while the stages run
+    if (k == 0) {  // the chunk's U / P U rows and γ, loaded while the stages run
+      gl = w.gam[size_t(r0 + L - 1) * nv + h];
 #pragma unroll
       for (int pp = 0; pp < 4; ++pp) {
         const int t = tb + 16 * pp;
+        gt[pp] = role == 0 && t < L ? w.gam[size_t(r0 + t) * nv + h] : 0.0f;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (t < L) {
           const float* src = role == 0 ? w.u + size_t(r0 + t) * vd + size_t(h) * dv + c0 + 4 * jb
@@ -611,11 +614,10 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const float* _
       if (k == nA - 1) {
         if (role == 0) {
           // V'_t = U_t − X_t, stored scaled: V''_t = e^{γ_{L−1}−γ_t} V'_t (rows >= L zero).
-          const float gl = w.gam[size_t(r0 + L - 1) * nv + h];
 #pragma unroll
           for (int pp = 0; pp < 4; ++pp) {
             const int t = tb + 16 * pp;
-            const float f = t < L ? expf(__fsub_rn(gl, w.gam[size_t(r0 + t) * nv + h])) : 0.0f;
+            const float f = t < L ? expf(__fsub_rn(gl, gt[pp])) : 0.0f;
             float4 v;
             v.x = __fmul_rn(__fsub_rn(pre[pp][0], acc[pp][0]), f);
             v.y = __fmul_rn(__fsub_rn(pre[pp][1], acc[pp][1]), f);
@@ -641,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const float* _
       }
     } else if (upd) {
       // S <- e^{γ_{L−1}} S + K̂ᵀ V'' (t order).
-      const float eL = expf(w.gam[size_t(r0 + L - 1) * nv + h]);
+      const float eL = expf(gl);
       float u[4][4];
 #pragma unroll
       for (int x = 0; x < 4; ++x)
