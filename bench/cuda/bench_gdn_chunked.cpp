@@ -12,7 +12,11 @@
 // chain of T recurrence steps instead.
 // Both ops start from the same carried states, which each run updates in place; the timed
 // runs therefore start from different states (the time does not depend on the values).
-// Timing: two warm-ups, then the median of --reps runs, each between CUDA events.
+// Timing: two warm-ups, then the median of --reps runs, each between CUDA events. The split
+// line after each length times the chunked op's four kernels separately (events between the
+// launches, GdnChunkedEvents; median of --reps runs each): prep (conv, norms, gates), intra
+// (per-chunk WY products, parallel over chunks), state (the sequential inter-chunk pass) and
+// norm (gated RMSNorm); "state chain" is the state pass per 64-token chunk of the sequence.
 #include <cuda_runtime.h>
 
 #include <CLI/CLI.hpp>
@@ -118,6 +122,32 @@ int main(int argc, char** argv) {
       const double gflops = 2.0 * fma_per_token * T / (chunked_ms * 1e-3) * 1e-9;
       std::printf("%-8d %-14.3f %-14.3f %-10.2f %-12.0f %-16.1f %-16.1f\n", T, chunked_ms, seq_ms,
                   seq_ms > 0 ? seq_ms / chunked_ms : 0.0, gflops, chunked_ms * layers, seq_ms * layers);
+
+      // Per-kernel split of the chunked op.
+      GdnChunkedEvents ev;
+      for (auto& e : ev.ev) MOESERVE_CUDA_CHECK(cudaEventCreate(&e));
+      std::vector<std::vector<float>> split(4);
+      for (int r = 0; r < std::max(1, reps) + 2; ++r) {
+        gated_delta_net_chunked(qkv.data(), z.data(), bb.data(), aa.data(), gs, p, meta, 0, 0, ws.data(), ws.bytes(),
+                                out.data(), s, &ev);
+        MOESERVE_CUDA_CHECK(cudaEventSynchronize(ev.ev[4]));
+        if (r < 2) continue;  // warm-ups
+        for (int k = 0; k < 4; ++k) {
+          float ms = 0;
+          MOESERVE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.ev[k], ev.ev[k + 1]));
+          split[size_t(k)].push_back(ms);
+        }
+      }
+      double med[4];
+      for (int k = 0; k < 4; ++k) {
+        auto& v = split[size_t(k)];
+        std::sort(v.begin(), v.end());
+        med[k] = v[v.size() / 2];
+      }
+      const double chunks = (T + 63) / 64;
+      std::printf("         split ms: prep %.3f, intra %.3f, state %.3f (state chain %.2f us per chunk), norm %.3f\n",
+                  med[0], med[1], med[2], med[2] * 1e3 / chunks, med[3]);
+      for (auto& e : ev.ev) cudaEventDestroy(e);
     }
     cudaStreamDestroy(s);
   } catch (const std::exception& e) {

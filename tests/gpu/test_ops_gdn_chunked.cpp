@@ -9,7 +9,8 @@
 //   - a 1000-token prompt cut at multiples of 64 positions, sharing every step with another
 //     prompt sequence, equal bit for bit to the one-pass prefill (outputs and final states);
 //   - the 122B-A10B shape (16 / 64 heads of 128) against the sequential GPU kernel.
-// Shapes: nk 2, nv 4, dk = dv = 32 and 128.
+// Shapes: nk 2, nv 4, dk = dv = 32 and 128; nk 1, nv 2, dk 96 (a 64-wide and a 32-wide product
+// stage in the state pass), dv 64, conv kernel 3.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -31,7 +32,8 @@ ThreadPool& pool() {
   return p;
 }
 
-const cuda::GdnShape kSmallShapes[] = {{2, 4, 32, 32, 4, 1e-6f}, {2, 4, 128, 128, 4, 1e-6f}};
+const cuda::GdnShape kSmallShapes[] = {
+    {2, 4, 32, 32, 4, 1e-6f}, {2, 4, 128, 128, 4, 1e-6f}, {1, 2, 96, 64, 3, 1e-6f}};
 const cuda::GdnShape kShape122B{16, 64, 128, 128, 4, 1e-6f};
 constexpr float kSentinel = 12345.0f;  // out rows the op must not write
 

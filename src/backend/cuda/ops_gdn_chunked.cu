@@ -9,9 +9,13 @@
 //   V'    = U − W S
 //   O_t   = e^{γ_t} q̂_t S + Σ_{s<=t} (q̂_t·k̂_s) e^{γ_t−γ_s} V'_s
 //   S    <- e^{γ_{L−1}} S + Σ_t k̂_t ⊗ (e^{γ_{L−1}−γ_t} V'_t)
-// (the recurrence S <- e^g S, Δ = β(v − Sᵀk), S += k ⊗ Δ, o = Sᵀq, grouped by chunks). A
-// partial chunk (a slice starting or ending inside a chunk) runs the same math on its L < 64
-// tokens; rows t >= L are zero in shared memory and contribute exact zeros.
+// (the recurrence S <- e^g S, Δ = β(v − Sᵀk), S += k ⊗ Δ, o = Sᵀq, grouped by chunks). With
+// P_ts = (q̂_t·k̂_s) e^{γ_t−γ_s} (s <= t) the output splits into a part without S and one with:
+//   O     = Q̃ S + P U,   Q̃_t = e^{γ_t} q̂_t − Σ_{s<=t} P_ts W_s
+// so everything except the three products with S (W S, Q̃ S, K̂ᵀV'') is computed in parallel
+// over chunks, and the sequential pass does only those. A partial chunk (a slice starting or
+// ending inside a chunk) runs the same math on its L < 64 tokens; rows t >= L are zero in
+// shared memory and contribute exact zeros.
 //
 // Kernels (stream order, plain launches; one job each):
 // 1. chunk_prep_kernel: conv + SiLU (the slot's conv state before a sequence's first new
@@ -20,44 +24,49 @@
 //    channel, block reductions in a fixed warp order), a value-head CTA v and the gates.
 //    Writes conv_out [P][conv_dim] (q̂ | k̂ | v), g and β [P][nv]. P = prompt rows.
 //    Bytes: P·conv_dim·(4 + 4) + P·nv·16.
-// 2. chunk_intra_kernel: everything inside a chunk, all chunks of all heads at once. Grid
-//    (chunk bound, nk), 256 threads; a CTA finds its chunk by walking the sequences' chunk
-//    counts (surplus CTAs exit). Per (chunk, k-head): K̂ and Q̂ in shared memory, K̂K̂ᵀ and Q̂K̂ᵀ
-//    (thread = 4×4 interleaved outputs, dk order); Q̂K̂ᵀ (lower, diagonal included) goes to
-//    global qk [P][nk][64]. Then per v-head of the group: γ (one thread, t order), A, and the
-//    forward substitution (I + A) X = R for the dv columns of U and the dk columns of W at
-//    once: thread = column, the 64 rows in registers, row t = R_t − Σ_{s<t} A_ts X_s in s
-//    order. Writes gam [P][nv] (γ), U [P][nv][dv], W [P][nv][dk].
+// 2. chunk_intra_kernel: everything inside a chunk that does not need S, all chunks of all
+//    heads at once. Grid (chunk bound, nk), 256 threads; a CTA finds its chunk by walking the
+//    sequences' chunk counts (surplus CTAs exit). Per (chunk, k-head): K̂ and Q̂ in shared
+//    memory, K̂K̂ᵀ and Q̂K̂ᵀ (thread = 4×4 interleaved outputs, dk order). Then per v-head of
+//    the group: γ (one thread, t order), A and P, and per column (thread = column, the 64
+//    rows in registers) of U (dv columns) and W (dk columns): the forward substitution
+//    (I + A) X = R (row t = R_t − Σ_{s<t} A_ts X_s in s order), then Y = P X (s order). Writes
+//    gam [P][nv] (γ), U [P][nv][dv], W [P][nv][dk], Q̃ = e^γ q̂ − P W to qt [P][nv][dk], and
+//    P U over the head's v columns of conv_out (read only by this thread before).
 //    FMAs per (chunk, k-head): 2·64²·dk (K̂K̂ᵀ and Q̂K̂ᵀ, full squares) + per v-head
-//    64²·(dk + dv)/2 (the substitution, Σ_t t per column). Bytes: reads conv_out, writes U,
-//    W, qk, gam: P·(conv_dim + nv·(dk + dv + 1) + 64·nk)·4.
+//    64²·(dk + dv) (substitution and P X, Σ_t t per column). Bytes: reads conv_out, writes U,
+//    W, qt, gam, P U: P·(conv_dim + nv·(2·dk + 2·dv + 1))·4.
 // 3. chunk_state_kernel: the inter-chunk pass, sequential in chunks, parallel over (sequence,
 //    v-head, 32-column block of S): columns of S evolve independently given W, U, K̂, so one
-//    sequence fills nv·dv/32 CTAs (256 at the 122B shape). The CTA keeps its S block [dk][32]
-//    in shared memory (transposed) for the whole slice; per chunk it loads W, Q̂ and its U
-//    columns (phase 1: X = W S and Y = Q̂ S, thread = 4 tokens × 2 columns, dk order; V' = U − X
-//    in place), then K̂ and Q̂K̂ᵀ (phase 2: P_ts = Q̂K̂ᵀ_ts e^{γ_t−γ_s}, O = e^γ Y + P V' in s order,
-//    written over U's columns in global memory (the U region doubles as the raw output), V'
-//    rows scaled by e^{γ_{L−1}−γ_t}, S = e^{γ_{L−1}} S + K̂ᵀ V'', thread = 4 rows × 4 columns,
-//    t order). It also writes the sequence's new conv state (the prep kernel that read the
-//    old one has finished).
-//    FMAs per (chunk, v-head): 3·64·dk·dv (W S, Q̂ S, K̂ᵀV'') + 64²·dv (P V').
-//    Bytes per chunk and CTA (L2): 64·(3·dk + 32 + 64)·4 in, 64·32·4 out; the state once.
+//    sequence fills nv·dv/32 CTAs (256 at the 122B shape, two per SM: at most 128 registers, 95 KB
+//    of shared memory). The CTA walks each chunk in stages (ceil(dk/64) product stages of 64
+//    values of i: X = W S and Y = Q̃ S; one update stage: S = e^{γ_{L−1}} S + K̂ᵀ V''), each
+//    stage's tiles copied by cp.async into one of two buffers while the previous stage
+//    computes; one barrier per stage. Products: warps 0-3 X, warps 4-7 Y, thread = 4 tokens
+//    × 4 columns, 16-B shared loads (8 per 64 FMAs), i order. At the last product stage
+//    V'' = e^{γ_{L−1}−γ_t} (U − X) goes to shared memory and O = Y + P U to global memory
+//    (over P U; U and P U were loaded to registers at the chunk's start). Update: thread = 4
+//    rows × 4 columns of S, held in registers across chunks (and mirrored in shared memory
+//    for the products), t order. It also writes the sequence's new conv state (the prep
+//    kernel that read the old one has finished).
+//    FMAs per (chunk, v-head): 3·64·dk·dv. Bytes per chunk and CTA (L2): 64·(3·dk + 2·32)·4
+//    in, 64·32·4 out; the state once.
 // 4. chunk_norm_kernel: gated RMSNorm (plain w, silu(z)) per (row, v-head), one warp each,
-//    the lane-strided sum of squares then an xor tree. Bytes: P·nv·dv·12.
+//    the lane-strided sum of squares then an xor tree; reads O from conv_out's v columns.
+//    Bytes: P·nv·dv·12.
 //
-// Roofline per token and layer (executed FMAs; the triangular products run as full squares):
-//   intra: nk·128·dk (K̂K̂ᵀ, Q̂K̂ᵀ) + nv·32·(dk + dv) (substitution)
-//   state: nv·(3·dk·dv + 64·dv)                    (W S, Q̂ S, K̂ᵀV'', P V')
-//   at the 122B shape (nk 16, nv 64, dk = dv = 128): 0.79 + 3.67 ≈ 4.5 MFMA ≈ 9 MFLOP, f32 CUDA
-//   cores. DRAM bytes (f32), each tensor written once and read once:
-//   qkv + conv_out (write, read) 3·conv_dim·4, U and W (write, read) 4·nv·dv·4 (dk = dv),
-//   O (write, read) 2·nv·dv·4, z and out 2·nv·dv·4, qk 2·nk·64·4 ≈ 0.42 MB per token at the
-//   122B shape: about 21 FLOP per byte, above the f32 CUDA-core ridge of an H200 (about 16
-//   FLOP per byte of DRAM): compute bound, DRAM traffic not far behind (the W/Q̂/K̂ tiles that
-//   the dv/32 column-block CTAs and the nv/nk v-heads of a k-head re-read come from L2).
-//   Tensor cores (with an f32-accurate operand split) would be the next step. One sequence's floor is also the chunk chain:
-//   T/64 dependent state-pass steps of 64·(3·dk·32 + 64·32) FMAs per CTA.
+// Roofline per token and layer (executed FMAs; the triangular products run as full squares
+// in K̂K̂ᵀ, Q̂K̂ᵀ and as triangles in the column passes):
+//   intra: nk·128·dk (K̂K̂ᵀ, Q̂K̂ᵀ) + nv·64·(dk + dv) (substitution, P U, P W)
+//   state: nv·3·dk·dv                               (W S, Q̃ S, K̂ᵀV'')
+//   at the 122B shape (nk 16, nv 64, dk = dv = 128): 1.31 + 3.15 ≈ 4.5 MFMA ≈ 9 MFLOP, f32 CUDA
+//   cores. DRAM bytes (f32), each tensor written once and read once: qkv + conv_out (write,
+//   read) 3·conv_dim·4, U, W, Q̃ (write, read) 6·nv·dv·4 (dk = dv), P U / O (write, read)
+//   4·nv·dv·4, z and out 2·nv·dv·4 ≈ 0.6 MB per token at the 122B shape: compute bound on
+//   f32 CUDA cores, DRAM traffic not far behind (the tiles that the dv/32 column-block CTAs
+//   re-read come from L2). Tensor cores (with an f32-accurate operand split) would be the
+//   next step. One sequence's floor is also the chunk chain: T/64 dependent state-pass steps
+//   of 3·64·dk·32 FMAs per CTA.
 //
 // Determinism: every sum has one order fixed by the shape (dk, dv, the chunk's token order),
 // never by the grid, M or the other sequences; each chunk's arithmetic depends only on its own
@@ -80,9 +89,6 @@ constexpr int kMaxConvK = 8;
 constexpr int kPrepTT = 8;         // prep: tokens per CTA
 constexpr int kThreads = 256;      // intra and state kernels
 constexpr int kBN = 32;            // state pass: columns of S per CTA
-constexpr int kLdV = kBN + 4;      // row stride of the V' tile (floats)
-constexpr int kLdA = kC + 4;       // row stride of the KKᵀ and A tiles (16-B rows)
-constexpr int kLdP = kC + 4;       // row stride of the P tile (16-B rows, ≡ 4 mod 32 banks)
 constexpr int kNormWarps = 8;
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -92,16 +98,16 @@ struct Work {
   float* g;         // [P][nv] log decay
   float* beta;      // [P][nv]
   float* gam;       // [P][nv] γ (cumulative g within the chunk)
-  float* qk;        // [P][nk][64] Q̂K̂ᵀ row of the token within its chunk (lower, diagonal included)
+  float* qt;        // [P][nv][dk] Q̃ = e^γ q̂ − P W
   float* w;         // [P][nv][dk] W
-  float* u;         // [P][nv][dv] U, overwritten by the raw output O in the state pass
+  float* u;         // [P][nv][dv] U
 };
 
 size_t round_region(size_t n) { return (n + 63) / 64 * 64; }
 
 size_t work_floats(const GdnShape& s, size_t P) {
   return round_region(P * size_t(s.conv_dim())) + 3 * round_region(P * size_t(s.num_v_heads)) +
-         round_region(P * size_t(s.num_k_heads) * kC) + round_region(P * size_t(s.num_v_heads) * s.k_head_dim) +
+         2 * round_region(P * size_t(s.num_v_heads) * s.k_head_dim) +
          round_region(P * size_t(s.value_dim()));
 }
 
@@ -116,8 +122,8 @@ Work carve(void* ws, const GdnShape& s, size_t P) {
   p += round_region(P * size_t(s.num_v_heads));
   w.gam = p;
   p += round_region(P * size_t(s.num_v_heads));
-  w.qk = p;
-  p += round_region(P * size_t(s.num_k_heads) * kC);
+  w.qt = p;
+  p += round_region(P * size_t(s.num_v_heads) * s.k_head_dim);
   w.w = p;
   p += round_region(P * size_t(s.num_v_heads) * s.k_head_dim);
   w.u = p;
@@ -267,27 +273,29 @@ __device__ __forceinline__ bool find_chunk(const StepMeta& meta, int first_seq, 
 
 // ---- 2. intra-chunk --------------------------------------------------------------------
 
-// Shared memory of the intra kernel (floats): K̂ [64][ldk] | Q̂ [64][ldk], later A [64][kLdA] |
-// K̂K̂ᵀ [64][kLdA] | γ, β, g [64] each. ldk = dk + 4 (16-B rows, ≡ 4 mod 32 banks); every
-// region starts 16-B aligned.
-__host__ __device__ inline int intra_q_floats(int dk) { return max(kC * (dk + 4), kC * kLdA); }
-__host__ __device__ inline int intra_smem_floats(int dk) { return kC * (dk + 4) + intra_q_floats(dk) + kC * kLdA + 3 * kC; }
+// Shared memory of the intra kernel (floats): two regions of max(64·ldk, 2·64·64) floats:
+// R1 holds K̂ [64][ldk], then K̂K̂ᵀ [64][64] | Q̂K̂ᵀ [64][64]; R2 holds Q̂ [64][ldk], then A [64][64] |
+// P [64][64] (per v-head); then γ, β, g [64] each. ldk = dk + 4 (16-B rows, ≡ 4 mod 32 banks).
+__host__ __device__ inline int intra_region_floats(int dk) { return max(kC * (dk + 4), 2 * kC * kC); }
+__host__ __device__ inline int intra_smem_floats(int dk) { return 2 * intra_region_floats(dk) + 3 * kC; }
 
 __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepMeta meta, int first_seq, int first_row,
                                                               Work w) {
   extern __shared__ __align__(16) float smem[];
   int seq, row0, L;
   if (!find_chunk(meta, first_seq, blockIdx.x, seq, row0, L)) return;  // the whole CTA, before any barrier
-  const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
-  const int C = s.conv_dim(), key_dim = s.key_dim(), grp = nv / nk;
+  const int nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
+  const int C = s.conv_dim(), key_dim = s.key_dim(), grp = nv / s.num_k_heads;
   const int kh = blockIdx.y, tid = threadIdx.x;
   const int r0 = row0 - first_row;  // workspace row of the chunk's first token
   const int ldk = dk + 4;
   float* Ks = smem;
-  float* Qs = Ks + kC * ldk;
-  float* As = Qs;  // A reuses Q̂'s space once Q̂K̂ᵀ is done
-  float* KK = Qs + intra_q_floats(dk);
-  float* gs = KK + kC * kLdA;
+  float* Qs = smem + intra_region_floats(dk);
+  float* KK = Ks;  // K̂K̂ᵀ and Q̂K̂ᵀ over K̂ once both products are in registers
+  float* QK = Ks + kC * kC;
+  float* As = Qs;  // A and P over Q̂
+  float* Ps = Qs + kC * kC;
+  float* gs = Qs + intra_region_floats(dk);
   float* bs = gs + kC;
   float* graw = bs + kC;
 
@@ -306,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepM
   }
   __syncthreads();
 
-  // K̂K̂ᵀ and Q̂K̂ᵀ: thread (ti, tj) owns rows ti + 16p and columns tj + 16q (p, q < 4).
+  // K̂K̂ᵀ and Q̂K̂ᵀ: thread (ti, tj) owns rows ti + 16p and columns tj + 16q (p, q < 4), dk order.
   {
     const int ti = tid >> 4, tj = tid & 15;
     float kk[4][4], qk[4][4];
@@ -338,17 +346,19 @@ __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepM
           qk[pp][qq] = __fmaf_rn(qi[pp].w, kj[qq].w, acc);
         }
     }
+    __syncthreads();  // every thread is done with K̂ and Q̂ (their space is reused)
 #pragma unroll
     for (int pp = 0; pp < 4; ++pp)
 #pragma unroll
       for (int qq = 0; qq < 4; ++qq) {
         const int i = ti + 16 * pp, j = tj + 16 * qq;
-        KK[i * kLdA + j] = kk[pp][qq];
-        if (i < L) w.qk[(size_t(r0 + i) * nk + kh) * kC + j] = (j <= i) ? qk[pp][qq] : 0.0f;
+        KK[i * kC + j] = kk[pp][qq];
+        QK[i * kC + j] = qk[pp][qq];
       }
   }
-  __syncthreads();  // K̂K̂ᵀ complete; Q̂ no longer read (its space becomes A)
+  __syncthreads();
 
+  const size_t crow = size_t(r0) * C;  // conv_out offset of the chunk's first row
   for (int e = 0; e < grp; ++e) {
     const int h = kh * grp + e;
     if (tid < kC) {
@@ -365,26 +375,30 @@ __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepM
     }
     __syncthreads();
     if (tid < L) w.gam[size_t(r0 + tid) * nv + h] = gs[tid];
+    // A_ts = β_t K̂K̂ᵀ_ts e^{γ_t−γ_s} (s < t), P_ts = Q̂K̂ᵀ_ts e^{γ_t−γ_s} (s <= t); rows >= L zero.
     for (int idx = tid; idx < kC * kC; idx += kThreads) {
       const int i = idx / kC, j = idx % kC;
-      As[i * kLdA + j] =
-          (j < i && i < L) ? __fmul_rn(__fmul_rn(bs[i], KK[i * kLdA + j]), expf(__fsub_rn(gs[i], gs[j]))) : 0.0f;
+      const float dec = (j <= i && i < L) ? expf(__fsub_rn(gs[i], gs[j])) : 0.0f;
+      As[idx] = (j < i && i < L) ? __fmul_rn(__fmul_rn(bs[i], KK[idx]), dec) : 0.0f;
+      Ps[idx] = (j <= i && i < L) ? __fmul_rn(QK[idx], dec) : 0.0f;
     }
     __syncthreads();
 
     // Forward substitution (I + A) X = R, thread = column: columns [0, dv) are U (R = β v),
-    // columns [dv, dv + dk) are W (R = β e^γ k̂).
+    // columns [dv, dv + dk) are W (R = β e^γ k̂). Then, in place and t descending (row t
+    // reads rows s <= t, not yet overwritten): U columns become P U (the output's part that
+    // needs no state, written over v), W columns Q̃ = e^γ q̂ − P W (written to qt).
     const int c = tid;
     if (c < dv + dk) {
       const bool is_u = c < dv;
-      const float* vcol = w.conv_out + size_t(r0) * C + 2 * key_dim + h * dv + c;
+      const float* vcol = w.conv_out + crow + 2 * key_dim + h * dv + c;
+      const float* kcol = w.conv_out + crow + key_dim + kh * dk + (c - dv);
       float x[kC];
 #pragma unroll
       for (int t = 0; t < kC; ++t) {
         x[t] = 0.0f;
         if (t < L)
-          x[t] = is_u ? __fmul_rn(bs[t], vcol[size_t(t) * C])
-                      : __fmul_rn(__fmul_rn(bs[t], expf(gs[t])), Ks[t * ldk + (c - dv)]);
+          x[t] = is_u ? __fmul_rn(bs[t], vcol[size_t(t) * C]) : __fmul_rn(__fmul_rn(bs[t], expf(gs[t])), kcol[size_t(t) * C]);
       }
       // Four entries of A's row per 16-B load; the entries s >= t of a group are zero (A is
       // strictly lower), so the group adds exact zeros past the diagonal.
@@ -394,7 +408,7 @@ __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepM
           float acc = x[t];
 #pragma unroll
           for (int j = 0; j < t; j += 4) {
-            const float4 a4 = *reinterpret_cast<const float4*>(As + t * kLdA + j);
+            const float4 a4 = *reinterpret_cast<const float4*>(As + t * kC + j);
             acc = __fmaf_rn(-a4.x, x[j], acc);
             acc = __fmaf_rn(-a4.y, x[j + 1], acc);
             acc = __fmaf_rn(-a4.z, x[j + 2], acc);
@@ -403,59 +417,80 @@ __global__ void __launch_bounds__(kThreads) chunk_intra_kernel(GdnShape s, StepM
           x[t] = acc;
         }
       }
+      float* xdst = is_u ? w.u + size_t(r0) * nv * dv + size_t(h) * dv + c
+                         : w.w + size_t(r0) * nv * dk + size_t(h) * dk + (c - dv);
+      const size_t xstride = is_u ? size_t(nv) * dv : size_t(nv) * dk;
+#pragma unroll
+      for (int t = 0; t < kC; ++t)
+        if (t < L) xdst[size_t(t) * xstride] = x[t];
+      // Y_t = Σ_{s<=t} P_ts X_s in s order (compile-time masks: entries past the diagonal,
+      // already overwritten, are never read).
+#pragma unroll
+      for (int t = kC - 1; t >= 0; --t) {
+        if (t < L) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int j = 0; j <= t; j += 4) {
+            const float4 p4 = *reinterpret_cast<const float4*>(Ps + t * kC + j);
+            acc = __fmaf_rn(p4.x, x[j], acc);
+            if (j + 1 <= t) acc = __fmaf_rn(p4.y, x[j + 1], acc);
+            if (j + 2 <= t) acc = __fmaf_rn(p4.z, x[j + 2], acc);
+            if (j + 3 <= t) acc = __fmaf_rn(p4.w, x[j + 3], acc);
+          }
+          x[t] = acc;
+        }
+      }
       if (is_u) {
-        float* dst = w.u + size_t(r0) * nv * dv + size_t(h) * dv + c;
+        float* dst = w.conv_out + crow + 2 * key_dim + h * dv + c;  // v, read above by this thread only
 #pragma unroll
         for (int t = 0; t < kC; ++t)
-          if (t < L) dst[size_t(t) * nv * dv] = x[t];
+          if (t < L) dst[size_t(t) * C] = x[t];
       } else {
-        float* dst = w.w + size_t(r0) * nv * dk + size_t(h) * dk + (c - dv);
+        const float* qcol = w.conv_out + crow + kh * dk + (c - dv);
+        float* dst = w.qt + size_t(r0) * nv * dk + size_t(h) * dk + (c - dv);
 #pragma unroll
         for (int t = 0; t < kC; ++t)
-          if (t < L) dst[size_t(t) * nv * dk] = x[t];
+          if (t < L) dst[size_t(t) * nv * dk] = __fsub_rn(__fmul_rn(expf(gs[t]), qcol[size_t(t) * C]), x[t]);
       }
     }
-    __syncthreads();  // γ, β, A are rewritten for the next v-head
+    __syncthreads();  // γ, β, A, P are rewritten for the next v-head
   }
 }
 
 // ---- 3. inter-chunk state pass ---------------------------------------------------------
 
-// Shared memory of the state kernel (floats): Sᵀ [32][ldk] | Wb [64][ldk] (W, then K̂) |
-// Qb (Q̂ [64][ldk], then P [64][kLdP]) | V [64][kLdV] (U, then V') | γ [64].
-__host__ __device__ inline int state_q_floats(int dk) { return max(kC * (dk + 4), kC * kLdP); }
-__host__ __device__ inline int state_smem_floats(int dk) {
-  return kBN * (dk + 4) + kC * (dk + 4) + state_q_floats(dk) + kC * kLdV + kC;
-}
+// The pass walks each chunk in nA + 1 stages (nA = ceil(dk/64)): stage k < nA multiplies
+// columns [64k, 64k + 64) of W and Q̃ with rows [64k, 64k + 64) of S; stage nA updates S with
+// K̂. Each stage's operands sit in one of two stage buffers (cp.async, issued one stage
+// ahead). Shared memory (floats): 2 stage buffers of max(2·64·kLdT, 64·(dk + 4)) (W | Q̃
+// [64][kLdT] each, or K̂ [64][dk + 4]) | S [dk][kLdS] | V'' [64][kLdS].
+constexpr int kAW = 64;          // dk columns of W and Q̃ per stage
+constexpr int kLdT = kAW + 4;    // row stride of the W and Q̃ stage tiles
+constexpr int kLdS = kBN + 4;    // row stride of the S and V'' tiles
+__host__ __device__ inline int state_stage_floats(int dk) { return max(2 * kC * kLdT, kC * (dk + 4)); }
+__host__ __device__ inline int state_smem_floats(int dk) { return 2 * state_stage_floats(dk) + (dk + kC) * kLdS; }
 
-// Copies rows [0, L) of a [64][cols] tile (row t at src + t·stride, cols a multiple of 4) to
-// shared memory with row stride ld; rows >= L become zero.
-__device__ __forceinline__ void load_tile(float* dst, int ld, const float* src, size_t stride, int cols, int L) {
-  const int n4 = cols / 4;
-  for (int idx = threadIdx.x; idx < kC * n4; idx += kThreads) {
-    const int t = idx / n4, e = (idx % n4) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (t < L) v = *reinterpret_cast<const float4*>(src + size_t(t) * stride + e);
-    *reinterpret_cast<float4*>(dst + t * ld + e) = v;
-  }
+// 16 B global -> shared, asynchronous; src_ok false writes zeros (src is not read).
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, bool src_ok) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_ok ? 16 : 0) : "memory");
 }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-__global__ void __launch_bounds__(kThreads) chunk_state_kernel(const float* __restrict__ qkv, GdnShape s,
+__global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const float* __restrict__ qkv, GdnShape s,
                                                               GdnLayerParams p, StepMeta meta, int first_seq,
                                                               int first_row, Work w) {
   extern __shared__ __align__(16) float smem[];
   const int seq = first_seq + blockIdx.x, h = blockIdx.y, c0 = blockIdx.z * kBN;
   const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
   const int C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
-  const int kh = h / (nv / nk), tid = threadIdx.x;
+  const int kh = h / (nv / nk), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int t0 = meta.seq_token_start[seq], n = meta.seq_token_start[seq + 1] - t0;
   const int p0 = meta.seq_start_pos[seq], slot = meta.seq_state_slot[seq];
-  const int ldk = dk + 4;
-  float* ST = smem;  // ST[j][i] = S[i][c0 + j]
-  float* Wb = ST + kBN * ldk;
-  float* Qb = Wb + kC * ldk;
-  float* Vs = Qb + state_q_floats(dk);
-  float* gs = Vs + kC * kLdV;
+  const int stage_f = state_stage_floats(dk);
+  float* Ssm = smem + 2 * stage_f;  // Ssm[i][j] = S[i][c0 + j]
+  float* Vs = Ssm + dk * kLdS;      // V''[t][j]
 
   // New conv state of the sequence (its last K−1 pre-conv inputs), spread over its CTAs.
   {
@@ -476,165 +511,185 @@ __global__ void __launch_bounds__(kThreads) chunk_state_kernel(const float* __re
     }
   }
 
+  // Roles. Product stages: warps 0-3 X = W S, warps 4-7 Y = Q̃ S; thread = tokens tb + 16p
+  // (p < 4) × columns 4jb..4jb+3. Update stage: thread = rows 4ib..4ib+3 × columns
+  // 4jb..4jb+3 of S (kept in registers across chunks; rows >= dk idle, warp-uniform).
+  const int role = warp >> 2, jb = lane & 7;
+  const int tb = (lane >> 3) + 4 * (warp & 3);
+  const int ib = (lane >> 3) + 4 * warp;
+  const bool upd = 4 * ib < dk;
+
   float* S = p.recurrent_state + (size_t(slot) * nv + h) * size_t(dk) * dv;
-  for (int idx = tid; idx < dk * kBN; idx += kThreads) {
-    const int i = idx / kBN, j = idx % kBN;
-    ST[j * ldk + i] = S[size_t(i) * dv + c0 + j];
+  float sreg[4][4];
+  if (upd) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const float4 v = *reinterpret_cast<const float4*>(S + size_t(4 * ib + x) * dv + c0 + 4 * jb);
+      sreg[x][0] = v.x;
+      sreg[x][1] = v.y;
+      sreg[x][2] = v.z;
+      sreg[x][3] = v.w;
+      *reinterpret_cast<float4*>(Ssm + (4 * ib + x) * kLdS + 4 * jb) = v;
+    }
   }
 
-  const size_t vd = size_t(nv) * dv;
-  const int tt = tid & 15, jj = tid >> 4;  // phase 1 / O: tokens tt + 16p, columns jj and jj + 16
-  const int ii = tid & 31, jq = tid >> 5;  // S update: rows ii + 32p, columns jq + 8q
-  const int nc = num_chunks(p0, n);
-  for (int q = 0; q < nc; ++q) {
+  const size_t vd = size_t(nv) * dv, wd = size_t(nv) * dk;
+  const int nA = (dk + kAW - 1) / kAW;
+  const int nstage = num_chunks(p0, n) * (nA + 1);
+
+  // Issues the copies of stage g into its buffer (rows >= L zero-filled) and commits them.
+  auto issue = [&](int g) {
+    const int q = g / (nA + 1), k = g % (nA + 1);
+    int off, L;
+    chunk_range(p0, n, q, off, L);
+    const int r0 = t0 + off - first_row;
+    float* dst = smem + (g & 1) * stage_f;
+    if (k < nA) {
+      const int i0 = k * kAW, n4 = min(kAW, dk - i0) / 4;
+      for (int idx = tid; idx < 2 * kC * n4; idx += kThreads) {
+        const int m = idx / (kC * n4), rem = idx % (kC * n4), t = rem / n4, e = (rem % n4) * 4;
+        const float* src = (m == 0 ? w.w : w.qt) + size_t(r0 + min(t, L - 1)) * wd + size_t(h) * dk + i0 + e;
+        cp_async16(dst + m * kC * kLdT + t * kLdT + e, src, t < L);
+      }
+    } else {
+      const int n4 = dk / 4;
+      for (int idx = tid; idx < kC * n4; idx += kThreads) {
+        const int t = idx / n4, e = (idx % n4) * 4;
+        const float* src = w.conv_out + size_t(r0 + min(t, L - 1)) * C + key_dim + kh * dk + e;
+        cp_async16(dst + t * (dk + 4) + e, src, t < L);
+      }
+    }
+    cp_async_commit();
+  };
+
+  if (nstage > 0) issue(0);
+  float acc[4][4], pre[4][4];  // X or Y; U (role 0) or P U (role 1) of the chunk
+  float gl = 0.0f, gt[4];      // γ_{L−1} and γ of the thread's tokens (role 0) of the chunk
+  for (int g = 0; g < nstage; ++g) {
+    const int q = g / (nA + 1), k = g % (nA + 1);
     int off, L;
     chunk_range(p0, n, q, off, L);
     const int r0 = t0 + off - first_row;  // workspace row of the chunk's first token
-
-    // Phase 1: W, Q̂, U columns, γ.
-    load_tile(Wb, ldk, w.w + size_t(r0) * nv * dk + size_t(h) * dk, size_t(nv) * dk, dk, L);
-    load_tile(Qb, ldk, w.conv_out + size_t(r0) * C + kh * dk, size_t(C), dk, L);
-    load_tile(Vs, kLdV, w.u + size_t(r0) * vd + size_t(h) * dv + c0, vd, kBN, L);
-    if (tid < kC) gs[tid] = tid < L ? w.gam[size_t(r0 + tid) * nv + h] : 0.0f;
-    __syncthreads();  // tiles and (first chunk) Sᵀ visible; (later chunks) the S update done
-
-    float y[4][2];
-    {
-      float x[4][2];
-#pragma unroll
-      for (int pp = 0; pp < 4; ++pp) x[pp][0] = x[pp][1] = y[pp][0] = y[pp][1] = 0.0f;
-      for (int i = 0; i < dk; i += 4) {
-        const float4 s0 = *reinterpret_cast<const float4*>(ST + jj * ldk + i);
-        const float4 s1 = *reinterpret_cast<const float4*>(ST + (jj + 16) * ldk + i);
-#pragma unroll
-        for (int pp = 0; pp < 4; ++pp) {
-          const float4 wv = *reinterpret_cast<const float4*>(Wb + (tt + 16 * pp) * ldk + i);
-          const float4 qv = *reinterpret_cast<const float4*>(Qb + (tt + 16 * pp) * ldk + i);
-          x[pp][0] = __fmaf_rn(wv.w, s0.w, __fmaf_rn(wv.z, s0.z, __fmaf_rn(wv.y, s0.y, __fmaf_rn(wv.x, s0.x, x[pp][0]))));
-          x[pp][1] = __fmaf_rn(wv.w, s1.w, __fmaf_rn(wv.z, s1.z, __fmaf_rn(wv.y, s1.y, __fmaf_rn(wv.x, s1.x, x[pp][1]))));
-          y[pp][0] = __fmaf_rn(qv.w, s0.w, __fmaf_rn(qv.z, s0.z, __fmaf_rn(qv.y, s0.y, __fmaf_rn(qv.x, s0.x, y[pp][0]))));
-          y[pp][1] = __fmaf_rn(qv.w, s1.w, __fmaf_rn(qv.z, s1.z, __fmaf_rn(qv.y, s1.y, __fmaf_rn(qv.x, s1.x, y[pp][1]))));
-        }
-      }
-      // V' = U − W S (each element has one owner: in place).
+    if (k == 0) {  // the chunk's U / P U rows and γ, loaded while the stages run
+      gl = w.gam[size_t(r0 + L - 1) * nv + h];
 #pragma unroll
       for (int pp = 0; pp < 4; ++pp) {
-        float* vrow = Vs + (tt + 16 * pp) * kLdV;
-        vrow[jj] = __fsub_rn(vrow[jj], x[pp][0]);
-        vrow[jj + 16] = __fsub_rn(vrow[jj + 16], x[pp][1]);
-      }
-    }
-    __syncthreads();  // V' complete; W and Q̂ no longer read
-
-    // Phase 2: K̂ over W, Q̂K̂ᵀ over Q̂, then P_ts = Q̂K̂ᵀ_ts e^{γ_t−γ_s} (s <= t < L).
-    load_tile(Wb, ldk, w.conv_out + size_t(r0) * C + key_dim + kh * dk, size_t(C), dk, L);
-    load_tile(Qb, kLdP, w.qk + size_t(r0) * nk * kC + size_t(kh) * kC, size_t(nk) * kC, kC, L);
-    __syncthreads();
-    for (int idx = tid; idx < kC * kC; idx += kThreads) {
-      const int t = idx / kC, sc = idx % kC;
-      float* e = Qb + t * kLdP + sc;
-      *e = (sc <= t && t < L) ? __fmul_rn(*e, expf(__fsub_rn(gs[t], gs[sc]))) : 0.0f;
-    }
-    __syncthreads();
-
-    // O_t = e^{γ_t} Y_t + Σ_{s<=t} P_ts V'_s (s order; P is zero above the diagonal), written
-    // over U's columns.
-    {
-      float o[4][2];
-#pragma unroll
-      for (int pp = 0; pp < 4; ++pp) o[pp][0] = o[pp][1] = 0.0f;
-      for (int sc = 0; sc < kC; sc += 4) {
-        float v0[4], v1[4];
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          v0[x] = Vs[(sc + x) * kLdV + jj];
-          v1[x] = Vs[(sc + x) * kLdV + jj + 16];
-        }
-#pragma unroll
-        for (int pp = 0; pp < 4; ++pp) {
-          const float4 pv = *reinterpret_cast<const float4*>(Qb + (tt + 16 * pp) * kLdP + sc);
-          o[pp][0] = __fmaf_rn(pv.w, v0[3], __fmaf_rn(pv.z, v0[2], __fmaf_rn(pv.y, v0[1], __fmaf_rn(pv.x, v0[0], o[pp][0]))));
-          o[pp][1] = __fmaf_rn(pv.w, v1[3], __fmaf_rn(pv.z, v1[2], __fmaf_rn(pv.y, v1[1], __fmaf_rn(pv.x, v1[0], o[pp][1]))));
-        }
-      }
-#pragma unroll
-      for (int pp = 0; pp < 4; ++pp) {
-        const int t = tt + 16 * pp;
+        const int t = tb + 16 * pp;
+        gt[pp] = role == 0 && t < L ? w.gam[size_t(r0 + t) * nv + h] : 0.0f;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (t < L) {
-          const float eg = expf(gs[t]);
-          float* dst = w.u + size_t(r0 + t) * vd + size_t(h) * dv + c0;
-          dst[jj] = __fmaf_rn(eg, y[pp][0], o[pp][0]);
-          dst[jj + 16] = __fmaf_rn(eg, y[pp][1], o[pp][1]);
+          const float* src = role == 0 ? w.u + size_t(r0 + t) * vd + size_t(h) * dv + c0 + 4 * jb
+                                       : w.conv_out + size_t(r0 + t) * C + 2 * key_dim + h * dv + c0 + 4 * jb;
+          v = *reinterpret_cast<const float4*>(src);
+        }
+        pre[pp][0] = v.x;
+        pre[pp][1] = v.y;
+        pre[pp][2] = v.z;
+        pre[pp][3] = v.w;
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) acc[pp][cc] = 0.0f;
+      }
+    }
+    cp_async_wait_all();
+    __syncthreads();  // stage g landed for every thread; stage g−1 (the other buffer) fully read
+    if (g + 1 < nstage) issue(g + 1);
+    const float* buf = smem + (g & 1) * stage_f;
+    if (k < nA) {
+      // acc[p][c] += Σ_i T[t][i] S[i][j] over this stage's 64 values of i, in i order.
+      const int i0 = k * kAW, wa = min(kAW, dk - i0);
+      const float* T = buf + role * kC * kLdT;
+      for (int i = 0; i < wa; i += 4) {
+        float4 s4[4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x) s4[x] = *reinterpret_cast<const float4*>(Ssm + (i0 + i + x) * kLdS + 4 * jb);
+#pragma unroll
+        for (int pp = 0; pp < 4; ++pp) {
+          const float4 a4 = *reinterpret_cast<const float4*>(T + (tb + 16 * pp) * kLdT + i);
+          acc[pp][0] = __fmaf_rn(a4.w, s4[3].x, __fmaf_rn(a4.z, s4[2].x, __fmaf_rn(a4.y, s4[1].x, __fmaf_rn(a4.x, s4[0].x, acc[pp][0]))));
+          acc[pp][1] = __fmaf_rn(a4.w, s4[3].y, __fmaf_rn(a4.z, s4[2].y, __fmaf_rn(a4.y, s4[1].y, __fmaf_rn(a4.x, s4[0].y, acc[pp][1]))));
+          acc[pp][2] = __fmaf_rn(a4.w, s4[3].z, __fmaf_rn(a4.z, s4[2].z, __fmaf_rn(a4.y, s4[1].z, __fmaf_rn(a4.x, s4[0].z, acc[pp][2]))));
+          acc[pp][3] = __fmaf_rn(a4.w, s4[3].w, __fmaf_rn(a4.z, s4[2].w, __fmaf_rn(a4.y, s4[1].w, __fmaf_rn(a4.x, s4[0].w, acc[pp][3]))));
         }
       }
-    }
-    __syncthreads();  // every thread has read V'
-
-    // V'' = e^{γ_{L−1}−γ_t} V'_t (the same owners as phase 1).
-    const float gl = gs[L - 1];
+      if (k == nA - 1) {
+        if (role == 0) {
+          // V'_t = U_t − X_t, stored scaled: V''_t = e^{γ_{L−1}−γ_t} V'_t (rows >= L zero).
 #pragma unroll
-    for (int pp = 0; pp < 4; ++pp) {
-      const int t = tt + 16 * pp;
-      const float f = expf(__fsub_rn(gl, gs[t]));
-      float* vrow = Vs + t * kLdV;
-      vrow[jj] = __fmul_rn(vrow[jj], f);
-      vrow[jj + 16] = __fmul_rn(vrow[jj + 16], f);
-    }
-    __syncthreads();
-
-    // S <- e^{γ_{L−1}} S + K̂ᵀ V'' (t order); each S element has one owner.
-    {
-      const float eL = expf(gl);
-      float acc[4][4];
+          for (int pp = 0; pp < 4; ++pp) {
+            const int t = tb + 16 * pp;
+            const float f = t < L ? expf(__fsub_rn(gl, gt[pp])) : 0.0f;
+            float4 v;
+            v.x = __fmul_rn(__fsub_rn(pre[pp][0], acc[pp][0]), f);
+            v.y = __fmul_rn(__fsub_rn(pre[pp][1], acc[pp][1]), f);
+            v.z = __fmul_rn(__fsub_rn(pre[pp][2], acc[pp][2]), f);
+            v.w = __fmul_rn(__fsub_rn(pre[pp][3], acc[pp][3]), f);
+            *reinterpret_cast<float4*>(Vs + t * kLdS + 4 * jb) = v;
+          }
+        } else {
+          // O_t = Q̃_t S + (P U)_t, written over P U (same thread).
 #pragma unroll
-      for (int pp = 0; pp < 4; ++pp)
-#pragma unroll
-        for (int qq = 0; qq < 4; ++qq) acc[pp][qq] = 0.0f;
-      for (int t = 0; t < L; ++t) {
-        const float* krow = Wb + t * ldk;
-        const float* vrow = Vs + t * kLdV;
-        float kv[4], vv[4];
-#pragma unroll
-        for (int pp = 0; pp < 4; ++pp) kv[pp] = ii + 32 * pp < dk ? krow[ii + 32 * pp] : 0.0f;
-#pragma unroll
-        for (int qq = 0; qq < 4; ++qq) vv[qq] = vrow[jq + 8 * qq];
-#pragma unroll
-        for (int pp = 0; pp < 4; ++pp)
-#pragma unroll
-          for (int qq = 0; qq < 4; ++qq) acc[pp][qq] = __fmaf_rn(kv[pp], vv[qq], acc[pp][qq]);
-      }
-#pragma unroll
-      for (int pp = 0; pp < 4; ++pp) {
-        const int i = ii + 32 * pp;
-        if (i < dk) {
-#pragma unroll
-          for (int qq = 0; qq < 4; ++qq) {
-            float* e = ST + (jq + 8 * qq) * ldk + i;
-            *e = __fmaf_rn(eL, *e, acc[pp][qq]);
+          for (int pp = 0; pp < 4; ++pp) {
+            const int t = tb + 16 * pp;
+            if (t < L) {
+              float4 o;
+              o.x = __fadd_rn(acc[pp][0], pre[pp][0]);
+              o.y = __fadd_rn(acc[pp][1], pre[pp][1]);
+              o.z = __fadd_rn(acc[pp][2], pre[pp][2]);
+              o.w = __fadd_rn(acc[pp][3], pre[pp][3]);
+              *reinterpret_cast<float4*>(w.conv_out + size_t(r0 + t) * C + 2 * key_dim + h * dv + c0 + 4 * jb) = o;
+            }
           }
         }
       }
+    } else if (upd) {
+      // S <- e^{γ_{L−1}} S + K̂ᵀ V'' (t order).
+      const float eL = expf(gl);
+      float u[4][4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) u[x][y] = 0.0f;
+      const int ldk = dk + 4;
+      for (int t = 0; t < L; ++t) {
+        const float4 k4 = *reinterpret_cast<const float4*>(buf + t * ldk + 4 * ib);
+        const float4 v4 = *reinterpret_cast<const float4*>(Vs + t * kLdS + 4 * jb);
+        const float kv[4] = {k4.x, k4.y, k4.z, k4.w}, vv[4] = {v4.x, v4.y, v4.z, v4.w};
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+          for (int y = 0; y < 4; ++y) u[x][y] = __fmaf_rn(kv[x], vv[y], u[x][y]);
+      }
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+#pragma unroll
+        for (int y = 0; y < 4; ++y) sreg[x][y] = __fmaf_rn(eL, sreg[x][y], u[x][y]);
+        *reinterpret_cast<float4*>(Ssm + (4 * ib + x) * kLdS + 4 * jb) =
+            make_float4(sreg[x][0], sreg[x][1], sreg[x][2], sreg[x][3]);
+      }
     }
-    __syncthreads();  // Sᵀ updated before the next chunk reads it and Wb/Qb/Vs are refilled
   }
 
-  for (int idx = tid; idx < dk * kBN; idx += kThreads) {
-    const int i = idx / kBN, j = idx % kBN;
-    S[size_t(i) * dv + c0 + j] = ST[j * ldk + i];
+  if (upd) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      *reinterpret_cast<float4*>(S + size_t(4 * ib + x) * dv + c0 + 4 * jb) =
+          make_float4(sreg[x][0], sreg[x][1], sreg[x][2], sreg[x][3]);
   }
 }
 
 // ---- 4. gated RMSNorm --------------------------------------------------------------------
 
-// y_j = (w_j · (o_j · rsqrt(mean(o²) + eps))) · silu(z_j), one warp per (prompt row, v-head).
-__global__ void __launch_bounds__(kNormWarps * 32) chunk_norm_kernel(const float* __restrict__ core,
+// y_j = (w_j · (o_j · rsqrt(mean(o²) + eps))) · silu(z_j), one warp per (prompt row, v-head);
+// o: core + row·core_stride + head·dv.
+__global__ void __launch_bounds__(kNormWarps * 32) chunk_norm_kernel(const float* __restrict__ core, int core_stride,
                                                                     const float* __restrict__ z, GdnShape s,
                                                                     const float* __restrict__ norm_w, int P,
                                                                     int first_row, float* __restrict__ out) {
   const long long gw = (long long)blockIdx.x * kNormWarps + (threadIdx.x >> 5);
   if (gw >= (long long)P * s.num_v_heads) return;
   const int lane = threadIdx.x & 31, dv = s.v_head_dim;
-  const float* o = core + size_t(gw) * dv;  // (row, v-head) rows are contiguous
+  const long long row = gw / s.num_v_heads, head = gw % s.num_v_heads;
+  const float* o = core + size_t(row) * core_stride + size_t(head) * dv;
   const size_t off = size_t(first_row) * s.value_dim() + size_t(gw) * dv;
   float ss = 0.0f;
   for (int j = lane; j < dv; j += 32) ss = __fmaf_rn(o[j], o[j], ss);
@@ -646,8 +701,10 @@ __global__ void __launch_bounds__(kNormWarps * 32) chunk_norm_kernel(const float
 
 // ---- host --------------------------------------------------------------------------------
 
-constexpr size_t kIntraSmemMax = size_t(kC * (kMaxD + 4) * 2 + kC * kLdA + 3 * kC) * sizeof(float);
-constexpr size_t kStateSmemMax = size_t(kBN * (kMaxD + 4) + 2 * kC * (kMaxD + 4) + kC * kLdV + kC) * sizeof(float);
+constexpr size_t kIntraSmemMax = size_t(2 * std::max(kC * (kMaxD + 4), 2 * kC * kC) + 3 * kC) * sizeof(float);
+constexpr size_t kStateSmemMax =
+    size_t(2 * std::max(2 * kC * kLdT, kC * (kMaxD + 4)) + (kMaxD + kC) * kLdS) * sizeof(float);
+static_assert(kStateSmemMax <= 99 * 1024 && kIntraSmemMax <= 99 * 1024, "sm_121 allows 99 KB per block");
 
 void prepare_device() {
   static std::atomic<bool> done[64];
@@ -683,7 +740,8 @@ void gated_delta_net_chunked_prepare() { prepare_device(); }
 
 void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& s,
                              const GdnLayerParams& layer, const StepMeta& meta, int first_seq, int first_row,
-                             void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream) {
+                             void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream,
+                             const GdnChunkedEvents* events) {
   const int P = meta.num_tokens - first_row, S = meta.num_seqs - first_seq;
   if (P <= 0 || S <= 0) return;
   if (!gated_delta_net_chunked_supported(s))
@@ -695,11 +753,16 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
     throw Error("gated_delta_net_chunked: workspace and state must be 16-B aligned");
   prepare_device();
   const Work w = carve(workspace, s, size_t(P));
+  auto mark = [&](int i) {
+    if (events) MOESERVE_CUDA_CHECK(cudaEventRecord(events->ev[i], stream));
+  };
 
+  mark(0);
   const int prep_threads = (std::max(s.k_head_dim, s.v_head_dim) + 31) / 32 * 32;
   chunk_prep_kernel<<<dim3(unsigned((P + kPrepTT - 1) / kPrepTT), unsigned(s.num_k_heads + s.num_v_heads)),
                       prep_threads, 0, stream>>>(qkv, b, a, s, layer, meta, first_row, w);
   MOESERVE_CUDA_CHECK_LAUNCH();
+  mark(1);
 
   // Every sequence has at most ceil(n/64) + 1 chunks: P/64 + 2S bounds the total.
   const unsigned chunk_bound = unsigned((P + kC - 1) / kC + 2 * S);
@@ -707,16 +770,19 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
   chunk_intra_kernel<<<dim3(chunk_bound, unsigned(s.num_k_heads)), kThreads, intra_smem, stream>>>(s, meta, first_seq,
                                                                                                   first_row, w);
   MOESERVE_CUDA_CHECK_LAUNCH();
+  mark(2);
 
   const size_t state_smem = size_t(state_smem_floats(s.k_head_dim)) * sizeof(float);
   chunk_state_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kBN)), kThreads, state_smem,
                        stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
   MOESERVE_CUDA_CHECK_LAUNCH();
+  mark(3);
 
   const long long norm_warps = (long long)P * s.num_v_heads;
   chunk_norm_kernel<<<unsigned((norm_warps + kNormWarps - 1) / kNormWarps), kNormWarps * 32, 0, stream>>>(
-      w.u, z, s, layer.norm_weight, P, first_row, out);
+      w.conv_out + 2 * s.key_dim(), s.conv_dim(), z, s, layer.norm_weight, P, first_row, out);
   MOESERVE_CUDA_CHECK_LAUNCH();
+  mark(4);
 }
 
 }  // namespace moeserve::cuda

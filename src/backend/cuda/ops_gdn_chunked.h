@@ -29,10 +29,10 @@ namespace moeserve::cuda {
 bool gated_delta_net_chunked_supported(const GdnShape& shape);
 
 // Scratch for up to max_tokens prompt rows (f32, each region rounded up to 64 floats):
-// max_tokens · (conv_dim + 3·nv + 64·nk + nv·dk + nv·dv) floats.
+// max_tokens · (conv_dim + 3·nv + 2·nv·dk + nv·dv) floats.
 size_t gated_delta_net_chunked_workspace_bytes(const GdnShape& shape, int max_tokens);
 
-// Opts the kernels in to more than 48 KB of shared memory (at most 94 KB, under the 99 KB of
+// Opts the kernels in to more than 48 KB of shared memory (at most 95 KB, under the 99 KB of
 // sm_121) on the current device. The first call of gated_delta_net_chunked per device does it
 // too; call this first when that call may happen inside CUDA-graph capture.
 void gated_delta_net_chunked_prepare();
@@ -42,8 +42,15 @@ void gated_delta_net_chunked_prepare();
 // [first_row, meta.num_tokens) are read or written. first_row must equal
 // meta.seq_token_start[first_seq] (the host knows both). The workspace must hold
 // gated_delta_net_chunked_workspace_bytes(shape, meta.num_tokens - first_row).
+// events (benchmarks only; null in the model): when given, ev[0] is recorded on the stream
+// before the first kernel and ev[i] after kernel i (1 prep, 2 intra-chunk, 3 state pass,
+// 4 gated norm), so that cudaEventElapsedTime(ev[i-1], ev[i]) times kernel i.
+struct GdnChunkedEvents {
+  cudaEvent_t ev[5];
+};
 void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& shape,
                              const GdnLayerParams& layer, const StepMeta& meta, int first_seq, int first_row,
-                             void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream);
+                             void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream,
+                             const GdnChunkedEvents* events = nullptr);
 
 }  // namespace moeserve::cuda
