@@ -7,10 +7,11 @@
 // row-major: FP8 e4m3 with f32 block-128 scales [ceil(N/128), ceil(K/128)], INT8 with f32 row
 // scales [N], or bf16 (Dense, and NVFP4 dequantised at load). y f32 [M, N] (= or +=).
 //
-// Arithmetic of one output y[m, n], the same for every M, tile, grid, variant and set of jobs
-// (batch invariance; a job's bits equal those of a launch of its own):
-//   w'[k] = the exact f32 dequantised weight (fp8·block scale or int8·row scale rounded once to
-//           f32, as the CPU reference computes it; bf16 as is).
+// Arithmetic of one output y[m, n], the same for every M, tile, grid, kernel, variant and set
+// of jobs (batch invariance; a job's bits equal those of a launch of its own):
+//   w'[k] = FP8: the exact f32 dequantised weight (fp8·block scale rounded once to f32, as the
+//           CPU reference computes it); INT8: q itself (exact), the row scale multiplies the
+//           finished sum (one rounding, below); bf16 as is.
 //   K is cut into steps of 512 k. In step t, lane L owns the 16 k = 512t + 128i + 4L + j
 //   (i, j = 0..3): each group of 4 consecutive k is one 16-byte x load, so a warp's x loads
 //   cover 512 contiguous bytes (no L1 replays); group i lies in scale block 4t + i.
@@ -18,28 +19,47 @@
 //   with T <= 4: K = 8192 -> 4 slices of 4 steps, K = 3072 -> 2 of 3, K = 1024 -> 1 of 2).
 //   A lane keeps ONE fma chain y += w'[k]·x[k] over its k of its slice in (t, i, j) order (k >= K
 //   skipped); a slice's 32 lanes are summed by an xor shuffle tree (16, 8, 4, 2, 1); the slices
-//   are added in slice order; accumulate then adds that sum to y (one rounding).
-// Parallelisation. A CTA is 8 warps = 8/S row groups x S slices; a warp takes R consecutive
-// output rows of one job (each x load serves the R rows) and a tile of MT tokens (each weight
-// load, converted once, serves the MT tokens from registers). A lane issues the loads of D steps
-// x R rows before it uses any (FP8/INT8: 64 B per lane, 4-byte loads that a warp turns into
-// 128-byte lines; bf16 the same bytes in 8-byte loads); the weights bypass L1, which keeps x.
-// The slices of a row meet in shared memory after one barrier. The grid is 1-D, CTA b = row
-// block b / tiles and token tile b % tiles, so the tiles that read one weight slice run together
-// (the later ones hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the
-// same x) own consecutive row blocks; each CTA serves one job. (MT, R, D) are picked by M and the
-// launch's rows: M = 1: (1, 1, 4), or (1, 2, 4) when the rows leave >= 32 warps per SM;
-// M = 2: (2, 2, 4); M <= 4: (4, 2, 4); else tiles of 8 tokens (8, 4, 1). They change the
-// schedule, never an output's arithmetic. Gated (M = 1: (1, 2, 4)): the CTA first issues its
-// first weight loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then
-// reads x from there (MT·K·4 <= 46 KB: smaller token tiles for long K).
+//   are added in slice order (empty slices add +0); INT8 then multiplies by the row scale;
+//   accumulate then adds that sum to y (one rounding).
+// Two kernels compute exactly this; which one serves a launch depends on M only:
+//
+// M <= 2 (generated tokens of one or two sequences: latency- and bandwidth-bound):
+// row_gemv_f32_stream_kernel. A warp owns R consecutive rows of one job over ALL of K: it runs
+// the slices one after the other, each with its own shuffle tree, so there are no partial sums
+// in shared memory and no barrier (gated: one, after the fill below). Its weights stream
+// through a ring of D steps: a lane issues the loads of D steps x R rows (FP8/INT8: 4-byte
+// loads, a warp's 128-byte lines; bf16 the same bytes in 8-byte loads, half the steps) before
+// it uses any, and refills each slot as soon as that step is consumed, so every warp keeps
+// D·R·512 B (FP8/INT8) in flight from its first to its last step. R = 4, D = 2 (2 CTAs per SM)
+// when the launch's rows leave a full wave of warps (>= 64 rows per SM: the LM head, q_proj,
+// in_proj; each x load serves 4 rows); otherwise R = 1, D = 8 at one token, 4 at two or gated
+// (3 CTAs per SM: o_proj / out_proj 3072 x 8192 is one wave of 384 CTAs; the router set). FP8:
+// a warp's rows share one 128-row scale block, so one scale load per step serves them all.
+//
+// M >= 3 (gated: M >= 2 with K <= 5888): row_gemv_f32_kernel. A CTA is 8 warps = 8/S row groups x S
+// slices; a warp takes R consecutive output rows of one job over its slice (each x load serves
+// the R rows) and a tile of MT tokens (each weight load, converted once, serves the MT tokens
+// from registers); it issues the loads of D steps x R rows of its slice before it uses any.
+// The slices of a row meet in shared memory after one barrier. (MT, R, D): M <= 4: (4, 2, 4)
+// (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for long K,
+// down to one token (then the streaming kernel, one tile per token). Many tokens per weight load is what makes M = 8 fast; it
+// needs the registers that one token would spend on loads in flight, hence two kernels.
+//
+// Both: the weights bypass L1, which keeps x. The grid is 1-D, CTA b = row block b / tiles and
+// token tile b % tiles, so the tiles that read one weight slice run together (the later ones
+// hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the same x) own
+// consecutive row blocks; each CTA serves one job. Gated: the CTA first issues its first weight
+// loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then reads x from
+// there (MT·K·4 <= 46 KB: smaller token tiles for long K).
 // PDL (pdl.cuh, M <= 64): each CTA triggers its dependents at entry, issues its first weight
 // loads, and only then waits for the previous kernel (griddepcontrol.wait) before it reads x,
 // g, u or touches y: the weights are never written by another kernel.
 // Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
-// L2) and y; grid-wide the whole weight is in flight in one or two rounds of loads. At M = 8
-// the FMAs (8 per weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per
-// R rows) take about as long as the FP8 bytes: CUDA cores cannot do better there.
+// L2) and y. Per weight at one token a lane spends about 4 instructions (convert, FP8 scale
+// multiply, fma, its share of loads and x), well under the issue rate that the HBM bandwidth
+// asks for, so M <= 2 is bound by the bytes in flight (the ring). At M = 8 the FMAs (8 per
+// weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per R rows) take
+// about as long as the FP8 bytes: CUDA cores cannot do better there.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -142,7 +162,8 @@ __device__ __forceinline__ void block_scales(const StepRaw<F>& r, float (&s)[4])
   for (int i = 0; i < 4; ++i) s[i] = F == kFp8 ? __shfl_sync(0xffffffffu, r.s, i) : 1.0f;
 }
 
-// The 4 dequantised weights of group i (exact f32: one rounding of q·scale, as the CPU's).
+// The 4 weights of group i as f32: FP8 the exact dequantised weight (one rounding of q·scale,
+// as the CPU's); INT8 q itself (exact; the row scale multiplies the row's finished sum); bf16 as is.
 template <int F>
 __device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float scale, float (&w)[4]) {
   if constexpr (F == kBf16) {
@@ -161,7 +182,7 @@ __device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float 
       // int8 q -> f32 without the quarter-rate I2F: the float 2^23 + (q + 128) has the biased
       // byte as its low mantissa bits; subtracting 2^23 + 128 is exact.
       const uint32_t biased = __byte_perm(r.v[i] ^ 0x80808080u, 0x4B000000u, 0x7440u | unsigned(j));
-      w[j] = __fmul_rn(__fsub_rn(__uint_as_float(biased), 8388736.0f), scale);
+      w[j] = __fsub_rn(__uint_as_float(biased), 8388736.0f);
     }
   }
 }
@@ -207,13 +228,11 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
   const int kb = (K + 127) / 128;
   const uint8_t* rows[R];
   const float* srow[R];
-  float row_scale[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int n = min(n0 + r, job.N - 1);
     rows[r] = job.w + size_t(n) * size_t(K) * kElem;
     srow[r] = F == kFp8 ? job.scale + size_t(n / 128) * kb : nullptr;
-    row_scale[r] = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
   }
   StepRaw<F> raw[D][R];
   auto load_batch = [&](int t0) {
@@ -249,7 +268,7 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
         if (k >= K) break;  // per lane (K % 512 != 0)
         float w[R][4];
 #pragma unroll
-        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, F == kFp8 ? bs[r][i] : row_scale[r], w[r]);
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, bs[r][i], w[r]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           if (m >= mt) break;
@@ -265,13 +284,10 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
   }
 }
 
-// CTAs per SM the registers are budgeted for: 4 (64 registers) for one token and one row per
-// warp, the latency-bound decode case that needs the most loads in flight; 2 otherwise.
-template <int MT, int R, bool kGated>
-inline constexpr int kMinBlocks = MT == 1 && R == 1 && !kGated ? 4 : 2;
+// 2 CTAs per SM: the registers go to token tiles (M >= 3; one token: the streaming kernel).
 
 template <int MT, int R, int D, bool kGated>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
+__global__ void __launch_bounds__(kThreads, 2)
     row_gemv_f32_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K, int S,
                         int T, int tiles) {
   pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
@@ -326,6 +342,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
     if (m < mt && n < job.N) {
       float v = partial[g * S][r][m];
       for (int s = 1; s < S; ++s) v = __fadd_rn(v, partial[g * S + s][r][m]);
+      if (job.fmt == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));  // the row scale, once
       float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
       *p = job.accumulate ? __fadd_rn(*p, v) : v;
     }
@@ -353,7 +370,7 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
   const int steps = (K + kStep - 1) / kStep;
   const bool active = n0 < job.N;  // warp-uniform; inactive warps only help the gated fill
   const uint8_t* rows[R];
-  float row_scale[R];
+  float row_scale[R];  // INT8: multiplies the finished sum
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int n = min(n0 + r, job.N - 1);  // rows past N repeat N - 1 and are not stored
@@ -405,7 +422,7 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
         if (k >= K) break;  // per lane (K % 512 != 0)
         float w[R][4];
 #pragma unroll
-        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, F == kFp8 ? bs[i] : row_scale[r], w[r]);
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, bs[i], w[r]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           if (m >= mt) break;
@@ -449,8 +466,9 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
     for (int m = 0; m < MT; ++m) {
       const int n = n0 + r;
       if (lane == r * MT + m && m < mt && n < job.N) {
+        const float v = F == kInt8 ? __fmul_rn(tot[r][m], row_scale[r]) : tot[r][m];  // the row scale, once
         float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
-        *p = job.accumulate ? __fadd_rn(*p, tot[r][m]) : tot[r][m];
+        *p = job.accumulate ? __fadd_rn(*p, v) : v;
       }
     }
 }
