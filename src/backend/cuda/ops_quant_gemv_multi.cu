@@ -28,22 +28,24 @@
 // the slices one after the other, each with its own shuffle tree, so there are no partial sums
 // in shared memory and no barrier (gated: one, after the fill below). Its weights stream
 // through a ring of D steps: a lane issues the loads of D steps x R rows (FP8/INT8: 4-byte
-// loads, a warp's 128-byte lines; bf16 the same bytes in 8-byte loads, half the steps) before
-// it uses any, and refills each slot as soon as that step is consumed, so every warp keeps
-// D·R·512 B (FP8/INT8) in flight from its first to its last step. R = 4, D = 2 (2 CTAs per SM)
-// when the launch's rows leave a full wave of warps (>= 64 rows per SM: the LM head, q_proj,
-// in_proj; each x load serves 4 rows); otherwise R = 1, D = 8 at one token, 4 at two or gated
-// (3 CTAs per SM: o_proj / out_proj 3072 x 8192 is one wave of 384 CTAs; the router set). FP8:
-// a warp's rows share one 128-row scale block, so one scale load per step serves them all.
+// loads, a warp's 128-byte lines; bf16 the same bytes in 8-byte loads, D/2 steps, at least 1)
+// before it uses any, and refills each slot as soon as that step is consumed, so every warp
+// keeps D·R·512 B (FP8/INT8) in flight from its first to its last step. R = 4, D = 3 (2 at
+// M = 2; 2 CTAs per SM) when the launch's rows leave a full wave of warps (>= 64 rows per SM:
+// the LM head, q_proj, in_proj; each x load serves 4 rows); otherwise R = 1, D = 8 at one
+// token, 4 at two or gated (3 CTAs per SM: o_proj / out_proj 3072 x 8192 is one wave of 384
+// CTAs; the router set). FP8: a warp's rows share one 128-row scale block: one scale load per
+// step serves them all.
 //
-// M >= 3 (gated: M >= 2 with K <= 5888): row_gemv_f32_kernel. A CTA is 8 warps = 8/S row groups x S
-// slices; a warp takes R consecutive output rows of one job over its slice (each x load serves
-// the R rows) and a tile of MT tokens (each weight load, converted once, serves the MT tokens
-// from registers); it issues the loads of D steps x R rows of its slice before it uses any.
-// The slices of a row meet in shared memory after one barrier. (MT, R, D): M <= 4: (4, 2, 4)
-// (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for long K,
-// down to one token (then the streaming kernel, one tile per token). Many tokens per weight load is what makes M = 8 fast; it
-// needs the registers that one token would spend on loads in flight, hence two kernels.
+// M >= 3 (gated: M >= 2 with K <= 5888): row_gemv_f32_kernel. A CTA is 8 warps = 8/S row
+// groups x S slices; a warp takes R consecutive output rows of one job over its slice (each x
+// load serves the R rows) and a tile of MT tokens (each weight load, converted once, serves the
+// MT tokens from registers); it issues the loads of D steps x R rows of its slice before it
+// uses any. The slices of a row meet in shared memory after one barrier. (MT, R, D): M <= 4:
+// (4, 2, 4) (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for
+// long K, down to one token (then the streaming kernel, one tile per token). Many tokens per
+// weight load is what makes M = 8 fast; it needs the registers that one token spends on loads
+// in flight, hence two kernels.
 //
 // Both: the weights bypass L1, which keeps x. The grid is 1-D, CTA b = row block b / tiles and
 // token tile b % tiles, so the tiles that read one weight slice run together (the later ones
@@ -564,17 +566,18 @@ void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cuda
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-// M <= 2: rows per warp by the launch's rows. 4 rows per warp (a ring of 2 steps, 2 CTAs per
-// SM) when that still gives a full wave of warps (16 per SM): tall matrices (the LM head,
-// q_proj, in_proj) read x once per 4 rows. Otherwise 1 row per warp (a ring of 8 steps at one
-// token, 4 at two or gated; 3 CTAs per SM): short, long-K matrices (o_proj, out_proj: 3072 x
-// 8192 -> 384 CTAs, one wave) and the router set get the most warps and loads in flight.
+// M <= 2: rows per warp by the launch's rows. 4 rows per warp (a ring of 3 steps at one
+// token, 2 at two; 2 CTAs per SM) when that still gives a full wave of warps (16 per SM): tall
+// matrices (the LM head, q_proj, in_proj) read x once per 4 rows. Otherwise 1 row per warp (a
+// ring of 8 steps at one token, 4 at two or gated; 3 CTAs per SM): short, long-K matrices
+// (o_proj, out_proj: 3072 x 8192 -> 384 CTAs, one wave) and the router set get the most warps
+// and loads in flight.
 template <int MT, bool kGated>
 void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
   long long rows = 0;
   for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
   if (rows >= 4LL * 16 * sm_count())
-    launch_stream<MT, 4, 2, kGated>(x, u, M, jobs, K, stream);
+    launch_stream<MT, 4, MT == 1 ? 3 : 2, kGated>(x, u, M, jobs, K, stream);
   else
     launch_stream<MT, 1, MT == 1 && !kGated ? 8 : 4, kGated>(x, u, M, jobs, K, stream);
 }
