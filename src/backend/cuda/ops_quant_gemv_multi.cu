@@ -309,6 +309,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int steps = (K + kStep - 1) / kStep;
   const int t_begin = slice * T, t_end = min(t_begin + T, steps);
   float* act = reinterpret_cast<float*>(act_smem);
+  // The CTA rows' INT8 scales (1 for the other formats: v·1 = v exactly), read by the epilogue
+  // after the barrier: nothing of them stays live in registers through the main loop.
+  __shared__ float row_scale[kWarps * R];
+  if (threadIdx.x < groups * R)
+    row_scale[threadIdx.x] = job.fmt == kInt8 ? __ldg(job.scale + min(n_block + int(threadIdx.x), job.N - 1)) : 1.0f;
 
   float acc[R][MT];
 #pragma unroll
@@ -344,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (m < mt && n < job.N) {
       float v = partial[g * S][r][m];
       for (int s = 1; s < S; ++s) v = __fadd_rn(v, partial[g * S + s][r][m]);
-      if (job.fmt == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));  // the row scale, once
+      v = __fmul_rn(v, row_scale[gr]);  // INT8: the row scale, once
       float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
       *p = job.accumulate ? __fadd_rn(*p, v) : v;
     }
