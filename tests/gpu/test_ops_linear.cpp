@@ -409,6 +409,15 @@ size_t count_diffs(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+// Rows in one launch from which row_gemv_f32 at M <= 2 gives each warp 4 rows instead of one
+// (launch_small_m in ops_quant_gemv_multi.cu: a full wave of 16 warps per SM).
+int64_t tall_rows() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return 64LL * std::max(sms, 1);
+}
+
 // Row `row` of a row-major [*, n] array.
 std::vector<float> row_of(const std::vector<float>& v, int row, int64_t n) {
   return std::vector<float>(v.begin() + long(size_t(row) * size_t(n)), v.begin() + long(size_t(row + 1) * size_t(n)));
@@ -556,6 +565,7 @@ TEST(GpuOpsLinear, RowGemvF32GatedEqualsSiluMulThenGemv) {
   ws.push_back(make_fp8_block(rng, 300, 3072, 0.03f, true));    // wider K: smaller tiles of tokens
   ws.push_back(make_int8_rowwise(rng, 263, 1000, 0.05f));
   ws.push_back(make_dense_bf16(rng, 520, 72, 0.05f));
+  ws.push_back(make_fp8_block(rng, tall_rows() + 5, 1024, 0.03f, false));  // M = 1: 4 rows per warp
   for (const auto& t : ws) {
     const int64_t N = t.weight.out_features, K = t.weight.in_features;
     SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
@@ -599,6 +609,74 @@ TEST(GpuOpsLinear, RowGemvF32GatedEqualsSiluMulThenGemv) {
       cuda::row_gemv_f32_gated(d_gm.data(), d_um.data(), M, d, d_y.data(), false, nullptr);
       EXPECT_EQ(count_diffs(row_of(to_host(d_y), pos, N), rows(gated_full, 1, N)), 0u)
           << "token at row " << pos << " of " << M << " differs from M=1";
+    }
+  }
+}
+
+// One and two tokens on tall matrices (>= tall_rows() rows in the launch: 4 rows per warp, the
+// LM head / q_proj / in_proj case) and on short ones (1 row per warp): every output equals the
+// CPU product within the reduction bound and, bit for bit, the same rows at M = 16 (tiles of 8
+// tokens, K slices on separate warps). Partial last row blocks (rows past N in the last warp),
+// a partial step and scale block (K = 1000), an empty last slice (K = 4608), bf16 (a ring of one
+// step). Then one launch of jobs that is tall only together: each job's bits equal those of its
+// launch alone (1 row per warp), at M = 1 and 2.
+TEST(GpuOpsLinear, RowGemvF32OneAndTwoTokensTallAndShort) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(23);
+  const int64_t tall = tall_rows();
+  constexpr int kRows = 16;
+  std::vector<TestWeight> ws;
+  ws.push_back(make_fp8_block(rng, tall + 37, 3072, 0.03f, false));  // q_proj-like: 2 slices
+  ws.push_back(make_fp8_block(rng, tall + 3, 1000, 0.05f, true));     // rows past N in the last warp
+  ws.push_back(make_int8_rowwise(rng, tall + 130, 4608, 0.05f));      // LM-head format, empty last slice
+  ws.push_back(make_dense_bf16(rng, tall + 1, 1024, 0.05f));
+  ws.push_back(make_fp8_block(rng, 3072, 8192, 0.03f, false));  // o_proj: 1 row per warp, 4 slices
+  ws.push_back(make_int8_rowwise(rng, 301, 4608, 0.05f));
+  for (const auto& t : ws) {
+    const int64_t N = t.weight.out_features, K = t.weight.in_features;
+    SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+    ASSERT_TRUE(cuda::row_gemv_supported(d));
+    const auto x = random_f32(rng, size_t(kRows) * size_t(K), 1.0f);
+    const auto d_x = to_device_f32(x);
+    const CpuProduct ref = cpu_product(x, 2, t.dequant, N, K);
+    const auto full = row_gemv1(d, d_x.data(), kRows);
+    for (int M : {1, 2}) {
+      const std::string tag = "row_gemv_f32 " + t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                              " M=" + std::to_string(M);
+      const auto y = row_gemv1(d, d_x.data(), M);
+      const auto bound = dot_bounds(rows(ref.absdot, M, N), K);
+      EXPECT_TRUE(all_close(tag, y, rows(ref.y, M, N), {M, N}, {"M", "N"}, 0, 0, &bound));
+      EXPECT_EQ(count_diffs(y, rows(full, M, N)), 0u) << tag << ": rows at M differ from the same rows at M=16";
+      // y += x·Wᵀ: exactly y0 + (the plain result).
+      const std::vector<std::vector<float>> init{random_f32(rng, size_t(M) * size_t(N), 1.0f)};
+      const auto acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
+      std::vector<float> want(y.size());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = init[0][i] + y[i];
+      EXPECT_EQ(count_diffs(acc, want), 0u) << tag << ": accumulate is not y0 + x·Wᵀ";
+    }
+  }
+
+  // Tall together, short alone (any mix of formats).
+  const int64_t K = 3072;
+  std::vector<TestWeight> set;
+  set.push_back(make_fp8_block(rng, tall / 2 + 3, K, 0.03f, false));
+  set.push_back(make_dense_bf16(rng, tall / 2 + 11, K, 0.05f));
+  set.push_back(make_int8_rowwise(rng, 50, K, 0.05f));
+  set.push_back(make_dense_bf16(rng, 1, K, 0.05f));
+  std::vector<cuda::DeviceLinear> d;
+  for (const auto& t : set) d.push_back(cuda::upload_linear(t.weight, nullptr));
+  std::vector<const cuda::DeviceLinear*> ptrs;
+  for (const auto& w : d) ptrs.push_back(&w);
+  const auto d_x = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 1.0f));
+  const auto wide = row_gemv(ptrs, d_x.data(), kRows);
+  for (int M : {1, 2}) {
+    const auto fused = row_gemv(ptrs, d_x.data(), M);
+    for (size_t i = 0; i < d.size(); ++i) {
+      const auto alone = row_gemv1(d[i], d_x.data(), M);
+      EXPECT_EQ(count_diffs(fused[i], alone), 0u) << "tall set, job " << i << ", M=" << M;
+      EXPECT_EQ(count_diffs(fused[i], rows(wide[i], M, d[i].N)), 0u) << "tall set, job " << i << ", M=" << M
+                                                                     << " vs M=16";
     }
   }
 }

@@ -40,7 +40,10 @@ void quant_gemv_multi(const float* x, int M, std::span<const LinearOut> outs, cu
 // quant_gemv / quant_gemv_multi with f32 x and f32 y, and linear_f32_input(_multi), take this
 // path whenever row_gemv_supported(), so all of them give these bits. x (and g, u below): f32
 // rows of K, 16-byte aligned base; y must not alias x. Throws when a job is not supported or
-// the jobs' K differ. Layout, summation order, parallelisation, roofline: ops_quant_gemv_multi.cu.
+// the jobs' K differ. M <= 2 runs a streaming kernel (a warp per 1 or 4 rows over all of K, a
+// ring of weight loads in flight), M >= 3 a kernel of token tiles (one weight load serves up to
+// 8 tokens); both sum every output in the same order. Layout, summation order (INT8: the row
+// scale multiplies the finished sum), parallelisation, roofline: ops_quant_gemv_multi.cu.
 constexpr int kMaxRowJobs = 8;
 struct RowGemvJob {
   const DeviceLinear* w;

@@ -7,10 +7,11 @@
 // row-major: FP8 e4m3 with f32 block-128 scales [ceil(N/128), ceil(K/128)], INT8 with f32 row
 // scales [N], or bf16 (Dense, and NVFP4 dequantised at load). y f32 [M, N] (= or +=).
 //
-// Arithmetic of one output y[m, n], the same for every M, tile, grid, variant and set of jobs
-// (batch invariance; a job's bits equal those of a launch of its own):
-//   w'[k] = the exact f32 dequantised weight (fp8·block scale or int8·row scale rounded once to
-//           f32, as the CPU reference computes it; bf16 as is).
+// Arithmetic of one output y[m, n], the same for every M, tile, grid, kernel, variant and set
+// of jobs (batch invariance; a job's bits equal those of a launch of its own):
+//   w'[k] = FP8: the exact f32 dequantised weight (fp8·block scale rounded once to f32, as the
+//           CPU reference computes it); INT8: q itself (exact), the row scale multiplies the
+//           finished sum (one rounding, below); bf16 as is.
 //   K is cut into steps of 512 k. In step t, lane L owns the 16 k = 512t + 128i + 4L + j
 //   (i, j = 0..3): each group of 4 consecutive k is one 16-byte x load, so a warp's x loads
 //   cover 512 contiguous bytes (no L1 replays); group i lies in scale block 4t + i.
@@ -18,28 +19,49 @@
 //   with T <= 4: K = 8192 -> 4 slices of 4 steps, K = 3072 -> 2 of 3, K = 1024 -> 1 of 2).
 //   A lane keeps ONE fma chain y += w'[k]·x[k] over its k of its slice in (t, i, j) order (k >= K
 //   skipped); a slice's 32 lanes are summed by an xor shuffle tree (16, 8, 4, 2, 1); the slices
-//   are added in slice order; accumulate then adds that sum to y (one rounding).
-// Parallelisation. A CTA is 8 warps = 8/S row groups x S slices; a warp takes R consecutive
-// output rows of one job (each x load serves the R rows) and a tile of MT tokens (each weight
-// load, converted once, serves the MT tokens from registers). A lane issues the loads of D steps
-// x R rows before it uses any (FP8/INT8: 64 B per lane, 4-byte loads that a warp turns into
-// 128-byte lines; bf16 the same bytes in 8-byte loads); the weights bypass L1, which keeps x.
-// The slices of a row meet in shared memory after one barrier. The grid is 1-D, CTA b = row
-// block b / tiles and token tile b % tiles, so the tiles that read one weight slice run together
-// (the later ones hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the
-// same x) own consecutive row blocks; each CTA serves one job. (MT, R, D) are picked by M and the
-// launch's rows: M = 1: (1, 1, 4), or (1, 2, 4) when the rows leave >= 32 warps per SM;
-// M = 2: (2, 2, 4); M <= 4: (4, 2, 4); else tiles of 8 tokens (8, 4, 1). They change the
-// schedule, never an output's arithmetic. Gated (M = 1: (1, 2, 4)): the CTA first issues its
-// first weight loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then
-// reads x from there (MT·K·4 <= 46 KB: smaller token tiles for long K).
+//   are added in slice order (empty slices add +0); INT8 then multiplies by the row scale;
+//   accumulate then adds that sum to y (one rounding).
+// Two kernels compute exactly this; which one serves a launch depends on M only:
+//
+// M <= 2 (generated tokens of one or two sequences: latency- and bandwidth-bound):
+// row_gemv_f32_stream_kernel. A warp owns R consecutive rows of one job over ALL of K: it runs
+// the slices one after the other, each with its own shuffle tree, so there are no partial sums
+// in shared memory and no barrier (gated: one, after the fill below). Its weights stream
+// through a ring of D steps: a lane issues the loads of D steps x R rows (FP8/INT8: 4-byte
+// loads, a warp's 128-byte lines; bf16 the same bytes in 8-byte loads, D/2 steps, at least 1)
+// before it uses any, and refills each slot as soon as that step is consumed, so every warp
+// keeps D·R·512 B (FP8/INT8) in flight from its first to its last step. R = 4, D = 3 (2 at
+// M = 2; 2 CTAs per SM) when the launch's rows leave a full wave of warps (>= 64 rows per SM:
+// the LM head, q_proj, in_proj; each x load serves 4 rows); otherwise R = 1, D = 8 at one
+// token, 4 at two or gated (3 CTAs per SM: o_proj / out_proj 3072 x 8192 is one wave of 384
+// CTAs; the router set). FP8: a warp's rows share one 128-row scale block: one scale load per
+// step serves them all.
+//
+// M >= 3 (gated: M >= 2 with K <= 5888): row_gemv_f32_kernel. A CTA is 8 warps = 8/S row
+// groups x S slices; a warp takes R consecutive output rows of one job over its slice (each x
+// load serves the R rows) and a tile of MT tokens (each weight load, converted once, serves the
+// MT tokens from registers); it issues the loads of D steps x R rows of its slice before it
+// uses any. The slices of a row meet in shared memory after one barrier. (MT, R, D): M <= 4:
+// (4, 2, 4) (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for
+// long K, down to one token (then the streaming kernel, one tile per token). Many tokens per
+// weight load is what makes M = 8 fast; it needs the registers that one token spends on loads
+// in flight, hence two kernels.
+//
+// Both: the weights bypass L1, which keeps x. The grid is 1-D, CTA b = row block b / tiles and
+// token tile b % tiles, so the tiles that read one weight slice run together (the later ones
+// hit L2). Up to kMaxRowJobs jobs (any mix of the three formats, one K, the same x) own
+// consecutive row blocks; each CTA serves one job. Gated: the CTA first issues its first weight
+// loads, then writes silu(g)·u of its MT tokens (all of K) to shared memory, then reads x from
+// there (MT·K·4 <= 46 KB: smaller token tiles for long K).
 // PDL (pdl.cuh, M <= 64): each CTA triggers its dependents at entry, issues its first weight
 // loads, and only then waits for the previous kernel (griddepcontrol.wait) before it reads x,
 // g, u or touches y: the weights are never written by another kernel.
 // Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
-// L2) and y; grid-wide the whole weight is in flight in one or two rounds of loads. At M = 8
-// the FMAs (8 per weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per
-// R rows) take about as long as the FP8 bytes: CUDA cores cannot do better there.
+// L2) and y. Per weight at one token a lane spends about 4 instructions (convert, FP8 scale
+// multiply, fma, its share of loads and x), well under the issue rate that the HBM bandwidth
+// asks for, so M <= 2 is bound by the bytes in flight (the ring). At M = 8 the FMAs (8 per
+// weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per R rows) take
+// about as long as the FP8 bytes: CUDA cores cannot do better there.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -112,10 +134,8 @@ struct StepRaw {
 };
 
 template <int F>
-__device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const float* __restrict__ srow, int K,
-                                          int t, StepRaw<F>& r) {
-  const int lane = threadIdx.x & 31;
-  const int kbase = t * kStep + 4 * lane;
+__device__ __forceinline__ void load_step_w(const uint8_t* __restrict__ row, int K, int t, StepRaw<F>& r) {
+  const int kbase = t * kStep + 4 * (threadIdx.x & 31);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int k = kbase + 128 * i;
@@ -128,7 +148,13 @@ __device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const
       }
     }
   }
-  if constexpr (F == kFp8) r.s = __ldg(srow + min(4 * t + (lane & 3), (K + 127) / 128 - 1));
+}
+
+template <int F>
+__device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const float* __restrict__ srow, int K,
+                                          int t, StepRaw<F>& r) {
+  load_step_w<F>(row, K, t, r);
+  if constexpr (F == kFp8) r.s = __ldg(srow + min(4 * t + (threadIdx.x & 3), (K + 127) / 128 - 1));
 }
 
 // The 4 block scales of a step (warp-uniform code: every lane of the warp calls it).
@@ -138,7 +164,8 @@ __device__ __forceinline__ void block_scales(const StepRaw<F>& r, float (&s)[4])
   for (int i = 0; i < 4; ++i) s[i] = F == kFp8 ? __shfl_sync(0xffffffffu, r.s, i) : 1.0f;
 }
 
-// The 4 dequantised weights of group i (exact f32: one rounding of q·scale, as the CPU's).
+// The 4 weights of group i as f32: FP8 the exact dequantised weight (one rounding of q·scale,
+// as the CPU's); INT8 q itself (exact; the row scale multiplies the row's finished sum); bf16 as is.
 template <int F>
 __device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float scale, float (&w)[4]) {
   if constexpr (F == kBf16) {
@@ -157,7 +184,7 @@ __device__ __forceinline__ void convert_group(const StepRaw<F>& r, int i, float 
       // int8 q -> f32 without the quarter-rate I2F: the float 2^23 + (q + 128) has the biased
       // byte as its low mantissa bits; subtracting 2^23 + 128 is exact.
       const uint32_t biased = __byte_perm(r.v[i] ^ 0x80808080u, 0x4B000000u, 0x7440u | unsigned(j));
-      w[j] = __fmul_rn(__fsub_rn(__uint_as_float(biased), 8388736.0f), scale);
+      w[j] = __fsub_rn(__uint_as_float(biased), 8388736.0f);
     }
   }
 }
@@ -203,13 +230,11 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
   const int kb = (K + 127) / 128;
   const uint8_t* rows[R];
   const float* srow[R];
-  float row_scale[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int n = min(n0 + r, job.N - 1);
     rows[r] = job.w + size_t(n) * size_t(K) * kElem;
     srow[r] = F == kFp8 ? job.scale + size_t(n / 128) * kb : nullptr;
-    row_scale[r] = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
   }
   StepRaw<F> raw[D][R];
   auto load_batch = [&](int t0) {
@@ -245,7 +270,7 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
         if (k >= K) break;  // per lane (K % 512 != 0)
         float w[R][4];
 #pragma unroll
-        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, F == kFp8 ? bs[r][i] : row_scale[r], w[r]);
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, bs[r][i], w[r]);
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
           if (m >= mt) break;
@@ -261,13 +286,10 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
   }
 }
 
-// CTAs per SM the registers are budgeted for: 4 (64 registers) for one token and one row per
-// warp, the latency-bound decode case that needs the most loads in flight; 2 otherwise.
-template <int MT, int R, bool kGated>
-inline constexpr int kMinBlocks = MT == 1 && R == 1 && !kGated ? 4 : 2;
+// 2 CTAs per SM: the registers go to token tiles (M >= 3; one token: the streaming kernel).
 
 template <int MT, int R, int D, bool kGated>
-__global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
+__global__ void __launch_bounds__(kThreads, 2)
     row_gemv_f32_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K, int S,
                         int T, int tiles) {
   pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
@@ -287,6 +309,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
   const int steps = (K + kStep - 1) / kStep;
   const int t_begin = slice * T, t_end = min(t_begin + T, steps);
   float* act = reinterpret_cast<float*>(act_smem);
+  // The CTA rows' INT8 scales (1 for the other formats: v·1 = v exactly), read by the epilogue
+  // after the barrier: nothing of them stays live in registers through the main loop.
+  __shared__ float row_scale[kWarps * R];
+  if (threadIdx.x < groups * R)
+    row_scale[threadIdx.x] = job.fmt == kInt8 ? __ldg(job.scale + min(n_block + int(threadIdx.x), job.N - 1)) : 1.0f;
 
   float acc[R][MT];
 #pragma unroll
@@ -322,9 +349,167 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<MT, R, kGated>)
     if (m < mt && n < job.N) {
       float v = partial[g * S][r][m];
       for (int s = 1; s < S; ++s) v = __fadd_rn(v, partial[g * S + s][r][m]);
+      v = __fmul_rn(v, row_scale[gr]);  // INT8: the row scale, once
       float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
       *p = job.accumulate ? __fadd_rn(*p, v) : v;
     }
+  }
+}
+
+// ---- One or two tokens: streaming warps (row_gemv_f32_stream_kernel) ----------------------
+// A warp owns R consecutive rows of one job over ALL of K: it runs the S slices one after the
+// other (each slice's lane chains, then its xor shuffle tree, then slice sums added in slice
+// order: the arithmetic above, bit for bit), so there are no partial sums in shared memory and
+// no barrier (except the gated fill). Its weight loads stream through a ring of D steps x R rows:
+// step t + D is issued as soon as step t is consumed, so each warp keeps D·R·512 B (FP8/INT8)
+// in flight from its first to its last step (the slice-per-warp kernel issues everything at
+// once, then computes with nothing in flight, then meets at a barrier). FP8: the R rows of a
+// warp lie in one 128-row scale block (R | 128, first row a multiple of R), so one scale load
+// per step serves them all.
+template <int F, int MT, int R, int kD, bool kGated>
+__device__ __forceinline__ void stream_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
+                                            float* act, int K, int n0, int m0, int mt, int S, int T) {
+  static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
+  constexpr size_t kElem = F == kBf16 ? 2 : 1;
+  constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // the same bytes in flight
+  const int lane = threadIdx.x & 31;
+  const int kb = (K + 127) / 128;
+  const int steps = (K + kStep - 1) / kStep;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps only help the gated fill
+  const uint8_t* rows[R];
+  float row_scale[R];  // INT8: multiplies the finished sum
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int n = min(n0 + r, job.N - 1);  // rows past N repeat N - 1 and are not stored
+    rows[r] = job.w + size_t(n) * size_t(K) * kElem;
+    row_scale[r] = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
+  }
+  const float* srow = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * kb : nullptr;
+  StepRaw<F> raw[D][R];  // the ring (raw[.][.].s unused: rs holds the step's scale)
+  float rs[D];           // FP8: the scale of block 4t + lane % 4 (block_scales' convention)
+  auto load = [&](int t, StepRaw<F>(&slot)[R], float& s) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_step_w<F>(rows[r], K, t, slot[r]);
+    if constexpr (F == kFp8) s = __ldg(srow + min(4 * t + (lane & 3), kb - 1));
+  };
+  if (active) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+      if (d < steps) load(d, raw[d], rs[d]);  // in flight while the previous kernel finishes
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+  const float* xt;
+  if constexpr (kGated) {
+    fill_act(x, u, K, m0, mt, act);  // every thread of the CTA: the barrier inside
+    xt = act;
+  } else {
+    xt = x + size_t(m0) * K;
+  }
+  if (!active) return;  // no barrier below
+
+  float acc[R][MT], tot[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f, tot[r][m] = 0.0f;
+  bool first = true;   // the first slice's sum is taken as is, the next ones added in order
+  int left = T;        // steps left in the current slice
+  for (int t0 = 0; t0 < steps; t0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int t = t0 + d;
+      if (t >= steps) break;  // warp-uniform
+      const int kbase = t * kStep + 4 * lane;
+      float bs[4];  // FP8: the step's 4 block scales (every lane shuffles)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs[d], i) : 1.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int k = kbase + 128 * i;
+        if (k >= K) break;  // per lane (K % 512 != 0)
+        float w[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, bs[i], w[r]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= mt) break;
+          float xv[4];
+          load_x4<kGated>(xt, size_t(m) * K + k, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
+        }
+      }
+      if (t + D < steps) load(t + D, raw[d], rs[d]);  // refill the slot just consumed
+      if (--left == 0 || t + 1 == steps) {  // end of a slice (warp-uniform)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            float v = acc[r][m];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            tot[r][m] = first ? v : __fadd_rn(tot[r][m], v);
+            acc[r][m] = 0.0f;
+          }
+        first = false;
+        left = T;
+      }
+    }
+  }
+  // Slices past the last step (S·T > steps by a whole slice): the slice-per-warp kernel adds
+  // their +0 sums; so does this (x + 0 differs from x only for x = -0).
+  if ((steps + T - 1) / T < S) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MT; ++m) tot[r][m] = __fadd_rn(tot[r][m], 0.0f);
+  }
+  // Every lane holds the same sums (the xor tree is symmetric); lane r·MT + m stores (r, m).
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      const int n = n0 + r;
+      if (lane == r * MT + m && m < mt && n < job.N) {
+        const float v = F == kInt8 ? __fmul_rn(tot[r][m], row_scale[r]) : tot[r][m];  // the row scale, once
+        float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+        *p = job.accumulate ? __fadd_rn(*p, v) : v;
+      }
+    }
+}
+
+// CTAs per SM the registers are budgeted for: 3 (80 per thread) for one row per warp, 2 for
+// four (launch_small_m).
+template <int MT, int R>
+inline constexpr int kStreamMinBlocks = R == 1 ? 3 : 2;
+
+template <int MT, int R, int D, bool kGated>
+__global__ void __launch_bounds__(kThreads, kStreamMinBlocks<MT, R>)
+    row_gemv_f32_stream_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
+                               int S, int T, int tiles) {
+  pdl_launch_dependents();
+  extern __shared__ float4 act_smem[];  // gated: silu(g)·u of the tile, [MT][K] f32
+  const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
+  Job job = jobs.job[0];
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  const int warp = threadIdx.x >> 5;
+  const int n0 = ((rb - job.block_begin) * kWarps + warp) * R;
+  const int m0 = tile * MT, mt = min(MT, M - m0);
+  float* act = reinterpret_cast<float*>(act_smem);
+  switch (job.fmt) {  // CTA-uniform
+    case kFp8:
+      stream_rows<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
+      break;
+    case kInt8:
+      stream_rows<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
+      break;
+    default:
+      stream_rows<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
+      break;
   }
 }
 
@@ -368,27 +553,54 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
+// The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens.
+template <int MT, int R, int D, bool kGated>
+void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+  const KSplit ks = k_split(K);
+  const int rows_per_block = kWarps * R;
+  long long blocks = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.job[i].block_begin = int(blocks);
+    blocks += (jobs.job[i].N + rows_per_block - 1) / rows_per_block;
+  }
+  const int tiles = (M + MT - 1) / MT;
+  if (blocks * tiles > INT_MAX) throw Error("row_gemv_f32: launch grid too large");
+  const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated>, dim3(unsigned(blocks * tiles)),
+             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+// M <= 2: rows per warp by the launch's rows. 4 rows per warp (a ring of 3 steps at one
+// token, 2 at two; 2 CTAs per SM) when that still gives a full wave of warps (16 per SM): tall
+// matrices (the LM head, q_proj, in_proj) read x once per 4 rows. Otherwise 1 row per warp (a
+// ring of 8 steps at one token, 4 at two or gated; 3 CTAs per SM): short, long-K matrices
+// (o_proj, out_proj: 3072 x 8192 -> 384 CTAs, one wave) and the router set get the most warps
+// and loads in flight.
+template <int MT, bool kGated>
+void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
+  long long rows = 0;
+  for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
+  if (rows >= 4LL * 16 * sm_count())
+    launch_stream<MT, 4, MT == 1 ? 3 : 2, kGated>(x, u, M, jobs, K, stream);
+  else
+    launch_stream<MT, 1, MT == 1 && !kGated ? 8 : 4, kGated>(x, u, M, jobs, K, stream);
+}
+
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
 void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
   if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
     const size_t row_bytes = size_t(K) * sizeof(float);
-    // Two rows per warp at one token: half the CTAs, so half the g, u reads and silu evaluations.
-    if (M == 1 || 2 * row_bytes > kGatedSmem) launch_variant<1, 2, 4, true>(x, u, M, jobs, K, stream);
+    if (M == 1 || 2 * row_bytes > kGatedSmem) launch_small_m<1, true>(x, u, M, jobs, K, stream);
     else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 4, true>(x, u, M, jobs, K, stream);
     else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 4, true>(x, u, M, jobs, K, stream);
     else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
     return;
   }
   if (M == 1) {
-    // Two rows per warp only when that still leaves >= 32 warps per SM.
-    long long rows = 0;
-    for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
-    if (rows * k_split(K).S >= 64LL * sm_count())
-      launch_variant<1, 2, 4, false>(x, u, M, jobs, K, stream);
-    else
-      launch_variant<1, 1, 4, false>(x, u, M, jobs, K, stream);
+    launch_small_m<1, false>(x, u, M, jobs, K, stream);
   } else if (M == 2) {
-    launch_variant<2, 2, 4, false>(x, u, M, jobs, K, stream);
+    launch_small_m<2, false>(x, u, M, jobs, K, stream);
   } else if (M <= 4) {
     launch_variant<4, 2, 4, false>(x, u, M, jobs, K, stream);
   } else {
