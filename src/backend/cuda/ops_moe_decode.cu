@@ -69,7 +69,10 @@ constexpr size_t kMaxSmem = 47 * 1024;  // dynamic, under the 48 KB default (no 
 // One item: block sums of columns n..n+3 (n % 4 == 0, n + 3 < N) over scale block `blk` (packed
 // rows [blk·block, blk·block + block)) of one expert's projection, and their scales.
 // qw: the expert's [K/8][N] words; sc: its [K/g][N] scales; qz: its [K/g][N/8] zeros or null
-// (symmetric: zero 8). xs: the activation row (f32, shared memory).
+// (symmetric: zero 8). xs: the activation row (f32, shared memory). kSym: qz is null and the
+// words are dequantised with the constant zero 8 (dequant8_const_zero: the same f32 values as
+// dequant8, fewer instructions).
+template <bool kSym>
 __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const __half* __restrict__ sc,
                                            const int32_t* __restrict__ qz, int N, int group, int block, int blk, int n,
                                            const float* xs, float (&bs)[4], float (&s)[4]) {
@@ -81,7 +84,10 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
     if (u < block) w[u] = __ldg(reinterpret_cast<const uint4*>(qw + size_t(kp0 + u) * N + n));
   const uint2 sraw = __ldg(reinterpret_cast<const uint2*>(sc + size_t(g) * N + n));
   __half2 zz[4];
-  if (qz) {
+  if constexpr (kSym) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + 8.0f);  // unused
+  } else if (qz) {
     const uint32_t zw = uint32_t(__ldg(qz + size_t(g) * (N / 8) + n / 8));
 #pragma unroll
     for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + float(int((zw >> (4 * (n % 8 + c))) & 0xF) + 1));
@@ -89,6 +95,8 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
 #pragma unroll
     for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + 8.0f);
   }
+  NibbleExp nexp;
+  if constexpr (kSym) nexp = nibble_exponents();
   float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int u = 0; u < kMaxBlockRows; ++u) {
@@ -100,7 +108,10 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       float f[8];
-      dequant8(wc[c], zz[c], f);
+      if constexpr (kSym)
+        dequant8_const_zero<8>(wc[c], nexp, f);
+      else
+        dequant8(wc[c], zz[c], f);
 #pragma unroll
       for (int i = 0; i < 8; ++i) a[c] = fmaf(f[i], xv[i], a[c]);
     }
@@ -172,7 +183,7 @@ __device__ __forceinline__ float series_sum(const float* part, int series, int c
 }
 
 // Dynamic shared memory (floats): xs [H], bsm and scm [2][nblk][kCols] (gate, up), part [2][8][kCols].
-template <typename T>
+template <typename T, bool kSym>
 __global__ void __maxnreg__(kUpRegisters)
     decode_gate_up_kernel(const T* __restrict__ x, const float* __restrict__ logits, int E, int k, ExpertView gate,
                           ExpertView up, int block, int32_t* __restrict__ ids_out, float* __restrict__ w_out,
@@ -213,9 +224,9 @@ __global__ void __maxnreg__(kUpRegisters)
     if (n >= I) continue;  // I % 8 == 0: n < I means all 4 columns exist
     const int32_t* qw = (p ? up.qweight : gate.qweight) + qoff;
     const __half* sc = (p ? up.scales : gate.scales) + soff;
-    const int32_t* qz = gate.sym ? nullptr : (p ? up.qzeros : gate.qzeros) + zoff;
+    const int32_t* qz = kSym ? nullptr : (p ? up.qzeros : gate.qzeros) + zoff;
     float bs[4], s[4];
-    block_dot4(qw, sc, qz, I, gate.group, block, blk, n, xs, bs, s);
+    block_dot4<kSym>(qw, sc, qz, I, gate.group, block, blk, n, xs, bs, s);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       bsm[(p * nblk + blk) * kCols + 4 * c + j] = bs[j];
@@ -231,6 +242,7 @@ __global__ void __maxnreg__(kUpRegisters)
 
 // Dynamic shared memory (floats): xs [k][I + kXPad], bsm and scm [k][nblk][kCols], part
 // [k][8][kCols], yv [k][kCols].
+template <bool kSym>
 __global__ void __launch_bounds__(kMaxThreads)
     decode_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
                        int k, ExpertView down, int block, float* __restrict__ residual,
@@ -274,9 +286,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int e = s_ids[r];  // in range (clamped by gate_up)
     const int32_t* qw = down.qweight + size_t(e) * (I / 8) * H;
     const __half* sc = down.scales + size_t(e) * groups * H;
-    const int32_t* qz = down.sym ? nullptr : down.qzeros + size_t(e) * groups * (H / 8);
+    const int32_t* qz = kSym ? nullptr : down.qzeros + size_t(e) * groups * (H / 8);
     float bs[4], s[4];
-    block_dot4(qw, sc, qz, H, down.group, block, blk, n, xs + r * xstride, bs, s);
+    block_dot4<kSym>(qw, sc, qz, H, down.group, block, blk, n, xs + r * xstride, bs, s);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       bsm[(r * nblk + blk) * kCols + 4 * c + j] = bs[j];
@@ -344,11 +356,13 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
   const dim3 grid_up(unsigned((I + kCols - 1) / kCols), unsigned(M * k));
   // PDL (pdl.cuh): gate_up's CTAs wait for the preceding kernel; down's become resident once
   // every gate_up CTA has routed (all of them started) and wait for gate_up to complete.
-  launch_pdl(true, decode_gate_up_kernel<T>, grid_up, dim3(unsigned(p.threads_up)), p.smem_up, stream, x, router_logits,
-             s.num_experts, k, view_of(ex.gate), view_of(ex.up), p.block_up, ids, weights, act);
+  // gate and up share sym (plan_decode); down picks its own.
+  launch_pdl(true, ex.gate.sym ? decode_gate_up_kernel<T, true> : decode_gate_up_kernel<T, false>, grid_up,
+             dim3(unsigned(p.threads_up)), p.smem_up, stream, x, router_logits, s.num_experts, k, view_of(ex.gate),
+             view_of(ex.up), p.block_up, ids, weights, act);
   const dim3 grid_down(unsigned((H + kCols - 1) / kCols), unsigned(M));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-  launch_pdl(true, decode_down_kernel, grid_down, dim3(unsigned(p.threads_down)), p.smem_down, stream,
+  launch_pdl(true, ex.down.sym ? decode_down_kernel<true> : decode_down_kernel<false>, grid_down, dim3(unsigned(p.threads_down)), p.smem_down, stream,
              static_cast<const float*>(act), static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k,
              view_of(ex.down), p.block_down, residual, shared_out, shared_gate_logit);
 }
