@@ -26,13 +26,22 @@
 // Activations and routing written by earlier kernels are read with ld.global.cg (L2, never a
 // stale L1 line of a kernel that overlapped this one); only the weights take the read-only path.
 //
-// Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, so M picks a path without changing a
-// bit; the combine is combine_kernel's): per (token, column): K is cut into 8 ranges of K/64
-// packed rows, a range into scale blocks of block = gcd(K/64, g/8) rows; a block's sum is one
-// fmaf chain over its k ascending (f32 x, exact q - z); a range is fmaf(block_sum, scale, acc)
-// over its blocks from 0; the output is 0 + range 0 + ... + range 7. gate/up: act =
-// silu(g)·u. down + combine: acc = fmaf(w_r, y_r, acc) over ranks from 0, residual + acc, then
+// Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, with the same dequantisation per
+// zero mode, so M picks a path without changing a bit; the combine is combine_kernel's): per
+// (token, column): K is cut into 8 ranges of K/64 packed rows, a range into scale blocks of
+// block = gcd(K/64, g/8) rows; a block's sum is one fmaf chain over its k ascending (f32 x,
+// exact q - z); a range is fmaf(block_sum, scale, acc) over its blocks from 0; the output is
+// 0 + range 0 + ... + range 7. gate/up: act = silu(g)·u. down + combine: acc = fmaf(w_r, y_r, acc) over ranks from 0, residual + acc, then
 // fmaf(sigmoid(gate logit), shared, ·). None of it depends on M or the other tokens.
+//
+// Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the sm_90
+// code size of a fully unrolled 32-word loop (cubin .text bytes / 16 per instruction, the loop's
+// fixed part measured separately; no SASS listing was available): symmetric weights take
+// dequant8_const_zero: 8 LOP3 + 1 SHF + 8 FADD + 8 FFMA = 25 (+ 0.5 shared-memory x loads),
+// where dequant8 (asymmetric zeros) costs about 31: ptxas spends 23 instructions on its shifts,
+// mask-ors, HSUB2s and f16 -> f32 conversions. The exponent constants must live in registers
+// (nibble_exponents): with literal constants the new path measured 33. The 25 is the floor of
+// this arithmetic (an exact f32 (q - z) per nibble costs an OR and a subtract, then its FMA).
 //
 // Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +
 // 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales); a token picking

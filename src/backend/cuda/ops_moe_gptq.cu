@@ -11,7 +11,10 @@
 // for all (<= 8) tokens of the tile: an expert's weights are read once per step per 8 tokens.
 // Dequantisation: nibble pairs (j, j+4) become the f16 pair (1024+q) by a mask-or, minus
 // (1024+zero) gives q - zero exactly; sums over a block of words inside one group are scaled
-// once: acc += s_g · Σ (q - z)·x. A token's sums depend only on its own row (batch invariant).
+// once: acc += s_g · Σ (q - z)·x. Symmetric projections (zero 8) use dequant8_const_zero
+// instead (an exponent-field OR and one FADD per nibble: the same exact f32 values, about 25
+// instead of 31 instructions per word with its 8 FMAs; ops_moe_internal.cuh, ops_moe_decode.cu).
+// A token's sums depend only on its own row (batch invariant).
 // Roofline (decode): the selected experts' packed weights + scales, read once:
 //   slots_distinct · (2·I·H + H·I) / 2 bytes per layer (+ 1/32 of that for the f16 scales at g128).
 //
