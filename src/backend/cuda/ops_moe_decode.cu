@@ -31,8 +31,9 @@
 // (token, column): K is cut into 8 ranges of K/64 packed rows, a range into scale blocks of
 // block = gcd(K/64, g/8) rows; a block's sum is one fmaf chain over its k ascending (f32 x,
 // exact q - z); a range is fmaf(block_sum, scale, acc) over its blocks from 0; the output is
-// 0 + range 0 + ... + range 7. gate/up: act = silu(g)·u. down + combine: acc = fmaf(w_r, y_r, acc) over ranks from 0, residual + acc, then
-// fmaf(sigmoid(gate logit), shared, ·). None of it depends on M or the other tokens.
+// 0 + range 0 + ... + range 7. gate/up: act = silu(g)·u. down + combine: acc = fmaf(w_r, y_r,
+// acc) over ranks from 0, residual + acc, then fmaf(sigmoid(gate logit), shared, ·). None of it
+// depends on M or the other tokens.
 //
 // Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the sm_90
 // code size of a fully unrolled 32-word loop (cubin .text bytes / 16 per instruction, the loop's
