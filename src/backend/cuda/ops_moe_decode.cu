@@ -7,8 +7,9 @@
 // residual f32 [M, H].
 //
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
-//   (route_token, the grouping kernel's code; E <= 256) while the other warps stage the
-//   token's x row in shared memory as f32; rank r's expert then gives the weights. Items are
+//   (route_token, the grouping kernel's code; E <= 256; arg-max rounds 0..r only) while the
+//   other warps stage the token's x row in shared memory as f32; rank r's expert then gives
+//   the weights. Items are
 //   (4 columns, gate or up, scale block of `block` <= 16 packed rows): a thread loads all of an
 //   item's words at once (up to 16 x 16-byte loads, 4 consecutive columns each, one per packed
 //   row) and only then computes, so a CTA has its whole weight slice (2 x K/8 x 64 B, 48 KB at
@@ -210,8 +211,12 @@ __global__ void __maxnreg__(kUpRegisters)
   const int slot = blockIdx.y, m = slot / k, r = slot % k;
   const int n0 = blockIdx.x * kCols;
   pdl_wait();
-  // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row.
-  if (tid < 32) route_token<8>(logits + size_t(m) * E, E, k, s_ids, s_w);  // E <= 256: route_any's choice
+  // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row. The
+  // arg-max rounds do not depend on k, so a CTA of rank r stops after round r (its expert is
+  // chosen[r], the same id as with all k rounds; its s_w are unused); the CTA that publishes the
+  // token's routing for the down kernel runs all k.
+  const bool publisher = blockIdx.x == 0 && r == 0;
+  if (tid < 32) route_token<8>(logits + size_t(m) * E, E, publisher ? k : r + 1, s_ids, s_w);  // E <= 256
   if (nthr <= 32)
     stage_rows(x + size_t(m) * H, 1, H, xs, H, tid, nthr);
   else if (tid >= 32)
@@ -219,7 +224,7 @@ __global__ void __maxnreg__(kUpRegisters)
   __syncthreads();
   pdl_launch_dependents();
   const int e = min(max(s_ids[r], 0), E - 1);  // in range even for non-finite logits
-  if (blockIdx.x == 0 && r == 0 && tid < k) {  // the down kernel reads the token's routing from here
+  if (publisher && tid < k) {  // the down kernel reads the token's routing from here
     ids_out[size_t(m) * k + tid] = min(max(s_ids[tid], 0), E - 1);
     w_out[size_t(m) * k + tid] = s_w[tid];
   }
@@ -372,9 +377,10 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
              view_of(ex.up), p.block_up, ids, weights, act);
   const dim3 grid_down(unsigned((H + kCols - 1) / kCols), unsigned(M));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-  launch_pdl(true, ex.down.sym ? decode_down_kernel<true> : decode_down_kernel<false>, grid_down, dim3(unsigned(p.threads_down)), p.smem_down, stream,
-             static_cast<const float*>(act), static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k,
-             view_of(ex.down), p.block_down, residual, shared_out, shared_gate_logit);
+  launch_pdl(true, ex.down.sym ? decode_down_kernel<true> : decode_down_kernel<false>, grid_down,
+             dim3(unsigned(p.threads_down)), p.smem_down, stream, static_cast<const float*>(act),
+             static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down), p.block_down,
+             residual, shared_out, shared_gate_logit);
 }
 
 template void gptq_decode<float>(const float*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,

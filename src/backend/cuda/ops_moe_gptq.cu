@@ -274,14 +274,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const float* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = xs + size_t(j) * H;
-    warp_range_dot<2, MT, float, true, CH, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step,
-                                           xrow, tn, gate.sym, acc);
+    warp_range_dot<2, MT, float, true, CH, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block,
+                                                 plan.step, xrow, tn, gate.sym, acc);
   } else {
     const T* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = x + size_t(token[j]) * H;
-    warp_range_dot<2, MT, T, false, CH, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
-                                        tn, gate.sym, acc);
+    warp_range_dot<2, MT, T, false, CH, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block,
+                                              plan.step, xrow, tn, gate.sym, acc);
   }
 
   __shared__ float partial[kWarps][2][MT][kCols];
@@ -339,8 +339,8 @@ __global__ void __launch_bounds__(kWarps * 32, kDecode<MT> ? 4 : 2)
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = act + size_t(slot[j]) * I;
   }
-  warp_range_dot<1, MT, float, kSmemX, kChunk, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
-                                       tn, down.sym, acc);
+  warp_range_dot<1, MT, float, kSmemX, kChunk, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block,
+                                                      plan.step, xrow, tn, down.sym, acc);
 
   __shared__ float partial[kWarps][MT][kCols];
 #pragma unroll
