@@ -37,12 +37,13 @@
 // depends on M or the other tokens.
 //
 // Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the sm_90
-// code size of a fully unrolled 32-word loop (cubin .text bytes / 16 per instruction, the loop's
+// and sm_121 code size of a fully unrolled 32-word loop (cubin .text bytes / 16 per instruction, the loop's
 // fixed part measured separately; no SASS listing was available): symmetric weights take
 // dequant8_const_zero: 8 LOP3 + 1 SHF + 8 FADD + 8 FFMA = 25 (+ 0.5 shared-memory x loads),
 // where dequant8 (asymmetric zeros) costs about 31: ptxas spends 23 instructions on its shifts,
 // mask-ors, HSUB2s and f16 -> f32 conversions. The exponent constants must live in registers
-// (nibble_exponents): with literal constants the new path measured 33. The 25 is the floor of
+// (nibble_exponents) and the AND-OR be one explicit lop3 (and_or): otherwise the new path
+// measured 33. The 25 is the floor of
 // this arithmetic (an exact f32 (q - z) per nibble costs an OR and a subtract, then its FMA).
 //
 // Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +

@@ -168,14 +168,21 @@ __device__ __forceinline__ NibbleExp nibble_exponents() {
   for (int j = 0; j < 5; ++j) x.e[j] = (0x4B000000u - 0x02000000u * uint32_t(j)) | opaque_zero;
   return x;
 }
+// (w & mask) | e as one LOP3: written as C++, ptxas for sm_121 emitted two instructions per
+// nibble even with e in a register (the sm_90 code was one); the explicit lop3 is one on both.
+__device__ __forceinline__ uint32_t and_or(uint32_t w, uint32_t mask, uint32_t e) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "r"(mask), "r"(e));  // 0xEA: (a & b) | c
+  return r;
+}
 template <int Z>
 __device__ __forceinline__ void dequant8_const_zero(uint32_t w, const NibbleExp& ex, float (&f)[8]) {
   constexpr float kBias[5] = {8388608.0f + Z, 524288.0f + Z, 32768.0f + Z, 2048.0f + Z, 128.0f + Z};
   const uint32_t hi = w >> 20;
 #pragma unroll
-  for (int j = 0; j < 5; ++j) f[j] = __uint_as_float((w & (0xFu << (4 * j))) | ex.e[j]) - kBias[j];
+  for (int j = 0; j < 5; ++j) f[j] = __uint_as_float(and_or(w, 0xFu << (4 * j), ex.e[j])) - kBias[j];
 #pragma unroll
-  for (int j = 0; j < 3; ++j) f[5 + j] = __uint_as_float((hi & (0xFu << (4 * j))) | ex.e[j]) - kBias[j];
+  for (int j = 0; j < 3; ++j) f[5 + j] = __uint_as_float(and_or(hi, 0xFu << (4 * j), ex.e[j])) - kBias[j];
 }
 
 // W_e[n, k] as fp32, element by element (the generic kernels' fallback).
