@@ -36,15 +36,15 @@
 // acc) over ranks from 0, residual + acc, then fmaf(sigmoid(gate logit), shared, ·). None of it
 // depends on M or the other tokens.
 //
-// Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the sm_90
-// and sm_121 code size of a fully unrolled 32-word loop (cubin .text bytes / 16 per instruction, the loop's
-// fixed part measured separately; no SASS listing was available): symmetric weights take
-// dequant8_const_zero: 8 LOP3 + 1 SHF + 8 FADD + 8 FFMA = 25 (+ 0.5 shared-memory x loads),
-// where dequant8 (asymmetric zeros) costs about 31: ptxas spends 23 instructions on its shifts,
-// mask-ors, HSUB2s and f16 -> f32 conversions. The exponent constants must live in registers
-// (nibble_exponents) and the AND-OR be one explicit lop3 (and_or): otherwise the new path
-// measured 33. The 25 is the floor of
-// this arithmetic (an exact f32 (q - z) per nibble costs an OR and a subtract, then its FMA).
+// Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the code
+// size of a fully unrolled 32-word loop on sm_90 and sm_121 (cubin .text bytes / 16 per
+// instruction, the loop's fixed part measured separately; no SASS listing was available):
+// symmetric weights take dequant8_const_zero: 8 LOP3 + 1 SHF + 8 FADD + 8 FFMA = 25 (+ 0.5
+// shared-memory x loads), where dequant8 (asymmetric zeros) costs about 31: ptxas spends 23
+// instructions on its shifts, mask-ors, HSUB2s and f16 -> f32 conversions. The exponent
+// constants must live in registers (nibble_exponents) and the AND-OR be one explicit lop3
+// (and_or): otherwise the new path measured 33. 25 is the floor of this arithmetic (an exact
+// f32 (q - z) per nibble costs an OR and a subtract, then its FMA).
 //
 // Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +
 // 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales); a token picking
