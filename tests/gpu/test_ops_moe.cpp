@@ -269,7 +269,8 @@ TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "bf16"},          {16, 8, 3072, 1024, "gptq-sym-g128"},
                                       {16, 8, 3072, 1024, "fp8"},           {8, 3, 256, 96, "gptq-asym-g32"},
                                       {8, 3, 72, 36, "bf16"},               {10, 4, 200, 40, "fp8"},
-                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"}};
+                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"},
+                                      {300, 4, 256, 128, "gptq-sym-g128"}};  // E > 256: tiled kernels at M <= 8
   for (const auto& c : cases) {
     const std::string name = c.format + " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) +
                              " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
@@ -320,7 +321,8 @@ TEST(GpuOpsMoe, TokenOutputIndependentOfBatch) {
   Rng rng(47);
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "fp8"},
                                       {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
-                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"}};
+                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"},
+                                      {300, 4, 256, 128, "gptq-sym-g128"}};  // E > 256: 2-token tiles at M <= 8
   for (const auto& c : cases) {
     SCOPED_TRACE(c.format + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I));
     const Experts ex = make_experts(rng, c);

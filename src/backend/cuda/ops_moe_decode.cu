@@ -9,13 +9,13 @@
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
 //   (route_token, the grouping kernel's code; E <= 256; arg-max rounds 0..r only) while the
 //   other warps stage the token's x row in shared memory as f32; rank r's expert then gives
-//   the weights. Items are
-//   (4 columns, gate or up, scale block of `block` <= 16 packed rows): a thread loads all of an
-//   item's words at once (up to 16 x 16-byte loads, 4 consecutive columns each, one per packed
-//   row) and only then computes, so a CTA has its whole weight slice (2 x K/8 x 64 B, 48 KB at
-//   H 3072) in flight after one dependent round. 4 lanes cover a 64-byte row slice; the lanes of a quarter warp
-//   read the same x (gate and up of one block): shared-memory broadcasts. Column blocks of one
-//   slot are adjacent CTAs, so the two halves of a 128-byte line are fetched together.
+//   the weights. Items are (4 columns, gate or up, scale block of `block` <= 16 packed rows):
+//   a thread loads all of an item's words at once (up to 16 x 16-byte loads, 4 consecutive
+//   columns each, one per packed row) and only then computes, so a CTA has its whole weight
+//   slice (2 x K/8 x 64 B, 48 KB at H 3072) in flight after one dependent round. 4 lanes cover
+//   a 64-byte row slice; the lanes of a quarter warp read the same x (gate and up of one
+//   block): shared-memory broadcasts. Column blocks of one slot are adjacent CTAs, so the two
+//   halves of a 128-byte line are fetched together.
 // decode_down_kernel: one CTA per (token, 16 columns of H), all k ranks: it reads the token's
 //   ids and weights (written by gate_up), stages the k act rows in shared memory (row stride
 //   I + 4 floats: the two items of a quarter warp, ranks r and r+1, hit different banks), runs
