@@ -269,7 +269,8 @@ TEST(GpuOpsMoe, ExpertsMatchCpuMoe) {
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "bf16"},          {16, 8, 3072, 1024, "gptq-sym-g128"},
                                       {16, 8, 3072, 1024, "fp8"},           {8, 3, 256, 96, "gptq-asym-g32"},
                                       {8, 3, 72, 36, "bf16"},               {10, 4, 200, 40, "fp8"},
-                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"}};
+                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"},
+                                      {300, 4, 256, 128, "gptq-sym-g128"}};  // E > 256: tiled kernels at M <= 8
   for (const auto& c : cases) {
     const std::string name = c.format + " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) +
                              " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
@@ -320,7 +321,8 @@ TEST(GpuOpsMoe, TokenOutputIndependentOfBatch) {
   Rng rng(47);
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "fp8"},
                                       {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
-                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"}};
+                                      {8, 3, 512, 128, "gptq-asym-g32"},    {12, 4, 2048, 512, "gptq-sym-g128"},
+                                      {300, 4, 256, 128, "gptq-sym-g128"}};  // E > 256: 2-token tiles at M <= 8
   for (const auto& c : cases) {
     SCOPED_TRACE(c.format + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I));
     const Experts ex = make_experts(rng, c);
@@ -391,6 +393,49 @@ TEST(GpuOpsMoe, SharedExpertFusedAndBatchInvariant) {
       int diffs = 0;
       for (int h = 0; h < c.H; ++h) diffs += one[size_t(h)] != fused[size_t(Mb - 1) * c.H + size_t(h)];
       EXPECT_EQ(diffs, 0) << "token " << Mb - 1 << " alone vs in a batch of " << Mb;
+    }
+  }
+}
+
+// The decode kernels (M <= 8, ops_moe_decode.cu) and the tiled kernels (M > 8,
+// ops_moe_gptq.cu) must give every token the same bits: both dequantise the words to the same
+// exact f32 (q - zero) (symmetric weights: dequant8_const_zero, the exponent-field OR + FADD;
+// asymmetric: dequant8) and sum in the same order. Tokens 0..7 run as one decode batch (M = 8)
+// and inside a 9-token tiled batch; all 8 tokens, all H outputs, bf16 and f32 x, the 122B
+// expert shape (H 3072, I 1024, g128 symmetric) and asymmetric g32 zeros. The x rows span
+// magnitudes 2^-20 .. 2^20 so that an inexact dequantisation would show in the products.
+TEST(GpuOpsMoe, DecodeAndTiledKernelsAgreeOnEveryToken) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(49);
+  const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
+                                      {8, 3, 512, 128, "gptq-asym-g32"},
+                                      {12, 4, 2048, 512, "gptq-sym-g128"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.format + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const int M = 9;
+    auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(x[i], int(i % 41) - 20);
+    const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+    const auto shared_logit = random_f32(rng, size_t(M), 2.0f);
+    auto rows = [](const std::vector<float>& v, int first, int count, int width) {
+      return std::vector<float>(v.begin() + long(first) * width, v.begin() + long(first + count) * width);
+    };
+    for (int f32 = 0; f32 < 2; ++f32) {
+      auto run = [&](int Mb) {
+        const auto xs = rows(x, 0, Mb, c.H), ls = rows(logits, 0, Mb, c.E), rs = rows(residual, 0, Mb, c.H);
+        if (!f32) return run_gpu(d, xs, ls, rs, Mb, c.E, c.k, c.H, c.I);
+        const auto ss = rows(shared, 0, Mb, c.H), gs = rows(shared_logit, 0, Mb, 1);
+        return run_gpu_f32(d, xs, ls, rs, Mb, c.E, c.k, c.H, c.I, &ss, &gs);
+      };
+      const auto decode = run(8), tiled = run(9);
+      int diffs = 0;
+      for (size_t i = 0; i < decode.size(); ++i) diffs += decode[i] != tiled[i];
+      EXPECT_EQ(diffs, 0) << (f32 ? "f32 x + shared" : "bf16 x") << ": " << diffs << " of " << decode.size()
+                          << " outputs differ between the decode (M = 8) and tiled (M = 9) kernels";
     }
   }
 }

@@ -7,14 +7,15 @@
 // residual f32 [M, H].
 //
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
-//   (route_token, the grouping kernel's code; E <= 256) while the other warps stage the
-//   token's x row in shared memory as f32; rank r's expert then gives the weights. Items are
-//   (4 columns, gate or up, scale block of `block` <= 16 packed rows): a thread loads all of an
-//   item's words at once (up to 16 x 16-byte loads, 4 consecutive columns each, one per packed
-//   row) and only then computes, so a CTA has its whole weight slice (2 x K/8 x 64 B, 48 KB at
-//   H 3072) in flight after one dependent round. 4 lanes cover a 64-byte row slice; the lanes of a quarter warp
-//   read the same x (gate and up of one block): shared-memory broadcasts. Column blocks of one
-//   slot are adjacent CTAs, so the two halves of a 128-byte line are fetched together.
+//   (route_token, the grouping kernel's code; E <= 256; arg-max rounds 0..r only) while the
+//   other warps stage the token's x row in shared memory as f32; rank r's expert then gives
+//   the weights. Items are (4 columns, gate or up, scale block of `block` <= 16 packed rows):
+//   a thread loads all of an item's words at once (up to 16 x 16-byte loads, 4 consecutive
+//   columns each, one per packed row) and only then computes, so a CTA has its whole weight
+//   slice (2 x K/8 x 64 B, 48 KB at H 3072) in flight after one dependent round. 4 lanes cover
+//   a 64-byte row slice; the lanes of a quarter warp read the same x (gate and up of one
+//   block): shared-memory broadcasts. Column blocks of one slot are adjacent CTAs, so the two
+//   halves of a 128-byte line are fetched together.
 // decode_down_kernel: one CTA per (token, 16 columns of H), all k ranks: it reads the token's
 //   ids and weights (written by gate_up), stages the k act rows in shared memory (row stride
 //   I + 4 floats: the two items of a quarter warp, ranks r and r+1, hit different banks), runs
@@ -26,13 +27,24 @@
 // Activations and routing written by earlier kernels are read with ld.global.cg (L2, never a
 // stale L1 line of a kernel that overlapped this one); only the weights take the read-only path.
 //
-// Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, so M picks a path without changing a
-// bit; the combine is combine_kernel's): per (token, column): K is cut into 8 ranges of K/64
-// packed rows, a range into scale blocks of block = gcd(K/64, g/8) rows; a block's sum is one
-// fmaf chain over its k ascending (f32 x, exact q - z); a range is fmaf(block_sum, scale, acc)
-// over its blocks from 0; the output is 0 + range 0 + ... + range 7. gate/up: act =
-// silu(g)·u. down + combine: acc = fmaf(w_r, y_r, acc) over ranks from 0, residual + acc, then
-// fmaf(sigmoid(gate logit), shared, ·). None of it depends on M or the other tokens.
+// Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, with the same dequantisation per
+// zero mode, so M picks a path without changing a bit; the combine is combine_kernel's): per
+// (token, column): K is cut into 8 ranges of K/64 packed rows, a range into scale blocks of
+// block = gcd(K/64, g/8) rows; a block's sum is one fmaf chain over its k ascending (f32 x,
+// exact q - z); a range is fmaf(block_sum, scale, acc) over its blocks from 0; the output is
+// 0 + range 0 + ... + range 7. gate/up: act = silu(g)·u. down + combine: acc = fmaf(w_r, y_r,
+// acc) over ranks from 0, residual + acc, then fmaf(sigmoid(gate logit), shared, ·). None of it
+// depends on M or the other tokens.
+//
+// Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the code
+// size of a fully unrolled 32-word loop on sm_90 and sm_121 (cubin .text bytes / 16 per
+// instruction, the loop's fixed part measured separately; no SASS listing was available):
+// symmetric weights take dequant8_const_zero: 8 LOP3 + 1 SHF + 8 FADD + 8 FFMA = 25 (+ 0.5
+// shared-memory x loads), where dequant8 (asymmetric zeros) costs about 31: ptxas spends 23
+// instructions on its shifts, mask-ors, HSUB2s and f16 -> f32 conversions. The exponent
+// constants must live in registers (nibble_exponents) and the AND-OR be one explicit lop3
+// (and_or): otherwise the new path measured 33. 25 is the floor of this arithmetic (an exact
+// f32 (q - z) per nibble costs an OR and a subtract, then its FMA).
 //
 // Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +
 // 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales); a token picking
@@ -69,7 +81,10 @@ constexpr size_t kMaxSmem = 47 * 1024;  // dynamic, under the 48 KB default (no 
 // One item: block sums of columns n..n+3 (n % 4 == 0, n + 3 < N) over scale block `blk` (packed
 // rows [blk·block, blk·block + block)) of one expert's projection, and their scales.
 // qw: the expert's [K/8][N] words; sc: its [K/g][N] scales; qz: its [K/g][N/8] zeros or null
-// (symmetric: zero 8). xs: the activation row (f32, shared memory).
+// (symmetric: zero 8). xs: the activation row (f32, shared memory). kSym: qz is null and the
+// words are dequantised with the constant zero 8 (dequant8_const_zero: the same f32 values as
+// dequant8, fewer instructions).
+template <bool kSym>
 __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const __half* __restrict__ sc,
                                            const int32_t* __restrict__ qz, int N, int group, int block, int blk, int n,
                                            const float* xs, float (&bs)[4], float (&s)[4]) {
@@ -81,7 +96,10 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
     if (u < block) w[u] = __ldg(reinterpret_cast<const uint4*>(qw + size_t(kp0 + u) * N + n));
   const uint2 sraw = __ldg(reinterpret_cast<const uint2*>(sc + size_t(g) * N + n));
   __half2 zz[4];
-  if (qz) {
+  if constexpr (kSym) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + 8.0f);  // unused
+  } else if (qz) {
     const uint32_t zw = uint32_t(__ldg(qz + size_t(g) * (N / 8) + n / 8));
 #pragma unroll
     for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + float(int((zw >> (4 * (n % 8 + c))) & 0xF) + 1));
@@ -89,6 +107,8 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
 #pragma unroll
     for (int c = 0; c < 4; ++c) zz[c] = __float2half2_rn(1024.0f + 8.0f);
   }
+  NibbleExp nexp;
+  if constexpr (kSym) nexp = nibble_exponents();
   float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int u = 0; u < kMaxBlockRows; ++u) {
@@ -100,7 +120,10 @@ __device__ __forceinline__ void block_dot4(const int32_t* __restrict__ qw, const
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       float f[8];
-      dequant8(wc[c], zz[c], f);
+      if constexpr (kSym)
+        dequant8_const_zero<8>(wc[c], nexp, f);
+      else
+        dequant8(wc[c], zz[c], f);
 #pragma unroll
       for (int i = 0; i < 8; ++i) a[c] = fmaf(f[i], xv[i], a[c]);
     }
@@ -172,7 +195,7 @@ __device__ __forceinline__ float series_sum(const float* part, int series, int c
 }
 
 // Dynamic shared memory (floats): xs [H], bsm and scm [2][nblk][kCols] (gate, up), part [2][8][kCols].
-template <typename T>
+template <typename T, bool kSym>
 __global__ void __maxnreg__(kUpRegisters)
     decode_gate_up_kernel(const T* __restrict__ x, const float* __restrict__ logits, int E, int k, ExpertView gate,
                           ExpertView up, int block, int32_t* __restrict__ ids_out, float* __restrict__ w_out,
@@ -189,8 +212,12 @@ __global__ void __maxnreg__(kUpRegisters)
   const int slot = blockIdx.y, m = slot / k, r = slot % k;
   const int n0 = blockIdx.x * kCols;
   pdl_wait();
-  // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row.
-  if (tid < 32) route_token<8>(logits + size_t(m) * E, E, k, s_ids, s_w);  // E <= 256: route_any's choice
+  // Warp 0 routes the token; the other warps (all, if there is one warp) stage its x row. The
+  // arg-max rounds do not depend on k, so a CTA of rank r stops after round r (its expert is
+  // chosen[r], the same id as with all k rounds; its s_w are unused); the CTA that publishes the
+  // token's routing for the down kernel runs all k.
+  const bool publisher = blockIdx.x == 0 && r == 0;
+  if (tid < 32) route_token<8>(logits + size_t(m) * E, E, publisher ? k : r + 1, s_ids, s_w);  // E <= 256
   if (nthr <= 32)
     stage_rows(x + size_t(m) * H, 1, H, xs, H, tid, nthr);
   else if (tid >= 32)
@@ -198,7 +225,7 @@ __global__ void __maxnreg__(kUpRegisters)
   __syncthreads();
   pdl_launch_dependents();
   const int e = min(max(s_ids[r], 0), E - 1);  // in range even for non-finite logits
-  if (blockIdx.x == 0 && r == 0 && tid < k) {  // the down kernel reads the token's routing from here
+  if (publisher && tid < k) {  // the down kernel reads the token's routing from here
     ids_out[size_t(m) * k + tid] = min(max(s_ids[tid], 0), E - 1);
     w_out[size_t(m) * k + tid] = s_w[tid];
   }
@@ -213,9 +240,9 @@ __global__ void __maxnreg__(kUpRegisters)
     if (n >= I) continue;  // I % 8 == 0: n < I means all 4 columns exist
     const int32_t* qw = (p ? up.qweight : gate.qweight) + qoff;
     const __half* sc = (p ? up.scales : gate.scales) + soff;
-    const int32_t* qz = gate.sym ? nullptr : (p ? up.qzeros : gate.qzeros) + zoff;
+    const int32_t* qz = kSym ? nullptr : (p ? up.qzeros : gate.qzeros) + zoff;
     float bs[4], s[4];
-    block_dot4(qw, sc, qz, I, gate.group, block, blk, n, xs, bs, s);
+    block_dot4<kSym>(qw, sc, qz, I, gate.group, block, blk, n, xs, bs, s);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       bsm[(p * nblk + blk) * kCols + 4 * c + j] = bs[j];
@@ -231,6 +258,7 @@ __global__ void __maxnreg__(kUpRegisters)
 
 // Dynamic shared memory (floats): xs [k][I + kXPad], bsm and scm [k][nblk][kCols], part
 // [k][8][kCols], yv [k][kCols].
+template <bool kSym>
 __global__ void __launch_bounds__(kMaxThreads)
     decode_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
                        int k, ExpertView down, int block, float* __restrict__ residual,
@@ -274,9 +302,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     const int e = s_ids[r];  // in range (clamped by gate_up)
     const int32_t* qw = down.qweight + size_t(e) * (I / 8) * H;
     const __half* sc = down.scales + size_t(e) * groups * H;
-    const int32_t* qz = down.sym ? nullptr : down.qzeros + size_t(e) * groups * (H / 8);
+    const int32_t* qz = kSym ? nullptr : down.qzeros + size_t(e) * groups * (H / 8);
     float bs[4], s[4];
-    block_dot4(qw, sc, qz, H, down.group, block, blk, n, xs + r * xstride, bs, s);
+    block_dot4<kSym>(qw, sc, qz, H, down.group, block, blk, n, xs + r * xstride, bs, s);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       bsm[(r * nblk + blk) * kCols + 4 * c + j] = bs[j];
@@ -344,13 +372,16 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
   const dim3 grid_up(unsigned((I + kCols - 1) / kCols), unsigned(M * k));
   // PDL (pdl.cuh): gate_up's CTAs wait for the preceding kernel; down's become resident once
   // every gate_up CTA has routed (all of them started) and wait for gate_up to complete.
-  launch_pdl(true, decode_gate_up_kernel<T>, grid_up, dim3(unsigned(p.threads_up)), p.smem_up, stream, x, router_logits,
-             s.num_experts, k, view_of(ex.gate), view_of(ex.up), p.block_up, ids, weights, act);
+  // gate and up share sym (plan_decode); down picks its own.
+  launch_pdl(true, ex.gate.sym ? decode_gate_up_kernel<T, true> : decode_gate_up_kernel<T, false>, grid_up,
+             dim3(unsigned(p.threads_up)), p.smem_up, stream, x, router_logits, s.num_experts, k, view_of(ex.gate),
+             view_of(ex.up), p.block_up, ids, weights, act);
   const dim3 grid_down(unsigned((H + kCols - 1) / kCols), unsigned(M));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-  launch_pdl(true, decode_down_kernel, grid_down, dim3(unsigned(p.threads_down)), p.smem_down, stream,
-             static_cast<const float*>(act), static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k,
-             view_of(ex.down), p.block_down, residual, shared_out, shared_gate_logit);
+  launch_pdl(true, ex.down.sym ? decode_down_kernel<true> : decode_down_kernel<false>, grid_down,
+             dim3(unsigned(p.threads_down)), p.smem_down, stream, static_cast<const float*>(act),
+             static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down), p.block_down,
+             residual, shared_out, shared_gate_logit);
 }
 
 template void gptq_decode<float>(const float*, const float*, const MoeShape&, const DeviceExperts&, int, int32_t*,

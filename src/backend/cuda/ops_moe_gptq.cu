@@ -11,7 +11,10 @@
 // for all (<= 8) tokens of the tile: an expert's weights are read once per step per 8 tokens.
 // Dequantisation: nibble pairs (j, j+4) become the f16 pair (1024+q) by a mask-or, minus
 // (1024+zero) gives q - zero exactly; sums over a block of words inside one group are scaled
-// once: acc += s_g · Σ (q - z)·x. A token's sums depend only on its own row (batch invariant).
+// once: acc += s_g · Σ (q - z)·x. Symmetric projections (zero 8) use dequant8_const_zero
+// instead (an exponent-field OR and one FADD per nibble: the same exact f32 values, about 25
+// instead of 31 instructions per word with its 8 FMAs; ops_moe_internal.cuh, ops_moe_decode.cu).
+// A token's sums depend only on its own row (batch invariant).
 // Roofline (decode): the selected experts' packed weights + scales, read once:
 //   slots_distinct · (2·I·H + H·I) / 2 bytes per layer (+ 1/32 of that for the f16 scales at g128).
 //
@@ -95,7 +98,9 @@ __device__ __forceinline__ void prefetch_warp_range(const ExpertView (&w)[NP], i
 
 
 // kXShared: the x rows live in shared memory (read with plain loads; __ldg is global-only).
-template <int NP, int MT, typename T, bool kXShared = false, int CH = kChunk>
+// kSym: symmetric weights (zero 8, `sym` true), dequantised by dequant8_const_zero: the same f32
+// (q - 8) values as dequant8, fewer instructions (ops_moe_internal.cuh).
+template <int NP, int MT, typename T, bool kXShared, int CH, bool kSym>
 __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e, int n, bool col_ok, int kp0, int kp1,
                                                int block, int step, const T* const (&xrow)[MT], int tn, bool sym,
                                                float (&acc)[NP][MT]) {
@@ -112,13 +117,15 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
   if (kp0 < kp1) load(kp0, cur);
   float s[NP], bs[NP][MT];
   __half2 zz[NP];
+  NibbleExp nexp;
+  if constexpr (kSym) nexp = nibble_exponents();
   for (int kq = kp0; kq < kp1; kq += step) {
     if ((kq - kp0) % block == 0) {  // a new scale block
       const int g = kq * 8 / w[0].group;
 #pragma unroll
       for (int p = 0; p < NP; ++p) {
         s[p] = col_ok ? __half2float(w[p].scales[(size_t(e) * groups + g) * N + n]) : 0.0f;
-        zz[p] = col_ok ? zero_pair(w[p], e, g, n, sym) : __float2half2_rn(1032.0f);
+        if constexpr (!kSym) zz[p] = col_ok ? zero_pair(w[p], e, g, n, sym) : __float2half2_rn(1032.0f);
 #pragma unroll
         for (int j = 0; j < MT; ++j) bs[p][j] = 0.0f;
       }
@@ -130,7 +137,12 @@ __device__ __forceinline__ void warp_range_dot(const ExpertView (&w)[NP], int e,
       if (u >= step) break;
       float f[NP][8];
 #pragma unroll
-      for (int p = 0; p < NP; ++p) dequant8(cur[p][u], zz[p], f[p]);
+      for (int p = 0; p < NP; ++p) {
+        if constexpr (kSym)
+          dequant8_const_zero<8>(cur[p][u], nexp, f[p]);  // absent words (0x88888888) give 0, as in dequant8
+        else
+          dequant8(cur[p][u], zz[p], f[p]);
+      }
 #pragma unroll
       for (int j = 0; j < MT; ++j) {
         if (j >= tn) break;
@@ -228,7 +240,8 @@ __device__ __forceinline__ TileMeta tile_meta(const TileList& tiles, int t) {
 }
 
 // Decode tiles (MT = 2) ask for 2 CTAs per SM (<= 128 registers: 16-row chunks), 8-token tiles for 2.
-template <int MT, bool kSmemX, typename T>
+// kSym: gate and up are both symmetric (gptq_gate_up dispatches on it).
+template <int MT, bool kSmemX, typename T, bool kSym>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     gptq_gate_up_kernel(const T* __restrict__ x, int k_top, TileList tiles, ExpertView gate, ExpertView up,
                         ExpertView down, RangePlan plan, float* __restrict__ act) {
@@ -261,14 +274,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const float* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = xs + size_t(j) * H;
-    warp_range_dot<2, MT, float, true, CH>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step,
-                                           xrow, tn, gate.sym, acc);
+    warp_range_dot<2, MT, float, true, CH, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block,
+                                                 plan.step, xrow, tn, gate.sym, acc);
   } else {
     const T* xrow[MT];
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = x + size_t(token[j]) * H;
-    warp_range_dot<2, MT, T, false, CH>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
-                                        tn, gate.sym, acc);
+    warp_range_dot<2, MT, T, false, CH, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block,
+                                              plan.step, xrow, tn, gate.sym, acc);
   }
 
   __shared__ float partial[kWarps][2][MT][kCols];
@@ -294,7 +307,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 }
 
 // Decode tiles ask for 4 CTAs per SM (<= 64 registers: one projection, 8-row chunks), 8-token tiles for 2.
-template <int MT, bool kSmemX>
+template <int MT, bool kSmemX, bool kSym>
 __global__ void __launch_bounds__(kWarps * 32, kDecode<MT> ? 4 : 2)
     gptq_down_kernel(const float* __restrict__ act, TileList tiles, ExpertView down, RangePlan plan,
                      float* __restrict__ y) {
@@ -326,8 +339,8 @@ __global__ void __launch_bounds__(kWarps * 32, kDecode<MT> ? 4 : 2)
 #pragma unroll
     for (int j = 0; j < MT; ++j) xrow[j] = act + size_t(slot[j]) * I;
   }
-  warp_range_dot<1, MT, float, kSmemX>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block, plan.step, xrow,
-                                       tn, down.sym, acc);
+  warp_range_dot<1, MT, float, kSmemX, kChunk, kSym>(w, e, n, col_ok, kp0, kp0 + plan.words_per_warp, plan.block,
+                                                      plan.step, xrow, tn, down.sym, acc);
 
   __shared__ float partial[kWarps][MT][kCols];
 #pragma unroll
@@ -359,12 +372,13 @@ void launch_gate_up(const T* x, const MoeShape& s, const DeviceExperts& ex, cons
                     float* act, cudaStream_t stream) {
   const RangePlan plan = plan_for(s.hidden, int(ex.gate.group_size), kChunkOf<MT>);
   const size_t xs_bytes = size_t(MT) * size_t(s.hidden) * sizeof(float);
-  if (xs_bytes <= size_t(kSmemXBytes))
-    gptq_gate_up_kernel<MT, true, T><<<grid, kWarps * 32, xs_bytes, stream>>>(
-        x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up), view_of(ex.down), plan, act);
-  else
-    gptq_gate_up_kernel<MT, false, T><<<grid, kWarps * 32, 0, stream>>>(
-        x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up), view_of(ex.down), plan, act);
+  // Symmetric gate and up take dequant8_const_zero (same values); otherwise zeros as gate.sym says.
+  const bool sym = ex.gate.sym && ex.up.sym;
+  const bool smem_x = xs_bytes <= size_t(kSmemXBytes);
+  auto kernel = smem_x ? (sym ? gptq_gate_up_kernel<MT, true, T, true> : gptq_gate_up_kernel<MT, true, T, false>)
+                       : (sym ? gptq_gate_up_kernel<MT, false, T, true> : gptq_gate_up_kernel<MT, false, T, false>);
+  kernel<<<grid, kWarps * 32, smem_x ? xs_bytes : 0, stream>>>(x, s.top_k, tiles, view_of(ex.gate), view_of(ex.up),
+                                                               view_of(ex.down), plan, act);
 }
 
 template <typename T>
@@ -387,10 +401,10 @@ void launch_down(const float* act, const MoeShape& s, const DeviceExperts& ex, c
                  float* y, cudaStream_t stream) {
   const RangePlan plan = plan_for(s.intermediate, int(ex.down.group_size), kChunk);
   const size_t xs_bytes = size_t(MT) * size_t(s.intermediate) * sizeof(float);
-  if (xs_bytes <= size_t(kSmemXBytes))
-    gptq_down_kernel<MT, true><<<grid, kWarps * 32, xs_bytes, stream>>>(act, tiles, view_of(ex.down), plan, y);
-  else
-    gptq_down_kernel<MT, false><<<grid, kWarps * 32, 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
+  const bool sym = ex.down.sym, smem_x = xs_bytes <= size_t(kSmemXBytes);
+  auto kernel = smem_x ? (sym ? gptq_down_kernel<MT, true, true> : gptq_down_kernel<MT, true, false>)
+                       : (sym ? gptq_down_kernel<MT, false, true> : gptq_down_kernel<MT, false, false>);
+  kernel<<<grid, kWarps * 32, smem_x ? xs_bytes : 0, stream>>>(act, tiles, view_of(ex.down), plan, y);
 }
 
 void gptq_down(const float* act, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
