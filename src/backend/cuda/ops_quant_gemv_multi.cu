@@ -534,22 +534,28 @@ int fmt_of(const DeviceLinear& w) {
   }
 }
 
-template <int MT, int R, int D, bool kGated>
-void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
-  const KSplit ks = k_split(K);
-  const int rows_per_block = (kWarps / ks.S) * R;
+// Numbers the jobs' row blocks consecutively (each job's first block) and returns the 1-D grid:
+// row blocks x token tiles.
+unsigned grid_blocks(Jobs& jobs, int rows_per_block, int tiles) {
   long long blocks = 0;
   for (int i = 0; i < jobs.count; ++i) {
     jobs.job[i].block_begin = int(blocks);
     blocks += (jobs.job[i].N + rows_per_block - 1) / rows_per_block;
   }
-  const int tiles = (M + MT - 1) / MT;
   if (blocks * tiles > INT_MAX) throw Error("row_gemv_f32: launch grid too large");
+  return unsigned(blocks * tiles);
+}
+
+template <int MT, int R, int D, bool kGated>
+void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+  const KSplit ks = k_split(K);
+  const int tiles = (M + MT - 1) / MT;
+  const unsigned grid = grid_blocks(jobs, (kWarps / ks.S) * R, tiles);
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
   // Programmatic dependent launch for generated-token row counts (pdl.cuh): the CTAs that fit
   // start their weight loads while the previous kernel finishes.
-  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated>, dim3(unsigned(blocks * tiles)),
-             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated>, dim3(grid), dim3(kThreads), smem, stream, x, u,
+             M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -557,17 +563,11 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
 template <int MT, int R, int D, bool kGated>
 void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
   const KSplit ks = k_split(K);
-  const int rows_per_block = kWarps * R;
-  long long blocks = 0;
-  for (int i = 0; i < jobs.count; ++i) {
-    jobs.job[i].block_begin = int(blocks);
-    blocks += (jobs.job[i].N + rows_per_block - 1) / rows_per_block;
-  }
   const int tiles = (M + MT - 1) / MT;
-  if (blocks * tiles > INT_MAX) throw Error("row_gemv_f32: launch grid too large");
+  const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
-  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated>, dim3(unsigned(blocks * tiles)),
-             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated>, dim3(grid), dim3(kThreads), smem,
+             stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
