@@ -321,6 +321,89 @@ __device__ __forceinline__ void store_output(const float* ACC, float L, const T*
   }
 }
 
+// ---- per-row arithmetic shared by the main and decode kernels -----------------------------
+// Both kernels call these for every tile, so a row's operations and their order are the same
+// on either path (bit-identical results).
+
+// The lane's kLaneDims dims of row j of a K or V tile in shared memory (zeros for lanes past
+// head_dim).
+__device__ __forceinline__ void load_lane_dims(const bf16* tile, int j, int hd, int lane, bool has_dims,
+                                               float (&f)[kLaneDims]) {
+  if (has_dims) {
+    load_bf16x8(tile + size_t(j) * hd + kLaneDims * lane, f);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) f[i] = 0.0f;
+  }
+}
+
+// Score partials of kR rows over a K tile: part[r][j] = Σ_i qv[r][i]·K_j[i] over the lane's
+// dims, one multiply then fused multiply-adds in dim order (reduce_scatter16 finishes them).
+template <int kR>
+__device__ __forceinline__ void tile_score_partials(const bf16* Ks, int hd, int lane, bool has_dims,
+                                                    const float (&qv)[kR][kLaneDims], float (&part)[kR][kTile]) {
+#pragma unroll
+  for (int j = 0; j < kTile; ++j) {
+    float kf[kLaneDims];
+    load_lane_dims(Ks, j, hd, lane, has_dims, kf);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      float a = __fmul_rn(qv[r][0], kf[0]);
+#pragma unroll
+      for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[r][i], kf[i], a);
+      part[r][j] = a;
+    }
+  }
+}
+
+// Empty running state of a row (start of a chunk).
+__device__ __forceinline__ void reset_running(float& run_m, float& run_l, float (&run_acc)[kLaneDims]) {
+  run_m = -INFINITY;
+  run_l = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) run_acc[i] = 0.0f;
+}
+
+// Online-softmax update of one row for a tile (exp2 domain): sc is the score of the lane's
+// position t0 + (lane & 15), valid whether that position is visible (position t0 always is,
+// so the new max is finite). Rescales the running (max, sum, acc) and returns the lane's
+// weight e = 2^(sc - new max) (0 when not valid).
+__device__ __forceinline__ float online_softmax_step(float sc, bool valid, float& run_m, float& run_l,
+                                                     float (&run_acc)[kLaneDims]) {
+  const float tmax = half_warp_max(valid ? sc : -INFINITY);
+  const float nm = fmaxf(run_m, tmax);  // finite: position t0 is valid
+  const float corr = exp2_approx(__fsub_rn(run_m, nm));
+  const float e = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+  run_l = __fmaf_rn(run_l, corr, half_warp_sum(e));
+  run_m = nm;
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) run_acc[i] = __fmul_rn(run_acc[i], corr);
+  return e;
+}
+
+// acc += e_j · V_j for the tile's position j (e: the row's weights, position j on lane j).
+__device__ __forceinline__ void accumulate_ev(float e, int j, const float (&vf)[kLaneDims],
+                                              float (&run_acc)[kLaneDims]) {
+  const float ej = __shfl_sync(kFull, e, j);
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) run_acc[i] = __fmaf_rn(ej, vf[i], run_acc[i]);
+}
+
+// A chunk partial (max, sum, acc) of one row into workspace slot `slot` for
+// attention_merge_kernel.
+__device__ __forceinline__ void store_partial(const AttnLaunch& L, size_t slot, int hd, int lane, float run_m,
+                                              float run_l, const float (&run_acc)[kLaneDims]) {
+  if (lane == 0) {
+    L.ws_ml[slot * 2] = run_m;
+    L.ws_ml[slot * 2 + 1] = run_l;
+  }
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i) {
+    const int d = kLaneDims * lane + i;
+    if (d < hd) L.ws_acc[slot * hd + d] = run_acc[i];
+  }
+}
+
 // ---- paged attention: main kernel ---------------------------------------------------------
 
 // grid: (M, nkv·head_blocks, splits); block: kWarps warps. blockIdx.x names a token; the CTA
@@ -442,12 +525,8 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     for (int r = 0; r < kRowsPerWarp; ++r) {
       active[r] = row_ok[r] && t0 <= row_pos[r];
       any = any || active[r];
-      if (active[r] && t0 % row_csize[r] == 0) {  // a chunk of this row starts: empty state
-        run_m[r] = -INFINITY;
-        run_l[r] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = 0.0f;
-      }
+      if (active[r] && t0 % row_csize[r] == 0)  // a chunk of this row starts: empty state
+        reset_running(run_m[r], run_l[r], run_acc[r]);
     }
     if (!any) continue;  // warp-uniform
     const bf16* Ks = kv_smem + size_t(it % kStages) * stage_elems;
@@ -455,23 +534,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 
     // Scores: partial dots over the lane's 8 dims for the 16 positions, then reduce-scatter.
     float part[kRowsPerWarp][kTile];
-#pragma unroll
-    for (int j = 0; j < kTile; ++j) {
-      float kf[kLaneDims];
-      if (has_dims) {
-        load_bf16x8(Ks + size_t(j) * hd + kLaneDims * lane, kf);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) kf[i] = 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        float a = __fmul_rn(qv[r][0], kf[0]);
-#pragma unroll
-        for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[r][i], kf[i], a);
-        part[r][j] = a;
-      }
-    }
+    tile_score_partials<kRowsPerWarp>(Ks, hd, lane, has_dims, qv, part);
     float e[kRowsPerWarp];
     int nvalid[kRowsPerWarp];
     int nv_max = 0;
@@ -487,33 +550,16 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
         const bool valid = t0 + (lane & 15) <= row_pos[r];
         nvalid[r] = min(kTile, row_pos[r] - t0 + 1);
         nv_max = max(nv_max, nvalid[r]);
-        const float tmax = half_warp_max(valid ? sc : -INFINITY);
-        const float nm = fmaxf(run_m[r], tmax);  // finite: position t0 is valid
-        const float corr = exp2_approx(__fsub_rn(run_m[r], nm));
-        e[r] = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
-        run_l[r] = __fmaf_rn(run_l[r], corr, half_warp_sum(e[r]));
-        run_m[r] = nm;
-#pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmul_rn(run_acc[r][i], corr);
+        e[r] = online_softmax_step(sc, valid, run_m[r], run_l[r], run_acc[r]);
       }
     }
     // acc += e_j · V_j over the row's valid positions, in position order.
     for (int j = 0; j < nv_max; ++j) {
       float vf[kLaneDims];
-      if (has_dims) {
-        load_bf16x8(Vs + size_t(j) * hd + kLaneDims * lane, vf);
-      } else {
+      load_lane_dims(Vs, j, hd, lane, has_dims, vf);
 #pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) vf[i] = 0.0f;
-      }
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        if (j < nvalid[r]) {  // warp-uniform; false for inactive rows
-          const float ej = __shfl_sync(kFull, e[r], j);
-#pragma unroll
-          for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmaf_rn(ej, vf[i], run_acc[r][i]);
-        }
-      }
+      for (int r = 0; r < kRowsPerWarp; ++r)
+        if (j < nvalid[r]) accumulate_ev(e[r], j, vf, run_acc[r]);  // warp-uniform; false for inactive rows
     }
     // Chunk ends: hand the partial to the workspace (split path, rows with several chunks)
     // or fold it in registers; a row's last tile also writes its output on the latter path.
@@ -524,16 +570,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
       if (!row_last && (t0 + kTile) % row_csize[r] != 0) continue;
       const size_t oh = row_oh[r];
       if (row_partials[r]) {
-        const size_t slot = oh * L.chunk_stride + t0 / row_csize[r];
-        if (lane == 0) {
-          L.ws_ml[slot * 2] = run_m[r];
-          L.ws_ml[slot * 2 + 1] = run_l[r];
-        }
-#pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) {
-          const int d = kLaneDims * lane + i;
-          if (d < hd) L.ws_acc[slot * hd + d] = run_acc[r][i];
-        }
+        store_partial(L, oh * L.chunk_stride + t0 / row_csize[r], hd, lane, run_m[r], run_l[r], run_acc[r]);
       } else {
         fold_partial(fold_m[r], fold_l[r], fold_acc[r], have[r], run_m[r], run_l[r], run_acc[r]);
         if (row_last) store_output(fold_acc[r], fold_l[r], gate + oh * hd, out + oh * hd, lane, hd);
@@ -774,12 +811,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
 
     float run_m[kRows], run_l[kRows], run_acc[kRows][kLaneDims];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      run_m[r] = -INFINITY;
-      run_l[r] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = 0.0f;
-    }
+    for (int r = 0; r < kRows; ++r) reset_running(run_m[r], run_l[r], run_acc[r]);
 
     for (int it = 0; it < n_tiles; ++it) {
       cp_async_wait<kStages - 2>();  // this thread's copies of tile `it` have landed
@@ -794,57 +826,25 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
       const bf16* Ks = kv_smem + size_t(it % kStages) * stage_elems;
       const bf16* Vs = Ks + size_t(kTile) * hd;
       // Scores: partial dots over the lane's 8 dims for the 16 positions, then reduce-scatter
-      // (the operations of paged_attention_kernel). Rows past the group compute zeros.
+      // (tile_score_partials, as in paged_attention_kernel). Rows past the group compute zeros.
       float part[kRows][kTile];
-#pragma unroll
-      for (int j = 0; j < kTile; ++j) {
-        float kf[kLaneDims];
-        if (has_dims) {
-          load_bf16x8(Ks + size_t(j) * hd + kLaneDims * lane, kf);
-        } else {
-#pragma unroll
-          for (int i = 0; i < kLaneDims; ++i) kf[i] = 0.0f;
-        }
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          float a = __fmul_rn(qv[r][0], kf[0]);
-#pragma unroll
-          for (int i = 1; i < kLaneDims; ++i) a = __fmaf_rn(qv[r][i], kf[i], a);
-          part[r][j] = a;
-        }
-      }
+      tile_score_partials<kRows>(Ks, hd, lane, has_dims, qv, part);
       const bool valid = t0 + (lane & 15) <= pos;
       const int nvalid = min(kTile, pos - t0 + 1);  // the same for every row of the token
       float e[kRows];
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const float sc = reduce_scatter16(part[r], lane);  // score of position t0 + (lane & 15)
-        const float tmax = half_warp_max(valid ? sc : -INFINITY);
-        const float nm = fmaxf(run_m[r], tmax);  // finite: position t0 is valid
-        const float corr = exp2_approx(__fsub_rn(run_m[r], nm));
-        e[r] = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
-        run_l[r] = __fmaf_rn(run_l[r], corr, half_warp_sum(e[r]));
-        run_m[r] = nm;
-#pragma unroll
-        for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmul_rn(run_acc[r][i], corr);
+        e[r] = online_softmax_step(sc, valid, run_m[r], run_l[r], run_acc[r]);
       }
       // acc += e_j · V_j over the valid positions, in position order.
 #pragma unroll
       for (int j = 0; j < kTile; ++j) {
         if (j < nvalid) {  // warp-uniform
           float vf[kLaneDims];
-          if (has_dims) {
-            load_bf16x8(Vs + size_t(j) * hd + kLaneDims * lane, vf);
-          } else {
+          load_lane_dims(Vs, j, hd, lane, has_dims, vf);
 #pragma unroll
-            for (int i = 0; i < kLaneDims; ++i) vf[i] = 0.0f;
-          }
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const float ej = __shfl_sync(kFull, e[r], j);
-#pragma unroll
-            for (int i = 0; i < kLaneDims; ++i) run_acc[r][i] = __fmaf_rn(ej, vf[i], run_acc[r][i]);
-          }
+          for (int r = 0; r < kRows; ++r) accumulate_ev(e[r], j, vf, run_acc[r]);
         }
       }
     }
@@ -859,17 +859,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {  // the partial, for attention_merge_kernel
-      if (!row_ok[r]) continue;
-      const size_t slot = row_oh[r] * L.chunk_stride + chunk;
-      if (lane == 0) {
-        L.ws_ml[slot * 2] = run_m[r];
-        L.ws_ml[slot * 2 + 1] = run_l[r];
-      }
-#pragma unroll
-      for (int i = 0; i < kLaneDims; ++i) {
-        const int d = kLaneDims * lane + i;
-        if (d < hd) L.ws_acc[slot * hd + d] = run_acc[r][i];
-      }
+      if (row_ok[r]) store_partial(L, row_oh[r] * L.chunk_stride + chunk, hd, lane, run_m[r], run_l[r], run_acc[r]);
     }
   }
 }
