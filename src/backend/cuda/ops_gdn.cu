@@ -362,6 +362,139 @@ __device__ __forceinline__ void stage_tokens(float* buf, const Stage& sg, const 
   __pipeline_commit();
 }
 
+// ---- the delta rule's per-thread pieces, shared by gdn_recurrent_kernel and gdn_decode_kernel ----
+// (one definition, so the two paths do the same operations in the same order, bit for bit).
+// Thread layout: rows i0 .. i0 + R − 1 (R = kRowsPerThread) and columns j0 .. j0 + 3 of one
+// head's state S [dk][dv]; the 4 row lanes of a column group are lanes cg, cg + 8, cg + 16, cg + 24.
+
+// st = S[i0 .. i0+R−1][j0 .. j0+3], zero outside [dk) x [dv). vec: 16-B loads (dv % 4 == 0, S aligned).
+template <bool vec, int R>
+__device__ __forceinline__ void load_state_tile(const float* S, int i0, int j0, int dk, int dv, float (&st)[R][4]) {
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const int i = i0 + rr;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (i < dk && j0 < dv) {
+      const float* src = S + size_t(i) * dv + j0;
+      if constexpr (vec) {
+        x = *reinterpret_cast<const float4*>(src);
+      } else {
+        x.x = src[0];
+        if (j0 + 1 < dv) x.y = src[1];
+        if (j0 + 2 < dv) x.z = src[2];
+        if (j0 + 3 < dv) x.w = src[3];
+      }
+    }
+    st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
+  }
+}
+
+// S[i][j0 .. j0+3] = row (the columns inside dv; nothing when i or j0 is outside the head).
+template <bool vec>
+__device__ __forceinline__ void store_state_row(float* S, int i, int j0, int dk, int dv, const float (&row)[4]) {
+  if (i < dk && j0 < dv) {
+    float* dst = S + size_t(i) * dv + j0;
+    if constexpr (vec) {
+      *reinterpret_cast<float4*>(dst) = make_float4(row[0], row[1], row[2], row[3]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (j0 + c < dv) dst[c] = row[c];
+    }
+  }
+}
+
+// The token's k̂, q̂ at this thread's rows (kb, qb: [dk] in shared memory, 16-B aligned) and
+// its v at this thread's columns (vj: the v of column j0, CTA-local), zero outside the head.
+template <bool vec, int R>
+__device__ __forceinline__ void load_token_kqv(const float* kb, const float* qb, const float* vj, int i0, int j0,
+                                               int dk, int dv, float (&k)[R], float (&q)[R], float (&v)[4]) {
+  if constexpr (vec) {
+#pragma unroll
+    for (int g4 = 0; g4 < R / 4; ++g4) {
+      float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), q4 = k4;
+      if (i0 + 4 * g4 < dk) {
+        k4 = *reinterpret_cast<const float4*>(kb + i0 + 4 * g4);
+        q4 = *reinterpret_cast<const float4*>(qb + i0 + 4 * g4);
+      }
+      k[4 * g4] = k4.x, k[4 * g4 + 1] = k4.y, k[4 * g4 + 2] = k4.z, k[4 * g4 + 3] = k4.w;
+      q[4 * g4] = q4.x, q[4 * g4 + 1] = q4.y, q[4 * g4 + 2] = q4.z, q[4 * g4 + 3] = q4.w;
+    }
+    float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (j0 < dv) v4 = *reinterpret_cast<const float4*>(vj);
+    v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
+  } else {
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+      k[rr] = i0 + rr < dk ? kb[i0 + rr] : 0.0f;
+      q[rr] = i0 + rr < dk ? qb[i0 + rr] : 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) v[c] = j0 + c < dv ? vj[c] : 0.0f;
+  }
+}
+
+// tk[c], tq[c] = Σ_i S[i][j0+c]·k[i], Σ_i S[i][j0+c]·q[i] over the strip's rows: this thread's
+// R rows in order, then the 4 row lanes (xor 8, 16: every lane ends with the same bits,
+// addition being commutative), then, when W > 1, the W row warps of the strip in warp order
+// through rb ([ncw][W][kColGroups][8] floats of shared memory). W depends on dk only: uniform
+// over the CTA, so the barrier inside is never divergent; the caller keeps rb from being
+// rewritten before every thread has read it.
+template <int R>
+__device__ __forceinline__ void strip_sums(const float (&st)[R][4], const float (&k)[R], const float (&q)[R], int W,
+                                           int wr, int wc, int r, int cg, float* rb, float (&tk)[4],
+                                           float (&tq)[4]) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    float ak = 0.0f, aq = 0.0f;
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+      ak = __fmaf_rn(st[rr][c], k[rr], ak);
+      aq = __fmaf_rn(st[rr][c], q[rr], aq);
+    }
+    ak = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 8));
+    aq = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 8));
+    tk[c] = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 16));
+    tq[c] = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 16));
+  }
+  if (W > 1) {
+    if (r == 0) {
+      float* dst = rb + ((wc * W + wr) * kColGroups + cg) * 8;
+      *reinterpret_cast<float4*>(dst) = make_float4(tk[0], tk[1], tk[2], tk[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(tq[0], tq[1], tq[2], tq[3]);
+    }
+    __syncthreads();
+    const float* src = rb + (size_t(wc * W) * kColGroups + cg) * 8;
+    float4 k4 = *reinterpret_cast<const float4*>(src), q4 = *reinterpret_cast<const float4*>(src + 4);
+    for (int ww = 1; ww < W; ++ww) {
+      const float4 kn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8);
+      const float4 qn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8 + 4);
+      k4 = make_float4(__fadd_rn(k4.x, kn.x), __fadd_rn(k4.y, kn.y), __fadd_rn(k4.z, kn.z), __fadd_rn(k4.w, kn.w));
+      q4 = make_float4(__fadd_rn(q4.x, qn.x), __fadd_rn(q4.y, qn.y), __fadd_rn(q4.z, qn.z), __fadd_rn(q4.w, qn.w));
+    }
+    tk[0] = k4.x, tk[1] = k4.y, tk[2] = k4.z, tk[3] = k4.w;
+    tq[0] = q4.x, tq[1] = q4.y, tq[2] = q4.z, tq[3] = q4.w;
+  }
+}
+
+// The delta rule's per-column terms: d = β·(v − g·S^T k̂), o = g·S^T q̂ + d·(q̂·k̂) (kq = q̂·k̂).
+__device__ __forceinline__ void delta_terms(float decay, float beta, float kq, const float (&v)[4],
+                                            const float (&tk)[4], const float (&tq)[4], float (&d)[4],
+                                            float (&o)[4]) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const float kv = __fmul_rn(decay, tk[c]);
+    d[c] = __fmul_rn(beta, __fsub_rn(v[c], kv));
+    o[c] = __fmaf_rn(d[c], kq, __fmul_rn(decay, tq[c]));
+  }
+}
+
+// One state row: S[i][j] ← g·S[i][j] + k̂[i]·d[j].
+__device__ __forceinline__ void update_state_row(float (&row)[4], float ki, float decay, const float (&d)[4]) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) row[c] = __fmaf_rn(ki, d[c], __fmul_rn(decay, row[c]));
+}
+
 // Grid (num_seqs, nv, fused ? 1 : ceil(dv/32)); block 32·W·ncw threads, W = ceil(dk/32) warps
 // per column strip, ncw = column strips per CTA (ceil(dv/32) fused, 1 split). Dynamic shared
 // memory: 2 stages, then 2·ncw·W·64 floats (double-buffered cross-warp partials). vec: dk and
@@ -395,23 +528,7 @@ __global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
   // launch these loads overlap the prep kernel's tail.
   float* S = p.recurrent_state + (size_t(slot) * nv + h) * size_t(dk) * dv;
   float st[kRowsPerThread][4];
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerThread; ++rr) {
-    const int i = i0 + rr;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (i < dk && j0 < dv) {
-      const float* src = S + size_t(i) * dv + j0;
-      if constexpr (vec) {
-        x = *reinterpret_cast<const float4*>(src);
-      } else {
-        x.x = src[0];
-        if (j0 + 1 < dv) x.y = src[1];
-        if (j0 + 2 < dv) x.z = src[2];
-        if (j0 + 3 < dv) x.w = src[3];
-      }
-    }
-    st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
-  }
+  load_state_tile<vec>(S, i0, j0, dk, dv, st);
   // Everything below reads the prep kernel's outputs or rewrites the conv state it read.
   pdl_wait();
   if (t0 < t1) stage_tokens(smem, sg, w, s, t0, min(kChunk, t1 - t0), h, kh, col0, vec);
@@ -455,85 +572,19 @@ __global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
     for (int t = 0; t < nt; ++t) {
       const int m = m0 + t;
       float k[kRowsPerThread], q[kRowsPerThread], v[4];
-      const float* kb = sg.k(buf, t);
-      const float* qb = sg.q(buf, t);
-      if constexpr (vec) {
-#pragma unroll
-        for (int g4 = 0; g4 < kRowsPerThread / 4; ++g4) {
-          float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), q4 = k4;
-          if (i0 + 4 * g4 < dk) {
-            k4 = *reinterpret_cast<const float4*>(kb + i0 + 4 * g4);
-            q4 = *reinterpret_cast<const float4*>(qb + i0 + 4 * g4);
-          }
-          k[4 * g4] = k4.x, k[4 * g4 + 1] = k4.y, k[4 * g4 + 2] = k4.z, k[4 * g4 + 3] = k4.w;
-          q[4 * g4] = q4.x, q[4 * g4 + 1] = q4.y, q[4 * g4 + 2] = q4.z, q[4 * g4 + 3] = q4.w;
-        }
-        float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (j0 < dv) v4 = *reinterpret_cast<const float4*>(sg.v(buf, t) + jl);
-        v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
-      } else {
-#pragma unroll
-        for (int rr = 0; rr < kRowsPerThread; ++rr) {
-          k[rr] = i0 + rr < dk ? kb[i0 + rr] : 0.0f;
-          q[rr] = i0 + rr < dk ? qb[i0 + rr] : 0.0f;
-        }
-#pragma unroll
-        for (int c = 0; c < 4; ++c) v[c] = j0 + c < dv ? sg.v(buf, t)[jl + c] : 0.0f;
-      }
+      load_token_kqv<vec>(sg.k(buf, t), sg.q(buf, t), sg.v(buf, t) + jl, i0, j0, dk, dv, k, q, v);
       const float* gt = sg.gates(buf, t);
       const float decay = gt[0], beta = gt[1], kq = gt[2];
 
-      // Row sums over this thread's 8 rows (in order), then over the 4 row lanes (xor 8, 16:
-      // every lane ends with the same bits, addition being commutative).
+      // S^T k̂ and S^T q̂ at this thread's columns; the double-buffered partials let the next
+      // token's writes wait only for its own barrier.
       float tk[4], tq[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float ak = 0.0f, aq = 0.0f;
-#pragma unroll
-        for (int rr = 0; rr < kRowsPerThread; ++rr) {
-          ak = __fmaf_rn(st[rr][c], k[rr], ak);
-          aq = __fmaf_rn(st[rr][c], q[rr], aq);
-        }
-        ak = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 8));
-        aq = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 8));
-        tk[c] = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 16));
-        tq[c] = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 16));
-      }
-      // Across the W row warps of the strip, in warp order (W depends on dk only: uniform
-      // over the CTA, so the barrier is never divergent).
-      if (W > 1) {
-        float* rb = red + size_t(m & 1) * ncw * W * kColGroups * 8;
-        if (r == 0) {
-          float* dst = rb + ((wc * W + wr) * kColGroups + cg) * 8;
-          *reinterpret_cast<float4*>(dst) = make_float4(tk[0], tk[1], tk[2], tk[3]);
-          *reinterpret_cast<float4*>(dst + 4) = make_float4(tq[0], tq[1], tq[2], tq[3]);
-        }
-        __syncthreads();  // the other buffer is rewritten only after the next token's barrier
-        const float* src = rb + (size_t(wc * W) * kColGroups + cg) * 8;
-        float4 k4 = *reinterpret_cast<const float4*>(src), q4 = *reinterpret_cast<const float4*>(src + 4);
-        for (int ww = 1; ww < W; ++ww) {
-          const float4 kn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8);
-          const float4 qn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8 + 4);
-          k4 = make_float4(__fadd_rn(k4.x, kn.x), __fadd_rn(k4.y, kn.y), __fadd_rn(k4.z, kn.z),
-                           __fadd_rn(k4.w, kn.w));
-          q4 = make_float4(__fadd_rn(q4.x, qn.x), __fadd_rn(q4.y, qn.y), __fadd_rn(q4.z, qn.z),
-                           __fadd_rn(q4.w, qn.w));
-        }
-        tk[0] = k4.x, tk[1] = k4.y, tk[2] = k4.z, tk[3] = k4.w;
-        tq[0] = q4.x, tq[1] = q4.y, tq[2] = q4.z, tq[3] = q4.w;
-      }
+      strip_sums(st, k, q, W, wr, wc, r, cg, red + size_t(m & 1) * ncw * W * kColGroups * 8, tk, tq);
 
       float d[4], o[4];
+      delta_terms(decay, beta, kq, v, tk, tq, d, o);
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float kv = __fmul_rn(decay, tk[c]);
-        d[c] = __fmul_rn(beta, __fsub_rn(v[c], kv));
-        o[c] = __fmaf_rn(d[c], kq, __fmul_rn(decay, tq[c]));
-      }
-#pragma unroll
-      for (int rr = 0; rr < kRowsPerThread; ++rr)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) st[rr][c] = __fmaf_rn(k[rr], d[c], __fmul_rn(decay, st[rr][c]));
+      for (int rr = 0; rr < kRowsPerThread; ++rr) update_state_row(st[rr], k[rr], decay, d);
 
       if (r == 0 && wr == 0 && j0 < dv) {
         float* dst = w.core + size_t(m) * vd + size_t(h) * dv + j0;
@@ -550,19 +601,7 @@ __global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
   }
 
 #pragma unroll
-  for (int rr = 0; rr < kRowsPerThread; ++rr) {
-    const int i = i0 + rr;
-    if (i < dk && j0 < dv) {
-      float* dst = S + size_t(i) * dv + j0;
-      if constexpr (vec) {
-        *reinterpret_cast<float4*>(dst) = make_float4(st[rr][0], st[rr][1], st[rr][2], st[rr][3]);
-      } else {
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (j0 + c < dv) dst[c] = st[rr][c];
-      }
-    }
-  }
+  for (int rr = 0; rr < kRowsPerThread; ++rr) store_state_row<vec>(S, i0 + rr, j0, dk, dv, st[rr]);
 
   if constexpr (kFused) {
     // The chunk loop's closing barrier made this head's core rows (written by the strips'
@@ -726,23 +765,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   // 1. The state columns, in flight during the prep.
   float st[kRowsPerThread][4];
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerThread; ++rr) {
-    const int i = i0 + rr;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (i < dk && j0 < dv) {
-      const float* src = S + size_t(i) * dv + j0;
-      if constexpr (vec) {
-        x = *reinterpret_cast<const float4*>(src);
-      } else {
-        x.x = src[0];
-        if (j0 + 1 < dv) x.y = src[1];
-        if (j0 + 2 < dv) x.z = src[2];
-        if (j0 + 3 < dv) x.w = src[3];
-      }
-    }
-    st[rr][0] = x.x, st[rr][1] = x.y, st[rr][2] = x.z, st[rr][3] = x.w;
-  }
+  load_state_tile<vec>(S, i0, j0, dk, dv, st);
   // The norm's inputs for this thread's output column (output warps: warp < ncw).
   const int jn = col0 + warp * 32 + lane;  // output column of threads of warps < ncw
   const bool writes_out = warp < ncw && jn < dv;
@@ -790,83 +813,15 @@ __global__ void __launch_bounds__(kMaxThreads)
 
   // 3. The delta rule for the token (gdn_recurrent_kernel's arithmetic).
   float k[kRowsPerThread], q[kRowsPerThread], v[4];
-  if constexpr (vec) {
-#pragma unroll
-    for (int g4 = 0; g4 < kRowsPerThread / 4; ++g4) {
-      float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), q4 = k4;
-      if (i0 + 4 * g4 < dk) {
-        k4 = *reinterpret_cast<const float4*>(s_k + i0 + 4 * g4);
-        q4 = *reinterpret_cast<const float4*>(s_q + i0 + 4 * g4);
-      }
-      k[4 * g4] = k4.x, k[4 * g4 + 1] = k4.y, k[4 * g4 + 2] = k4.z, k[4 * g4 + 3] = k4.w;
-      q[4 * g4] = q4.x, q[4 * g4 + 1] = q4.y, q[4 * g4 + 2] = q4.z, q[4 * g4 + 3] = q4.w;
-    }
-    float4 v4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (j0 < dv) v4 = *reinterpret_cast<const float4*>(s_v + jl);
-    v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
-  } else {
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerThread; ++rr) {
-      k[rr] = i0 + rr < dk ? s_k[i0 + rr] : 0.0f;
-      q[rr] = i0 + rr < dk ? s_q[i0 + rr] : 0.0f;
-    }
-#pragma unroll
-    for (int c = 0; c < 4; ++c) v[c] = j0 + c < dv ? s_v[jl + c] : 0.0f;
-  }
+  load_token_kqv<vec>(s_k, s_q, s_v + jl, i0, j0, dk, dv, k, q, v);
   float tk[4], tq[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    float ak = 0.0f, aq = 0.0f;
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerThread; ++rr) {
-      ak = __fmaf_rn(st[rr][c], k[rr], ak);
-      aq = __fmaf_rn(st[rr][c], q[rr], aq);
-    }
-    ak = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 8));
-    aq = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 8));
-    tk[c] = __fadd_rn(ak, __shfl_xor_sync(kFull, ak, 16));
-    tq[c] = __fadd_rn(aq, __shfl_xor_sync(kFull, aq, 16));
-  }
-  if (W > 1) {  // across the W row warps of the strip, in warp order (W uniform: no divergence)
-    if (r == 0) {
-      float* dst = s_red + ((wc * W + wr) * kColGroups + cg) * 8;
-      *reinterpret_cast<float4*>(dst) = make_float4(tk[0], tk[1], tk[2], tk[3]);
-      *reinterpret_cast<float4*>(dst + 4) = make_float4(tq[0], tq[1], tq[2], tq[3]);
-    }
-    __syncthreads();
-    const float* src = s_red + (size_t(wc * W) * kColGroups + cg) * 8;
-    float4 k4 = *reinterpret_cast<const float4*>(src), q4 = *reinterpret_cast<const float4*>(src + 4);
-    for (int ww = 1; ww < W; ++ww) {
-      const float4 kn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8);
-      const float4 qn = *reinterpret_cast<const float4*>(src + ww * kColGroups * 8 + 4);
-      k4 = make_float4(__fadd_rn(k4.x, kn.x), __fadd_rn(k4.y, kn.y), __fadd_rn(k4.z, kn.z), __fadd_rn(k4.w, kn.w));
-      q4 = make_float4(__fadd_rn(q4.x, qn.x), __fadd_rn(q4.y, qn.y), __fadd_rn(q4.z, qn.z), __fadd_rn(q4.w, qn.w));
-    }
-    tk[0] = k4.x, tk[1] = k4.y, tk[2] = k4.z, tk[3] = k4.w;
-    tq[0] = q4.x, tq[1] = q4.y, tq[2] = q4.z, tq[3] = q4.w;
-  }
+  strip_sums(st, k, q, W, wr, wc, r, cg, s_red, tk, tq);
   float d[4], o[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const float kv = __fmul_rn(decay, tk[c]);
-    d[c] = __fmul_rn(beta, __fsub_rn(v[c], kv));
-    o[c] = __fmaf_rn(d[c], kq, __fmul_rn(decay, tq[c]));
-  }
+  delta_terms(decay, beta, kq, v, tk, tq, d, o);
 #pragma unroll
   for (int rr = 0; rr < kRowsPerThread; ++rr) {
-    const int i = i0 + rr;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) st[rr][c] = __fmaf_rn(k[rr], d[c], __fmul_rn(decay, st[rr][c]));
-    if (i < dk && j0 < dv) {
-      float* dst = S + size_t(i) * dv + j0;
-      if constexpr (vec) {
-        *reinterpret_cast<float4*>(dst) = make_float4(st[rr][0], st[rr][1], st[rr][2], st[rr][3]);
-      } else {
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (j0 + c < dv) dst[c] = st[rr][c];
-      }
-    }
+    update_state_row(st[rr], k[rr], decay, d);
+    store_state_row<vec>(S, i0 + rr, j0, dk, dv, st[rr]);
   }
   if (r == 0 && wr == 0) {
 #pragma unroll
