@@ -77,6 +77,7 @@
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -122,54 +123,17 @@ GdnWork carve(void* workspace, const GdnShape& s, int M) {
   return w;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
-
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
-// Sums one value per (thread, token) over the CTA for each of the tile's tokens: xor butterfly
-// in each warp, then the warps' sums in warp order (an order fixed by the block size, which
-// depends on the shape only). red: [nwarps][TT] floats. Every thread gets the sums.
-// Contains barriers: call from all threads.
-template <int TT>
-__device__ __forceinline__ void block_sums(float (&v)[TT], float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
-  for (int t = 0; t < TT; ++t) v[t] = warp_sum(v[t]);
-  if (lane == 0) {
-#pragma unroll
-    for (int t = 0; t < TT; ++t) red[warp * TT + t] = v[t];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    float sum = red[t];
-    for (int ww = 1; ww < nwarps; ++ww) sum = __fadd_rn(sum, red[ww * TT + t]);
-    v[t] = sum;
-  }
-  __syncthreads();  // red is reused by the next call
-}
+using gdn_math::block_sums;
+using gdn_math::l2norm_k;
+using gdn_math::l2norm_q;
+using gdn_math::silu;
+using gdn_math::warp_sum;
 
 // The gates of one (token, v-head): beta = sigmoid(b), decay = exp(g) with
 // g = −exp(A_log)·softplus(a + dt_bias). Shared by the prep kernel and the decode kernel.
 __device__ __forceinline__ void gdn_gates(float b, float a, float dt_bias, float a_log, float& decay, float& beta) {
-  beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
-  const float x = __fadd_rn(a, dt_bias);
-  const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch threshold 20
-  const float g = __fmul_rn(-expf(a_log), softplus);
-  decay = expf(g);
-}
-
-// l2norm factors (eps 1e-6 hard-coded as in HF): q̂ = q · (1/sqrt(Σq² + eps)) · (1/sqrt(dk)),
-// k̂ = k · (1/sqrt(Σk² + eps)). Shared by the prep kernel and the decode kernel.
-__device__ __forceinline__ float l2norm_q(float q, float qq, int dk) {
-  const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
-  return __fmul_rn(__fmul_rn(q, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq, 1e-6f)))), q_scale);
-}
-__device__ __forceinline__ float l2norm_k(float k, float kk) {
-  return __fmul_rn(k, __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk, 1e-6f))));
+  beta = gdn_math::gdn_beta(b);
+  decay = expf(gdn_math::gdn_log_decay(a, dt_bias, a_log));
 }
 
 // Per-token view of a prep tile: the sequence's first new token and its slot's conv state.

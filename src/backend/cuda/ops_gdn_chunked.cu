@@ -78,6 +78,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/ops_gdn_chunked.h"
 
 namespace moeserve::cuda {
@@ -90,7 +91,6 @@ constexpr int kPrepTT = 8;         // prep: tokens per CTA
 constexpr int kThreads = 256;      // intra and state kernels
 constexpr int kBN = 32;            // state pass: columns of S per CTA
 constexpr int kNormWarps = 8;
-constexpr unsigned kFull = 0xffffffffu;
 
 // Workspace regions (f32), each rounded up to 64 floats (256-B aligned).
 struct Work {
@@ -130,12 +130,9 @@ Work carve(void* ws, const GdnShape& s, size_t P) {
   return w;
 }
 
-__device__ __forceinline__ float silu(float x) { return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x))); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
+using gdn_math::block_sums;
+using gdn_math::silu;
+using gdn_math::warp_sum;
 
 // Number of 64-position chunks that the slice [p0, p0 + n) touches.
 __device__ __forceinline__ int num_chunks(int p0, int n) { return n <= 0 ? 0 : (p0 + n - 1) / kC - p0 / kC + 1; }
@@ -150,27 +147,6 @@ __device__ __forceinline__ void chunk_range(int p0, int n, int q, int& off, int&
 
 // ---- 1. prep ---------------------------------------------------------------------------
 
-// Sums one value per (thread, token) over the CTA for each of TT tokens: xor tree in each
-// warp, then the warps in order (the block size depends on the shape only). red: [nwarps][TT].
-// Contains barriers: call from all threads.
-template <int TT>
-__device__ __forceinline__ void block_sums(float (&v)[TT], float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
-  for (int t = 0; t < TT; ++t) v[t] = warp_sum(v[t]);
-  if (lane == 0) {
-#pragma unroll
-    for (int t = 0; t < TT; ++t) red[warp * TT + t] = v[t];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    float sum = red[t];
-    for (int ww = 1; ww < nwarps; ++ww) sum = __fadd_rn(sum, red[ww * TT + t]);
-    v[t] = sum;
-  }
-  __syncthreads();
-}
 
 // silu of the causal depthwise conv of channel c at global row m (sequence rows from t0; taps
 // before t0 read the slot's conv state st [conv_dim][K−1], oldest first).
@@ -220,12 +196,11 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
     }
     block_sums(qq, red);
     block_sums(kk, red);
-    const float q_scale = __fdiv_rn(1.0f, __fsqrt_rn(float(dk)));
 #pragma unroll
     for (int t = 0; t < kPrepTT; ++t) {
       if (i < dk && t < nt) {
-        const float qn = __fmul_rn(__fmul_rn(qv[t], __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(qq[t], 1e-6f)))), q_scale);
-        const float kn = __fmul_rn(kv[t], __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(kk[t], 1e-6f))));
+        const float qn = gdn_math::l2norm_q(qv[t], qq[t], dk);
+        const float kn = gdn_math::l2norm_k(kv[t], kk[t]);
         float* row = w.conv_out + size_t(r0 + t) * C;
         row[unit * dk + i] = qn;
         row[key_dim + unit * dk + i] = kn;
@@ -243,10 +218,8 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
     }
     if (i < nt) {
       const size_t gi = size_t(first_row + r0 + i) * nv + h, wi = size_t(r0 + i) * nv + h;
-      const float x = __fadd_rn(a[gi], p.dt_bias[h]);
-      const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch threshold 20
-      w.g[wi] = __fmul_rn(-expf(p.a_log[h]), softplus);
-      w.beta[wi] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b[gi])));
+      w.g[wi] = gdn_math::gdn_log_decay(a[gi], p.dt_bias[h], p.a_log[h]);
+      w.beta[wi] = gdn_math::gdn_beta(b[gi]);
     }
   }
 }
