@@ -790,6 +790,7 @@ int main(int argc, char** argv) {
   Options o;
   bool csv = false;
   double rotate_mb = 256;
+  int gemv_variant = 0;
   app.add_option("--config", config, "config.json of the model whose shapes to use");
   app.add_option("--weights", o.weights, "bf16, gptq-int4, fp8-block or hybrid-int4-fp8");
   app.add_option("--lm-head", o.lm_head, "auto (INT8 unless --weights bf16), bf16 or int8");
@@ -799,7 +800,10 @@ int main(int argc, char** argv) {
   app.add_option("--rotate-mb", rotate_mb, "distinct data each op rotates over (MB), to defeat the L2");
   app.add_option("--only", only, "comma-separated substrings: run only the ops whose name contains one");
   app.add_flag("--csv", csv, "CSV output");
+  app.add_option("--gemv-variant", gemv_variant,
+                 "force the one-token row GEMV kernel shape (0 = by shape; see set_row_gemv_one_token_variant)");
   CLI11_PARSE(app, argc, argv);
+  set_row_gemv_one_token_variant(gemv_variant);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     o.batches = bench::parse_int_list(batches);

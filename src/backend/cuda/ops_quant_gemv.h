@@ -51,6 +51,10 @@ struct RowGemvJob {
   bool accumulate = false;
 };
 bool row_gemv_supported(const DeviceLinear& w);
+// Measurement only (bench_kernels --gemv-variant): forces the kernel shape of one-token,
+// non-gated launches (0 = chosen by shape; 1..8: see launch() in ops_quant_gemv_multi.cu). Every
+// shape gives the same bits.
+void set_row_gemv_one_token_variant(int v);
 void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream);
 // y (+)= W · (silu(g) ⊙ u) with g, u f32 [M, K] (the shared expert's down projection without a
 // silu_mul launch): bit-identical to silu_mul_split(g, u) followed by row_gemv_f32. Needs

@@ -587,8 +587,24 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
     launch_stream<MT, 1, MT == 1 && !kGated ? 8 : 4, kGated>(x, u, M, jobs, K, stream);
 }
 
+// Measurement override of the one-token kernel (set_row_gemv_one_token_variant): 0 = by shape.
+int g_one_token_variant = 0;
+
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
 void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
+  if (!u && M == 1 && g_one_token_variant != 0) {
+    switch (g_one_token_variant) {
+      case 1: launch_stream<1, 1, 8, false>(x, u, M, jobs, K, stream); return;
+      case 2: launch_stream<1, 4, 3, false>(x, u, M, jobs, K, stream); return;
+      case 3: launch_variant<1, 4, 4, false>(x, u, M, jobs, K, stream); return;
+      case 4: launch_variant<1, 2, 4, false>(x, u, M, jobs, K, stream); return;
+      case 5: launch_variant<1, 1, 4, false>(x, u, M, jobs, K, stream); return;
+      case 6: launch_stream<1, 2, 6, false>(x, u, M, jobs, K, stream); return;
+      case 7: launch_variant<1, 4, 2, false>(x, u, M, jobs, K, stream); return;
+      case 8: launch_variant<1, 2, 8, false>(x, u, M, jobs, K, stream); return;
+      default: break;
+    }
+  }
   if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
     const size_t row_bytes = size_t(K) * sizeof(float);
     if (M == 1 || 2 * row_bytes > kGatedSmem) launch_small_m<1, true>(x, u, M, jobs, K, stream);
@@ -618,6 +634,8 @@ Job make_job(const RowGemvJob& j) {
 }
 
 }  // namespace
+
+void set_row_gemv_one_token_variant(int v) { g_one_token_variant = v; }
 
 bool row_gemv_supported(const DeviceLinear& w) {
   if (w.N <= 0 || w.K <= 0 || w.K % 4 != 0 || w.N > INT_MAX / 2 || w.K > INT_MAX / 2) return false;
