@@ -60,4 +60,16 @@ bool row_gemv_gated_supported(const DeviceLinear& w);
 void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
                         cudaStream_t stream);
 
+// How the M <= 2 streaming kernel (row_gemv_f32 and row_gemv_f32_gated at one or two tokens)
+// feeds its weights, process-wide, for A/B measurements in one binary; every feed gives the
+// same bits. Registers: a ring of 4-byte loads per lane in registers. CpAsync (the default):
+// 16-byte cp.async.cg copies into a per-warp ring in shared memory. Bulk: 1-D cp.async.bulk
+// copies of each row's step on an mbarrier (sm_90+; CpAsync elsewhere). A launch whose rows
+// are not 16-byte aligned (K·elem % 16 != 0), or whose ring would not fit the kernel's shared
+// memory, takes Registers (or CpAsync instead of Bulk). Read at launch time: a captured CUDA
+// graph keeps the feed it was captured with.
+enum class RowGemvFeed { Registers = 0, CpAsync = 1, Bulk = 2 };
+void set_row_gemv_feed(RowGemvFeed feed);
+RowGemvFeed row_gemv_feed();
+
 }  // namespace moeserve::cuda
