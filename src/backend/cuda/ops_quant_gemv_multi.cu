@@ -43,8 +43,8 @@
 //     512 B, 4x the bytes of a 4-byte load, without L1 allocation or registers); one commit
 //     group per step, wait_group(D - 1) + __syncwarp before a step is read; lanes then read
 //     their 4-byte (bf16 8-byte) groups from the slot, conflict-free, in the same lane -> k
-//     mapping. R = 1: D = 8, 32 KB per CTA (96 KB in flight per SM at 3 CTAs; the registers,
-//     ~64, allow more where the grid has them); R = 4: D = 3, 48 KB per CTA (2 CTAs: 96 KB).
+//     mapping. R = 1: D = 8, 32 KB per CTA (96 KB in flight per SM at 3 CTAs; the registers
+//     allow more where the grid has them); R = 4: D = 3, 48 KB per CTA (2-3 CTAs per SM).
 //   Bulk: the same ring; lane 0 fills a slot with one cp.async.bulk per row (512 B, bf16 1 KB,
 //     less in the last step) completing on the slot's mbarrier (expect_tx = exactly the bytes
 //     copied; the n-th use of slot d completes phase n, waited by parity n & 1). R = 4: D = 2
@@ -77,8 +77,11 @@
 // Roofline: the weight bytes once per call (N·K·{1, 1, 2} + scales) plus x (M·K·4 per CTA, from
 // L2) and y. Per weight at one token a lane spends about 4 instructions (convert, FP8 scale
 // multiply, fma, its share of loads and x), well under the issue rate that the HBM bandwidth
-// asks for, so M <= 2 is bound by the bytes in flight (the ring; Little's law: the bytes
-// in flight per SM must cover the HBM bandwidth per SM times the memory latency). At M = 8 the FMAs (8 per
+// asks for, so M <= 2 is bound by the bytes in flight (the ring; Little's law: the bytes in
+// flight per SM must cover the HBM bandwidth per SM times the memory latency; the CpAsync and
+// Bulk feeds also take the weights off the per-lane load path, which at 4 bytes per lane moves
+// one 128-byte line per request). At one token and one row per warp x is 4 bytes per weight
+// (f32, from L1): the L1 data path carries it beside the weights. At M = 8 the FMAs (8 per
 // weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per R rows) take
 // about as long as the FP8 bytes: CUDA cores cannot do better there.
 #include <cuda_fp8.h>
@@ -839,12 +842,13 @@ void launch_stream_feed(int feed, const float* x, const float* u, int M, const J
 //   4 rows, one token    3                3 (48 KB per CTA)     2 (32 KB + barriers)
 //   4 rows, two tokens   2                3                     2
 //   4 rows, gated        3                2 (32 KB + act)       2
-//   1 row,  M <= 2       8 (M = 1), 4     8 (32 KB per CTA)     8
+//   1 row,  M <= 2       8 (M = 1), 4     8 (32 KB per CTA)     8 (6 at two tokens)
 //   1 row,  gated        4                4 (16 KB + act)       4
 // Bytes in flight per SM (FP8/INT8, CpAsync): 1 row: 3 CTAs x 8 warps x 8 x 512 B = 96 KB (the
 // register budget; more CTAs where the grid has them and the registers allow); 4 rows: 2 CTAs x
-// 48 KB = 96 KB. sm_121 (100 KB of shared memory per SM) holds exactly those CTAs (3 x 33 KB,
-// 2 x 49 KB with the per-CTA reserve); the H200 (228 KB) up to 6 and 4.
+// 48 KB = 96 KB (one token: registers budgeted for 3 CTAs, 144 KB, where shared memory allows).
+// sm_121 (100 KB of shared memory per SM) holds 3 x 33 KB or 2 x 49 KB (with the per-CTA
+// reserve); the H200 (228 KB) up to 6 and 4.
 template <int MT, bool kGated>
 void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
   long long rows = 0;
@@ -853,8 +857,8 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
   if (rows >= 4LL * 16 * sm_count())
     launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, kGated ? 2 : 3, 2>(feed, x, u, M, jobs, K, stream);
   else
-    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, kGated ? 4 : 8, kGated ? 4 : 8>(feed, x, u, M, jobs,
-                                                                                                  K, stream);
+    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, kGated ? 4 : 8, kGated ? 4 : MT == 1 ? 8 : 6>(
+        feed, x, u, M, jobs, K, stream);
 }
 
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
