@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_quant_gemv.h"
 #include "bench_util.h"
 #include "backend/cuda/qwen35_cuda.h"
 
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
   bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true, host_logits = false, chunked_deltanet = true;
   int context = 512, steps = 32;
+  std::string gemv_feed = "lean";
   app.add_option("--config", config);
   app.add_option("--weights", weights);
   app.add_flag("--int8-lm-head", int8_head);
@@ -77,9 +79,11 @@ int main(int argc, char** argv) {
   app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
   app.add_flag("--tensor-core-decode", tensor_core_decode,
                "generated tokens on the tensor-core kernels too (default: the GEMVs)");
+  app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout in a pipe
   try {
+    cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
     const auto batch_list = bench::parse_int_list(batches);
     const auto prefill_list = bench::parse_int_list(prefills);
     const int max_batch = *std::max_element(batch_list.begin(), batch_list.end());

@@ -791,6 +791,7 @@ int main(int argc, char** argv) {
   bool csv = false;
   double rotate_mb = 256;
   int gemv_variant = 0;
+  std::string gemv_feed = "lean";
   app.add_option("--config", config, "config.json of the model whose shapes to use");
   app.add_option("--weights", o.weights, "bf16, gptq-int4, fp8-block or hybrid-int4-fp8");
   app.add_option("--lm-head", o.lm_head, "auto (INT8 unless --weights bf16), bf16 or int8");
@@ -802,8 +803,10 @@ int main(int argc, char** argv) {
   app.add_flag("--csv", csv, "CSV output");
   app.add_option("--gemv-variant", gemv_variant,
                  "force the one-token row GEMV kernel shape (0 = by shape; see set_row_gemv_one_token_variant)");
+  app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
   CLI11_PARSE(app, argc, argv);
   set_row_gemv_one_token_variant(gemv_variant);
+  set_row_gemv_feed(parse_row_gemv_feed(gemv_feed));
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     o.batches = bench::parse_int_list(batches);

@@ -680,3 +680,144 @@ TEST(GpuOpsLinear, RowGemvF32OneAndTwoTokensTallAndShort) {
     }
   }
 }
+
+// ---- The streaming kernel's weight feeds (RowGemvFeed) -------------------------------------
+
+namespace {
+
+// Puts the process-wide feed back when the test ends (the other tests run the default).
+struct FeedGuard {
+  cuda::RowGemvFeed saved = cuda::row_gemv_feed();
+  ~FeedGuard() { cuda::set_row_gemv_feed(saved); }
+};
+
+constexpr cuda::RowGemvFeed kFeeds[] = {cuda::RowGemvFeed::Registers, cuda::RowGemvFeed::CpAsync,
+                                        cuda::RowGemvFeed::Bulk, cuda::RowGemvFeed::Lean};
+const char* feed_name(cuda::RowGemvFeed f) {
+  return f == cuda::RowGemvFeed::Registers ? "Registers"
+         : f == cuda::RowGemvFeed::CpAsync ? "CpAsync"
+         : f == cuda::RowGemvFeed::Bulk    ? "Bulk"
+                                           : "Lean";
+}
+
+// row_gemv_f32_gated over the first M rows of g, u; y starts as init (or zeros).
+std::vector<float> row_gemv_gated1(const cuda::DeviceLinear& w, const float* d_g, const float* d_u, int M,
+                                   bool accumulate = false, const std::vector<float>* init = nullptr) {
+  const size_t n = size_t(M) * size_t(w.N);
+  auto d_y = init ? to_device_f32(*init) : to_device_f32(std::vector<float>(n, 0.0f));
+  cuda::row_gemv_f32_gated(d_g, d_u, M, w, d_y.data(), accumulate, nullptr);
+  return to_host(d_y);
+}
+
+}  // namespace
+
+// One and two tokens through every feed: the shared-memory rings (CpAsync: 16-byte cp.async;
+// Bulk: cp.async.bulk on mbarriers) must give the register ring's bits, for FP8, INT8 and bf16,
+// K = 1024 (2 steps: fewer than the ring's slots), 3072, 8192 (16 steps: every slot reused, the
+// mbarrier parity flipping), 1040 (a partial last step of 16 k and a partial scale block, rows
+// 16-byte aligned) and 1000 (bf16: a partial step in the rings; FP8/INT8: rows not 16-byte
+// aligned, so every feed falls back to registers), short N (1 row per warp) and tall N (4 rows
+// per warp); plain, accumulating and gated; and one launch of several mixed jobs. Every result
+// is also compared with the same rows of the M = 16 tiled kernel, which no feed touches.
+TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
+  MOESERVE_REQUIRE_GPU();
+  FeedGuard guard;
+  Rng rng(24);
+  const int64_t tall = tall_rows();
+  constexpr int kRows = 16;
+  std::vector<TestWeight> ws;
+  for (int64_t K : {1024, 3072, 8192, 1040, 1000}) {
+    ws.push_back(make_fp8_block(rng, 300, K, 0.03f, K == 3072));
+    ws.push_back(make_int8_rowwise(rng, 263, K, 0.05f));
+    ws.push_back(make_dense_bf16(rng, 37, K, 0.05f));
+  }
+  for (int64_t K : {1024, 1040}) {  // tall: 4 rows per warp, rows past N in the last warp
+    ws.push_back(make_fp8_block(rng, tall + 37, K, 0.03f, false));
+    ws.push_back(make_int8_rowwise(rng, tall + 3, K, 0.05f));
+    ws.push_back(make_dense_bf16(rng, tall + 1, K, 0.05f));
+  }
+  ws.push_back(make_fp8_block(rng, tall + 5, 3072, 0.03f, true));  // tall, 6 steps: slots reused
+  for (const auto& t : ws) {
+    const int64_t N = t.weight.out_features, K = t.weight.in_features;
+    SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+    ASSERT_TRUE(cuda::row_gemv_supported(d));
+    const auto d_x = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 1.0f));
+    const auto g = random_f32(rng, size_t(2) * size_t(K), 3.0f), u = random_f32(rng, size_t(2) * size_t(K), 1.0f);
+    const auto d_g = to_device_f32(g), d_u = to_device_f32(u);
+    const bool gated = cuda::row_gemv_gated_supported(d);
+    cuda::set_row_gemv_feed(cuda::RowGemvFeed::Registers);
+    const auto tiled = row_gemv1(d, d_x.data(), kRows);
+    for (int M : {1, 2}) {
+      const std::vector<std::vector<float>> init{random_f32(rng, size_t(M) * size_t(N), 1.0f)};
+      cuda::set_row_gemv_feed(cuda::RowGemvFeed::Registers);
+      const auto want = row_gemv1(d, d_x.data(), M);
+      const auto want_acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
+      std::vector<float> want_gated, want_gated_acc;
+      if (gated) {
+        want_gated = row_gemv_gated1(d, d_g.data(), d_u.data(), M);
+        want_gated_acc = row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init[0]);
+      }
+      EXPECT_EQ(count_diffs(want, rows(tiled, M, N)), 0u) << "Registers M=" << M << " vs the M=16 rows";
+      for (cuda::RowGemvFeed f : kFeeds) {
+        if (f == cuda::RowGemvFeed::Registers) continue;
+        cuda::set_row_gemv_feed(f);
+        const std::string tag = std::string(feed_name(f)) + " M=" + std::to_string(M);
+        const auto y = row_gemv1(d, d_x.data(), M);
+        EXPECT_EQ(count_diffs(y, want), 0u) << tag << ": differs from Registers";
+        EXPECT_EQ(count_diffs(y, rows(tiled, M, N)), 0u) << tag << ": differs from the M=16 rows";
+        EXPECT_EQ(count_diffs(row_gemv({&d}, d_x.data(), M, {true}, &init)[0], want_acc), 0u)
+            << tag << " accumulate: differs from Registers";
+        if (gated) {
+          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M), want_gated), 0u)
+              << tag << " gated: differs from Registers";
+          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init[0]), want_gated_acc), 0u)
+              << tag << " gated accumulate: differs from Registers";
+        }
+      }
+    }
+  }
+
+  // Several jobs of mixed formats in one launch (short together, and tall together), some
+  // accumulating: every feed gives each job the bits of its Registers launch alone.
+  for (int64_t K : {3072, 1040}) {
+    SCOPED_TRACE("jobs K=" + std::to_string(K));
+    std::vector<TestWeight> set;
+    set.push_back(make_fp8_block(rng, 1024, K, 0.03f, false));
+    set.push_back(make_dense_bf16(rng, 256, K, 0.05f));
+    set.push_back(make_int8_rowwise(rng, 50, K, 0.05f));
+    set.push_back(make_dense_bf16(rng, 1, K, 0.05f));
+    std::vector<TestWeight> tall_set;
+    tall_set.push_back(make_fp8_block(rng, tall / 2 + 3, K, 0.03f, false));
+    tall_set.push_back(make_dense_bf16(rng, tall / 2 + 11, K, 0.05f));
+    tall_set.push_back(make_int8_rowwise(rng, 520, K, 0.05f));
+    const auto d_x = to_device_f32(random_f32(rng, size_t(2) * size_t(K), 1.0f));
+    for (const auto* s : {&set, &tall_set}) {
+      std::vector<cuda::DeviceLinear> d;
+      for (const auto& t : *s) d.push_back(cuda::upload_linear(t.weight, nullptr));
+      std::vector<const cuda::DeviceLinear*> ptrs;
+      for (const auto& w : d) ptrs.push_back(&w);
+      for (int M : {1, 2}) {
+        std::vector<bool> acc(d.size());
+        std::vector<std::vector<float>> init;
+        for (size_t i = 0; i < d.size(); ++i) {
+          acc[i] = i % 2 == 1;
+          init.push_back(random_f32(rng, size_t(M) * size_t(d[i].N), 1.0f));
+        }
+        cuda::set_row_gemv_feed(cuda::RowGemvFeed::Registers);
+        std::vector<std::vector<float>> alone;
+        for (size_t i = 0; i < d.size(); ++i) {
+          const std::vector<std::vector<float>> one{init[i]};
+          alone.push_back(row_gemv({ptrs[i]}, d_x.data(), M, {acc[i]}, &one)[0]);
+        }
+        for (cuda::RowGemvFeed f : kFeeds) {
+          cuda::set_row_gemv_feed(f);
+          const auto fused = row_gemv(ptrs, d_x.data(), M, acc, &init);
+          for (size_t i = 0; i < d.size(); ++i)
+            EXPECT_EQ(count_diffs(fused[i], alone[i]), 0u)
+                << feed_name(f) << " set of " << d.size() << ", job " << i << ", M=" << M;
+        }
+      }
+    }
+  }
+}

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <span>
+#include <string>
 
 #include "backend/cuda/device_linear.h"
 
@@ -52,6 +53,10 @@ struct RowGemvJob {
 };
 bool row_gemv_supported(const DeviceLinear& w);
 // Measurement only (bench_kernels --gemv-variant): forces the kernel shape of one-token,
+// non-gated launches (0 = chosen by shape; 1..14: see launch() in ops_quant_gemv_multi.cu). Every
+// shape gives the same bits.
+void set_row_gemv_one_token_variant(int v);
+// Measurement only (bench_kernels --gemv-variant): forces the kernel shape of one-token,
 // non-gated launches (0 = chosen by shape; 1..8: see launch() in ops_quant_gemv_multi.cu). Every
 // shape gives the same bits.
 void set_row_gemv_one_token_variant(int v);
@@ -63,5 +68,19 @@ void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaS
 bool row_gemv_gated_supported(const DeviceLinear& w);
 void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
                         cudaStream_t stream);
+
+// How the M <= 2 streaming kernel (row_gemv_f32 and row_gemv_f32_gated at one or two tokens)
+// feeds its weights, process-wide, for A/B measurements in one binary; every feed gives the
+// same bits. Registers: a ring of 4-byte loads per lane in registers. CpAsync (the default):
+// 16-byte cp.async.cg copies into a per-warp ring in shared memory. Bulk: 1-D cp.async.bulk
+// copies of each row's step on an mbarrier (sm_90+; CpAsync elsewhere). A launch whose rows
+// are not 16-byte aligned (K·elem % 16 != 0), or whose ring would not fit the kernel's shared
+// memory, takes Registers (or CpAsync instead of Bulk). Read at launch time: a captured CUDA
+// graph keeps the feed it was captured with.
+enum class RowGemvFeed { Registers = 0, CpAsync = 1, Bulk = 2, Lean = 3 };
+void set_row_gemv_feed(RowGemvFeed feed);
+// "registers", "cp-async", "bulk" or "lean" (bench flags); throws Error otherwise.
+RowGemvFeed parse_row_gemv_feed(const std::string& name);
+RowGemvFeed row_gemv_feed();
 
 }  // namespace moeserve::cuda
