@@ -17,13 +17,15 @@
 //   up columns, 4 consecutive columns per lane (one 16-byte load per packed row: a warp reads
 //   two 256-byte row slices per row). The tile's x rows are staged in shared memory as f32
 //   ([kTile][H], 48 KB at H 3072); every lane of a warp reads the same x (a broadcast). A
-//   thread walks its range in chunks of up to 4 packed rows, the next chunk's words (and its
-//   scale block's scales and zeros) loaded while the current one is computed, and keeps rows
-//   about kAhead packed rows further on requested into L2 (prefetch.global.L2, no registers):
-//   a CTA has about (4 + 4 + 8) x 512 B per warp of its slice in flight. Each word is
-//   dequantised once (symmetric: dequant8_const_zero, asymmetric: dequant8) and multiplied into
-//   the block sums of all the tile's tokens (a tile of tn slots runs the loop compiled for
-//   exactly tn). The 8 range partials meet in shared memory (over the staged x, no longer read)
+//   thread walks its range in chunks of up to kChunk = 2 packed rows, the next chunk's words
+//   (with its group's scales and zeros) loaded into registers while the current one is
+//   computed, and keeps the rows up to kAhead = 12 packed rows further on requested into L2
+//   (prefetch.global.L2, no registers): about (2 + 2 + 12) x 512 B = 8 KB per warp, 128 KB per
+//   SM, of the slice in flight. (4-row register chunks spill at the 128 registers that 2 CTAs
+//   per SM allow.) Each word is dequantised once (symmetric: dequant8_const_zero<8>;
+//   asymmetric: dequant8_const_zero<0> then one FADD of the zero: both exact, the values of
+//   dequant8) and multiplied into the block sums of all the tile's tokens (a tile of tn slots
+//   runs the loop compiled for exactly tn). The 8 range partials meet in shared memory (over the staged x, no longer read)
 //   and a thread per (slot, column) writes act = silu(0 + g_0 + .. + g_7)·(0 + u_0 + .. + u_7).
 // grouped_down_kernel: CTA (tile, 128 columns of H), 8 warps = the 8 K ranges of I, 32 lanes x
 //   4 columns (512 contiguous bytes per packed row); the tile's act rows staged in shared
@@ -42,11 +44,13 @@
 // 3·I·H/g·2) plus per CTA its tile's x rows from L2 (gate/up: 4·tn·H per 64 columns, i.e. 4·tn/64
 // of the weight bytes; down: 4·tn·I per 128 columns). 122B-A10B at 64 tokens (top-8 of 256,
 // ~222 distinct experts): 1.04 GB of INT4 experts + 33 MB of scales, 0.25 ms at 4.28 TB/s: the
-// roofline. Arithmetic per weight word: 8 FFMA per slot plus the dequantisation (about 17
-// instructions symmetric, 31 asymmetric; ops_moe_decode.cu's count) shared by the slots, plus
-// 0.5 shared-memory x loads per slot: with ~2.3 slots per expert the issue time is of the same
-// order as the byte time, so both the loads and the FMAs have to stay busy (2 CTAs of 256
-// threads per SM, <= 128 registers).
+// roofline. Arithmetic per weight word: 8 FFMA per slot plus the dequantisation (17
+// instructions symmetric, 25 asymmetric) shared by the slots, plus 0.5 shared-memory x loads per
+// slot (a row's x serves the lane's 4 words) and ~2.5 of loop, loads and prefetches: with ~2.3
+// slots per expert about 39 instructions per word, 10 G thread-instructions per layer, of the
+// same order as the byte time at the H200's issue rate (an estimate, not a measurement), so the
+// loads and the FMAs both have to stay busy: 2 CTAs of 256 threads per SM, 128 registers, no
+// spills on sm_121 (sm_90: 20 bytes in the asymmetric gate/up kernel).
 // Preconditions (gptq_grouped_supported; otherwise the tiled path serves the step): the GPTQ fast
 // path (K % 64 == 0, no act-order, g % 8 == 0, N % 8 == 0), gate and up with one group size and
 // zero mode, x 16-byte aligned, the shared memory (max(4·kTile·H, 16 KB) for gate/up) within
@@ -70,7 +74,8 @@ constexpr int kUpCols = 64;     // gate/up: columns of I per CTA (16 lanes x 4, 
 constexpr int kDownCols = 128;  // down: columns of H per CTA (32 lanes x 4)
 constexpr int kChunk = 2;       // packed rows per register chunk (two chunks in flight)
 constexpr int kAhead = 12;      // L2 prefetch distance beyond the chunk being loaded (packed rows)
-constexpr int kStageVecs = 8;   // 16-byte loads in flight per thread while staging x
+constexpr int kStageUp = 12;   // 16-byte loads in flight per thread staging x (4 x 3072 floats: one round)
+constexpr int kStageDown = 4;  // staging act (4 x 1024 floats: one round; 8 made the sm_90 down kernel spill)
 constexpr size_t kMaxSmem = 96 * 1024;  // <= 99 KB per block (sm_121)
 
 static_assert(kTile == 4, "the tn switch in the kernels covers tiles of up to 4 slots");
@@ -253,15 +258,15 @@ __device__ __forceinline__ float4 load4(const Tx* p) {
 }
 
 // Copies tn rows of len activations (row j at src + row[j]·len; len % 4 == 0) into xs[j·len ..]
-// as f32, kStageVecs 16-byte loads in flight per thread before the first store; then a barrier.
-template <typename Tx>
+// as f32, V 16-byte loads in flight per thread before the first store; then a barrier.
+template <int V, typename Tx>
 __device__ __forceinline__ void stage_tile(const Tx* __restrict__ src, const int (&row)[kTile], int tn, int len,
                                            float* xs) {
   const int vpr = len / 4, nvec = tn * vpr;
-  for (int base = threadIdx.x; base < nvec; base += kStageVecs * kThreads) {
-    float4 v[kStageVecs];
+  for (int base = threadIdx.x; base < nvec; base += V * kThreads) {
+    float4 v[V];
 #pragma unroll
-    for (int q = 0; q < kStageVecs; ++q) {
+    for (int q = 0; q < V; ++q) {
       const int vi = base + q * kThreads;
       if (vi < nvec) {
         const int j = vi / vpr, i = vi - j * vpr;
@@ -269,7 +274,7 @@ __device__ __forceinline__ void stage_tile(const Tx* __restrict__ src, const int
       }
     }
 #pragma unroll
-    for (int q = 0; q < kStageVecs; ++q) {
+    for (int q = 0; q < V; ++q) {
       const int vi = base + q * kThreads;
       if (vi < nvec) reinterpret_cast<float4*>(xs)[vi] = v[q];  // xs[j·len + 4i] = 4·vi
     }
@@ -307,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     slot[j] = j < tn ? __ldg(tiles.order + meta.first + j) : 0;
     token[j] = slot[j] / k_top;
   }
-  stage_tile<Tx>(x, token, tn, H, xs);
+  stage_tile<kStageUp, Tx>(x, token, tn, H, xs);
   float acc[4][kTile];
 #pragma unroll
   for (int c = 0; c < 4; ++c)
@@ -362,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   int slot[kTile];
 #pragma unroll
   for (int j = 0; j < kTile; ++j) slot[j] = j < tn ? __ldg(tiles.order + meta.first + j) : 0;
-  stage_tile<float>(act, slot, tn, I, xs);
+  stage_tile<kStageDown, float>(act, slot, tn, I, xs);
   float acc[4][kTile];
 #pragma unroll
   for (int c = 0; c < 4; ++c)
