@@ -64,7 +64,7 @@ void moe_routed_experts(const float* x, const float* router_logits, const MoeSha
                         float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                         const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr);
 
-// Steps of kDecodeMaxTokens + 1 (9) .. moe_grouped_max_tokens() tokens with GPTQ INT4 experts
+// Steps of 9 .. max_tokens (set_moe_grouped_max_tokens, default 64) tokens with GPTQ INT4 experts
 // (no act-order, gate and up of one group size and zero mode, x 16-byte aligned) run the grouped
 // kernels (ops_moe_grouped.cu): routing + grouping into tiles of up to 4 slots of one expert,
 // gate/up and down reading each tile's expert slice once for all its slots, and the combine. A
