@@ -7,7 +7,7 @@
 // (kp, n) = q[8kp + j, n]), scales f16 [E][K/g][N], qzeros [E][K/g][N/8] (stored zero - 1);
 // x f32 or bf16 [M, H]; act f32 [M·k, I] and y f32 [M·k, H] by slot (slot = token·k + rank).
 // The grouping is route_and_group's (ops_moe.cu) with tiles of kTile slots: tile t is expert
-// tile.expert[t] with the slots order[start[t] .. start[t] + count[t]); an expert with more than
+// expert[t] with the slots order[start[t] .. start[t] + count[t]); an expert with more than
 // kTile slots has several tiles, adjacent in blockIdx.x, so their CTAs run together and share
 // the expert's lines in L2. The routed sum, residual and gated shared expert are added by
 // combine_routed (ops_moe.cu), as on the tiled path.
@@ -25,8 +25,9 @@
 //   per SM allow.) Each word is dequantised once (symmetric: dequant8_const_zero<8>;
 //   asymmetric: dequant8_const_zero<0> then one FADD of the zero: both exact, the values of
 //   dequant8) and multiplied into the block sums of all the tile's tokens (a tile of tn slots
-//   runs the loop compiled for exactly tn). The 8 range partials meet in shared memory (over the staged x, no longer read)
-//   and a thread per (slot, column) writes act = silu(0 + g_0 + .. + g_7)·(0 + u_0 + .. + u_7).
+//   runs the loop compiled for exactly tn). The 8 range partials meet in shared memory (over
+//   the staged x, no longer read) and a thread per (slot, column) writes
+//   act = silu(0 + g_0 + .. + g_7)·(0 + u_0 + .. + u_7).
 // grouped_down_kernel: CTA (tile, 128 columns of H), 8 warps = the 8 K ranges of I, 32 lanes x
 //   4 columns (512 contiguous bytes per packed row); the tile's act rows staged in shared
 //   memory ([kTile][I]); y[slot, n] = 0 + range 0 + .. + range 7.
@@ -53,7 +54,7 @@
 // spills on sm_121 (sm_90: 20 bytes in the asymmetric gate/up kernel).
 // Preconditions (gptq_grouped_supported; otherwise the tiled path serves the step): the GPTQ fast
 // path (K % 64 == 0, no act-order, g % 8 == 0, N % 8 == 0), gate and up with one group size and
-// zero mode, x 16-byte aligned, the shared memory (max(4·kTile·H, 16 KB) for gate/up) within
+// zero mode, x 16-byte aligned, the shared memory (gate/up max(16·H bytes, 16 KB)) within
 // kMaxSmem and the device's opt-in limit. sm_90 and sm_121: plain loads, prefetch.global.L2 and
 // FMAs only; at most 96 KB of shared memory per block (48 KB at the 122B shape, no opt-in).
 #include <algorithm>
