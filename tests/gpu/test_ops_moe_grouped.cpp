@@ -5,7 +5,8 @@
 //     shared expert fused into the combine and bf16 x without it;
 //   - the same token alone (M = 1: the decode kernels, ops_moe_decode.cu, or the tiled kernels
 //     where those refuse the shape), bit for bit;
-//   - the CPU block (cpu::moe_forward) on odd shapes (1-row scale blocks, a partial column block).
+//   - the CPU block (cpu::moe_forward) on odd shapes (1-row scale blocks, a partial column block);
+//   - the tiled kernels again at M = 128 and 200 with the token limit raised (A/B runs).
 // The x rows of the bit-for-bit tests span magnitudes 2^-20 .. 2^20, so an inexact
 // dequantisation or a different summation order shows in the low bits.
 #include <gtest/gtest.h>
@@ -253,6 +254,34 @@ TEST(GpuOpsMoeGrouped, MatchesCpuMoe) {
       const double scale = error_stats(routed, routed).max_ref;
       EXPECT_TRUE(all_close("moe grouped " + c.name() + " M=" + std::to_string(M), got, ref, {M, c.H}, {"token", "h"},
                             1e-4 * scale, 1e-6));
+    }
+  }
+}
+
+// Above the default limit (set_moe_grouped_max_tokens raised for an A/B run): still the tiled
+// kernels' bits, with experts of up to ~25 tiles and routing outside the grouping CTA (M > 64).
+TEST(GpuOpsMoeGrouped, LargerStepsEqualTiledKernels) {
+  MOESERVE_REQUIRE_GPU();
+  DispatchGuard guard;
+  Rng rng(65);
+  for (const Case& c : std::vector<Case>{{16, 8, 3072, 1024, 128, true}, {8, 3, 320, 192, 32, false}}) {
+    SCOPED_TRACE(c.name());
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+    cuda::set_moe_grouped_max_tokens(256);
+    for (int M : {128, 200}) {
+      ASSERT_TRUE(cuda::moe_grouped_serves(cuda::MoeShape{c.E, c.k, c.H, c.I}, d, M));
+      const Inputs in = make_inputs(rng, c, M, true);
+      cuda::set_moe_grouped_enabled(true);
+      const auto grouped = run(d, c, M, in, true);
+      cuda::set_moe_grouped_enabled(false);
+      const auto tiled = run(d, c, M, in, true);
+      cuda::set_moe_grouped_enabled(true);
+      size_t first = 0;
+      const size_t diffs = bit_diffs(grouped, tiled, 0, grouped.size(), &first);
+      EXPECT_EQ(diffs, 0u) << "M = " << M << ": " << diffs << " of " << grouped.size()
+                           << " outputs differ; first at token " << first / size_t(c.H) << " h "
+                           << first % size_t(c.H);
     }
   }
 }
