@@ -6,6 +6,10 @@
 // gptq_decode_supported) skip all of this: ops_moe_decode.cu routes inside its gate/up kernel
 // and combines inside its down kernel (two launches instead of four), with the same bits per
 // token as the path below (same route_token, same sums, same combine arithmetic).
+// Steps of 9 .. 64 tokens (set_moe_grouped_max_tokens) with GPTQ INT4 experts keep the routing,
+// grouping and combine below but run the grouped gate/up and down kernels of ops_moe_grouped.cu
+// on tiles of 4 slots (each expert slice read once per tile, every word dequantised once for
+// all its slots), again with the same bits per token.
 //
 // moe_route_kernel: one warp per token (route_token, ops_moe_internal.cuh). Lane L holds logits
 //   L, L+32, ...; fp32 softmax (max, accurate expf, the denominator summed per lane then by a
@@ -23,7 +27,9 @@
 //   down kernel repeats exactly these steps.
 // route_and_group / combine_routed (moe_detail) launch these for moe_routed_experts and for the
 // tensor-core path (ops_moe_mma.cu), so both route and combine with the same kernels.
+#include <atomic>
 #include <cfloat>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_moe_internal.cuh"
@@ -233,6 +239,14 @@ void combine_routed(const float* y, const float* weights, const MoeShape& s, int
 
 namespace {
 
+std::atomic<bool> g_grouped_enabled{true};
+std::atomic<int> g_grouped_max_tokens{64};
+
+bool grouped_serves(const MoeShape& s, const DeviceExperts& ex, int M) {
+  return M > kDecodeMaxTokens && M <= g_grouped_max_tokens.load() && g_grouped_enabled.load() &&
+         gptq_grouped_supported(s, ex);
+}
+
 template <typename T>
 void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts, int M,
                 void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream,
@@ -252,11 +266,22 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
                 stream, shared_ready);
     return;
   }
+  const int slots = M * s.top_k;
+  // Batch-decode steps of GPTQ experts: the grouped kernels (ops_moe_grouped.cu) on tiles of
+  // kGroupedTile slots, the same bits as the tiled kernels below.
+  if (grouped_serves(s, experts, M) && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    route_and_group(router_logits, s, M, kGroupedTile, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start,
+                    w.tile_count, w.order, stream);
+    const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
+    gptq_grouped(x, s, experts, tiles, max_tiles(slots, s.num_experts, kGroupedTile), w.act, w.y, stream);
+    if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));
+    combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
+    return;
+  }
   // Decode-sized steps: tiles of 2 (an expert rarely has more tokens; the 2-token kernels
   // use fewer registers, so more warps hide the weight loads). A token's sums are the same
   // in either tile size.
   const int tile = M <= 8 ? kSmallTile : kTokenTile;
-  const int slots = M * s.top_k;
   route_and_group(router_logits, s, M, tile, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
                   w.order, stream);
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
@@ -273,6 +298,12 @@ void launch_moe(const T* x, const float* router_logits, const MoeShape& s, const
 }
 
 }  // namespace
+
+void set_moe_grouped_enabled(bool on) { g_grouped_enabled.store(on); }
+void set_moe_grouped_max_tokens(int max_tokens) { g_grouped_max_tokens.store(max_tokens); }
+bool moe_grouped_serves(const MoeShape& s, const DeviceExperts& experts, int M) {
+  return grouped_serves(s, experts, M);
+}
 
 void moe_routed_experts(const bf16* x, const float* router_logits, const MoeShape& s, const DeviceExperts& experts,
                         int M, void* workspace, size_t workspace_bytes, float* residual, cudaStream_t stream) {

@@ -64,6 +64,18 @@ void moe_routed_experts(const float* x, const float* router_logits, const MoeSha
                         float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                         const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr);
 
+// Steps of 9 .. max_tokens (set_moe_grouped_max_tokens, default 64) tokens with GPTQ INT4 experts
+// (no act-order, gate and up of one group size and zero mode, x 16-byte aligned) run the grouped
+// kernels (ops_moe_grouped.cu): routing + grouping into tiles of up to 4 slots of one expert,
+// gate/up and down reading each tile's expert slice once for all its slots, and the combine. A
+// token gets the same bits as through the tiled kernels they replace (and the decode kernels).
+// The switches are read on the host at launch (a captured CUDA graph keeps the path it was
+// captured with); they exist for A/B measurements and default to on, 64 tokens.
+void set_moe_grouped_enabled(bool on);
+void set_moe_grouped_max_tokens(int max_tokens);
+// Whether moe_routed_experts would take the grouped kernels for this step (given an aligned x).
+bool moe_grouped_serves(const MoeShape& shape, const DeviceExperts& experts, int M);
+
 // Same contract as moe_routed_experts (f32 overload), expert GEMMs on tensor cores (mma.sync
 // bf16, f32 activations split hi + lo; ops_moe_mma.cu). A token's result is bit-identical for any
 // M and any other tokens in the launch (not equal to moe_routed_experts' bits). Returns false (and

@@ -242,6 +242,17 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
                  int32_t* ids, float* weights, float* act, float* residual, const float* shared_out,
                  const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready = nullptr);
 
+// Generated-token steps of more than kDecodeMaxTokens tokens with GPTQ INT4 experts
+// (ops_moe_grouped.cu): after route_and_group with tiles of kGroupedTile slots, gate/up and down
+// kernels that read each tile's expert slice once for all its slots (act [M·k, I], y [M·k, H]
+// by slot, as gptq_gate_up / gptq_down), the same bits per token as the tiled kernels; the
+// caller adds the combine (combine_routed). grid_tiles: max_tiles(M·k, E, kGroupedTile).
+constexpr int kGroupedTile = 4;
+bool gptq_grouped_supported(const MoeShape& s, const DeviceExperts& ex);
+template <typename T>
+void gptq_grouped(const T* x, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
+                  float* act, float* y, cudaStream_t stream);
+
 // The combine (ops_moe.cu): residual[m] += Σ_r weights[m·k + r]·y[m·k + r] in rank order, then
 // (when shared_out) + sigmoid(shared_gate_logit[m])·shared_out[m]. y: f32 [M·k, H] by slot.
 void combine_routed(const float* y, const float* weights, const MoeShape& s, int M, float* residual,
