@@ -64,6 +64,14 @@ void moe_routed_experts(const float* x, const float* router_logits, const MoeSha
                         float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                         const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr);
 
+// The generated-token GPTQ expert kernels (M <= 8, ops_moe_decode.cu) that moe_routed_experts
+// launches: 1 (default) the streaming kernels (cp.async ring, 32-column CTAs), 0 the previous
+// kernels, for an A/B in one binary; both give every output the same bits. The initial value
+// comes from the environment variable MOESERVE_MOE_DECODE_VARIANT ("0": the previous kernels),
+// else 1. Takes effect at the next launch (a captured CUDA graph keeps the kernels it captured).
+void set_moe_decode_variant(int variant);
+int moe_decode_variant();
+
 // Same contract as moe_routed_experts (f32 overload), expert GEMMs on tensor cores (mma.sync
 // bf16, f32 activations split hi + lo; ops_moe_mma.cu). A token's result is bit-identical for any
 // M and any other tokens in the launch (not equal to moe_routed_experts' bits). Returns false (and
