@@ -4,8 +4,46 @@
 // Layout: the checkpoint's own (not reordered): qweight [E][K/8][N] int32 (nibble j of word
 // (kp, n) = q[8kp + j, n]), scales f16 [E][K/g][N], qzeros [E][K/g][N/8]; x f32 or bf16 [M, H];
 // router logits f32 [M, E]; workspace ids / weights [M·k], act f32 [M·k, I] (slot = m·k + rank);
-// residual f32 [M, H].
+// residual f32 [M, H]. A packed row of one expert is N·4 bytes; 32 consecutive columns of it
+// are one 128-byte line.
 //
+// Two pairs of kernels with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h;
+// default 1): the streaming kernels (1) and the previous kernels (0), kept for an A/B.
+//
+// Streaming kernels (stream_gate_up_kernel, stream_down_kernel), the default:
+//   Grid: gate/up one CTA per (slot, 32 columns of I): M·k·I/32 CTAs (256 at M = 1 for I 1024);
+//   down one CTA per (token, 32 columns of H), all k ranks: M·H/32 (96 at M = 1 for H 3072).
+//   A CTA covers whole 128-byte lines, so each line of an expert is requested by one CTA only.
+//   Items (one per thread, more loop): a scale block (`block` packed rows) of two 16-byte column
+//   vectors A and B that multiply the same x rows: gate/up (4 columns, gate and up); down
+//   (columns c..c+3 and c+16..c+19 of one rank). Per packed row a thread reads 2 x 16 B of
+//   weights and 2 x 16 B of x (shared memory) for 8 words: 8 independent fmaf chains.
+//   Threads: 8·nblk (gate/up: 192 at H 3072, g128) and 4·k·nblk (down: 256 at k 8, I 1024).
+//   Streaming (stream_items): a thread requests its own rows with 16-byte cp.async.cg into its
+//   own shared-memory ring (R steps of S = 2 rows, or 1 for odd blocks; one commit group per
+//   step), R steps ahead of the step it computes, and waits with cp.async.wait_group R - 1:
+//   no register holds an in-flight word, no barrier orders the ring (only the issuing thread
+//   reads a slot), and compute overlaps the loads of the next R steps. An item's scales and
+//   zeros come with its first step (cp.async 8 / 4 B into an item slot). Block sums and scales
+//   go to shared memory; after one barrier the range and output sums run as in the previous
+//   kernels, the range partials reusing the ring.
+//   gate/up routes exactly as the previous kernel (warp 0, route_token, rounds 0..r; the other
+//   warps stage the x row as f32 with 4 floats of padding per scale block, so the 4 blocks a
+//   warp reads hit different banks); down reads ids / weights written by gate_up, stages the k
+//   act rows (stride I + 4), and combines into the residual as before.
+//   Bytes in flight and occupancy (plan_stream_launch, per device): the largest ring (<= 16
+//   steps, <= the thread's own rows) that fits 2 CTAs per SM when the grid exceeds the SMs,
+//   else 1. H200 (228 KB per SM), 122B-A10B shapes: gate/up 192 threads, R = 6 (12 of the 16
+//   rows of an item in flight at once: 72 KB per CTA, 144 KB per SM), 102 KB of shared memory,
+//   2 CTAs per SM (264 slots for 256 CTAs at M = 1: one wave); down at M = 1 one CTA per SM
+//   (96 CTAs), R = 8 (all 16 rows: 128 KB in flight), 184 KB; down at M >= 2, R = 3 (48 KB,
+//   2 CTAs per SM). Registers <= 128 (__maxnreg__). DGX Spark (sm_121, 99 KB per block): the
+//   same code with smaller rings; cp.async is sm_80 (no TMA, no wgmma).
+//   Shared memory above 48 KB: the kernels are opted in to the device's per-block maximum on
+//   the first call per device (cudaFuncSetAttribute: not a stream operation, so also legal when
+//   that first call is inside CUDA-graph capture).
+//
+// Previous kernels (decode_gate_up_kernel, decode_down_kernel), variant 0:
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
 //   (route_token, the grouping kernel's code; E <= 256; arg-max rounds 0..r only) while the
 //   other warps stage the token's x row in shared memory as f32; rank r's expert then gives
@@ -22,10 +60,14 @@
 //   items (4 columns, rank, scale block) like gate_up, then adds
 //   Σ_r w_r·y_r in rank order, the residual and sigmoid(gate)·shared to the residual directly
 //   (no y buffer, no combine launch).
-// Both kernels are programmatic dependent launches (pdl.cuh, when PDL is enabled): they wait
-// (pdl_wait) before touching global memory; gate_up lets down launch once its CTAs have routed.
-// Activations and routing written by earlier kernels are read with ld.global.cg (L2, never a
-// stale L1 line of a kernel that overlapped this one); only the weights take the read-only path.
+//   Occupancy: gate/up 192 threads at <= 112 registers (3 CTAs per SM: 396 slots for 512 CTAs
+//   at M = 1, a second partial wave), down 256 threads at <= 128 (2 per SM: 264 slots for 192
+//   CTAs at M = 1).
+// All four kernels are programmatic dependent launches (pdl.cuh, when PDL is enabled): they
+// wait (pdl_wait) before touching global memory (the weights to read depend on the routing, so
+// none is requested earlier); gate_up lets down launch once its CTAs have routed. Activations
+// and routing written by earlier kernels are read with ld.global.cg (L2, never a stale L1 line
+// of a kernel that overlapped this one); only the weights take the read-only / cp.async path.
 //
 // Arithmetic (the tiled kernels' exactly, ops_moe_gptq.cu, with the same dequantisation per
 // zero mode, so M picks a path without changing a bit; the combine is combine_kernel's): per
@@ -34,7 +76,7 @@
 // exact q - z); a range is fmaf(block_sum, scale, acc) over its blocks from 0; the output is
 // 0 + range 0 + ... + range 7. gate/up: act = silu(g)·u. down + combine: acc = fmaf(w_r, y_r,
 // acc) over ranks from 0, residual + acc, then fmaf(sigmoid(gate logit), shared, ·). None of it
-// depends on M or the other tokens.
+// depends on M, the other tokens, the variant, the ring size or the grid.
 //
 // Instructions per weight word (one 32-bit word = 8 nibbles, 8 FMAs), estimated from the code
 // size of a fully unrolled 32-word loop on sm_90 and sm_121 (cubin .text bytes / 16 per
@@ -44,20 +86,24 @@
 // instructions on its shifts, mask-ors, HSUB2s and f16 -> f32 conversions. The exponent
 // constants must live in registers (nibble_exponents) and the AND-OR be one explicit lop3
 // (and_or): otherwise the new path measured 33. 25 is the floor of this arithmetic (an exact
-// f32 (q - z) per nibble costs an OR and a subtract, then its FMA).
+// f32 (q - z) per nibble costs an OR and a subtract, then its FMA). The streaming kernels add
+// per step of S rows: 2·S shared-memory weight loads, 2·S x loads, 2·S cp.async and the ring's
+// bookkeeping (about 4 instructions per word at S = 2, not counted from SASS). At 25 per word
+// the SMs' issue rate is of the same order as the DRAM rate (a word is 4 bytes), so the
+// kernels overlap compute with the loads instead of alternating them.
 //
 // Roofline (bytes, per layer): the slots' expert weights once per slot: M·k·(3·I·H/2 +
-// 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales); a token picking
-// the same expert as another reads it again (tokens are not grouped: at M <= 8 few experts
-// repeat, and CTAs of one expert that run at the same time may share its lines in L2). Activations: per slot
-// CTA the x row (4·H bytes) and per down CTA k act rows (4·k·I bytes) come from L2.
+// 3·I·H/g·2) (122B-A10B at M = 1: 8 x 4.7 MB = 37.7 MB + 1.2 MB of scales, 39.3 MB in all with
+// the activations); a token picking the same expert as another reads it again (tokens are not
+// grouped: at M <= 8 few experts repeat, and CTAs of one expert that run at the same time may
+// share its lines in L2). Activations: per gate/up CTA the x row (4·H bytes) and per down CTA
+// k act rows (4·k·I bytes) come from L2.
 // Preconditions (gptq_decode_supported; the tiled path serves the rest): the GPTQ fast path
 // without act-order, E <= 256, gate and up with one group size, blocks of <= 16 packed rows and
-// <= 47 KB of dynamic shared memory per CTA (down: 4·k·(I + 4 + 32·nblk + 8·16 + 16) bytes with
-// nblk = I / (8·block): 45.7 KB at k 8, I 1024). Items beyond 256 (gate/up) or 512 (down)
-// threads loop.
-// Occupancy: gate/up 192 threads at <= 112 registers (3 CTAs per SM; 4 would spill the 16
-// in-flight words), down 256 threads at <= 128 (2 per SM: 264 slots for 192 CTAs at M = 1).
+// <= 47 KB of dynamic shared memory per CTA for the previous kernels (down: 4·k·(I + 4 + 32·nblk
+// + 8·16 + 16) bytes with nblk = I / (8·block): 45.7 KB at k 8, I 1024); a shape whose streaming
+// CTA does not fit the device takes the previous kernels. Items beyond 256 (gate/up, streaming
+// down) or 512 (previous down) threads loop.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -336,7 +382,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 constexpr int kSCols = 32;           // columns per CTA: one 128-byte line of a packed row
 constexpr int kSMaxThreads = 256;    // threads per CTA (items beyond loop)
 constexpr int kSRegisters = 128;     // 2 CTAs of 256 threads per SM
-constexpr int kMaxRing = 16;         // packed rows in flight per thread (cp.async groups)
+constexpr int kMaxRing = 16;         // ring steps in flight per thread (cp.async groups; wait_group <= 15)
 constexpr int kItemSlotBytes = 32;   // per thread and item: scales A, B (8 B each), zero words A, B (4 B each)
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -376,11 +422,25 @@ __device__ __forceinline__ void cp_async_wait_pending(int n) {
   }
 }
 
-// Bytes of the per-thread row ring ([R][2][threads] x 16 B); after the main loop the same
-// memory holds the range partials (part_floats floats), so it is at least that large.
-__host__ __device__ constexpr size_t ring_bytes(int R, int nthr, int part_floats) {
-  return size_t(R) * 2 * size_t(nthr) * 16 > size_t(part_floats) * 4 ? size_t(R) * 2 * size_t(nthr) * 16
-                                                                       : size_t(part_floats) * 4;
+// Packed rows per ring step (one cp.async group): 2 when the scale block has an even number of
+// rows (halves the per-row loop and wait overhead), else 1. Never changes a sum.
+__host__ __device__ constexpr int rows_per_step(int block) { return block % 2 == 0 ? 2 : 1; }
+
+// Bytes of the per-thread ring ([R][S][2][threads] x 16 B: R steps of S rows of vectors A and
+// B); after the main loop the same memory holds the range partials (part_floats floats), so it
+// is at least that large.
+__host__ __device__ constexpr size_t ring_bytes(int R, int S, int nthr, int part_floats) {
+  return size_t(R) * S * 2 * size_t(nthr) * 16 > size_t(part_floats) * 4 ? size_t(R) * S * 2 * size_t(nthr) * 16
+                                                                           : size_t(part_floats) * 4;
+}
+
+// Item slots a thread needs: the producer runs R steps ahead, so the item being consumed is
+// rewritten no earlier than ceil(R / steps_per_item) + 1 items later; never more than the
+// thread's items.
+__host__ __device__ constexpr int item_slots(int R, int block, int items_per_thread) {
+  return (R + block / rows_per_step(block) - 1) / (block / rows_per_step(block)) + 1 < items_per_thread
+             ? (R + block / rows_per_step(block) - 1) / (block / rows_per_step(block)) + 1
+             : items_per_thread;
 }
 
 // One item of a thread: the scale block (`block` packed rows from wa / wb) of two 16-byte
@@ -399,24 +459,24 @@ struct StreamItem {
   bool va, vb;        // the vector's columns exist (always, with the fast path's H, I % 64 == 0)
 };
 
-// Streams this thread's items it = tid, tid + nthr, ... < items: each packed row of an item is
-// one cp.async group (16 bytes of A and of B, plus the item's scales and zeros with its first
-// row) into the thread's own ring slot, R rows ahead of the row being computed; only the
-// issuing thread reads a slot, so cp.async.wait_group alone orders it (no barrier). Block sums
-// (one fmaf chain per column over the block's rows, k ascending, from 0: block_dot4's order)
-// and scales go to bsm / scm. IR item slots: an item's slot is rewritten ceil(R/block) + 1
-// items later at the earliest, after the item has read it (its first row).
-template <bool kSym, class Src>
+// Streams this thread's items it = tid, tid + nthr, ... < items. A step is S packed rows of an
+// item (16 bytes of A and of B per row, plus the item's scales and zeros with its first step),
+// one cp.async group, into the thread's own ring slot, R steps ahead of the step being
+// computed; only the issuing thread reads a slot, so cp.async.wait_group alone orders it (no
+// barrier). Block sums (one fmaf chain per column over the block's rows, k ascending, from 0:
+// block_dot4's order) and scales go to bsm / scm. IR item slots (item_slots).
+template <bool kSym, int S, class Src>
 __device__ __forceinline__ void stream_items(const Src& src, int items, int block, int N, int R, int IR, char* ring,
                                              char* islots, float* bsm, float* scm) {
   const int tid = threadIdx.x, nthr = blockDim.x;
-  const size_t vstride = size_t(nthr) * 16;  // A plane -> B plane of a ring slot
-  const size_t rstride = 2 * vstride;        // ring slot -> next
+  const size_t vstride = size_t(nthr) * 16;  // A plane -> B plane of a row
+  const size_t rowstride = 2 * vstride;      // row -> next row of a step
+  const size_t rstride = S * rowstride;      // ring slot -> next
   const size_t istride = size_t(nthr) * kItemSlotBytes;
   char* my_ring = ring + size_t(tid) * 16;
   char* my_items = islots + size_t(tid) * kItemSlotBytes;
 
-  // Producer: the next row to request.
+  // Producer: the next step to request.
   int p_it = tid, p_u = 0, p_slot = 0, p_islot = 0;
   StreamItem p{};
   if (p_it < items) p = src.get(p_it);
@@ -434,19 +494,23 @@ __device__ __forceinline__ void stream_items(const Src& src, int items, int bloc
           if constexpr (!kSym) cp_async4(is + 20, p.zb);
         }
       }
-      if (p.va) cp_async16(rs, p.wa);
-      if (p.vb) cp_async16(rs + vstride, p.wb);
-      p.wa += N;
-      p.wb += N;
+#pragma unroll
+      for (int j = 0; j < S; ++j) {
+        if (p.va) cp_async16(rs + j * rowstride, p.wa + size_t(j) * N);
+        if (p.vb) cp_async16(rs + j * rowstride + vstride, p.wb + size_t(j) * N);
+      }
+      p.wa += size_t(S) * N;
+      p.wb += size_t(S) * N;
       if (++p_slot == R) p_slot = 0;
-      if (++p_u == block) {
+      p_u += S;
+      if (p_u == block) {
         p_u = 0;
         if (++p_islot == IR) p_islot = 0;
         p_it += nthr;
         if (p_it < items) p = src.get(p_it);
       }
     }
-    cp_async_commit();  // empty past the last row: every step commits one group
+    cp_async_commit();  // empty past the last step: every step commits one group
   };
   for (int i = 0; i < R; ++i) issue();
 
@@ -460,8 +524,8 @@ __device__ __forceinline__ void stream_items(const Src& src, int items, int bloc
     float a[4] = {0.0f, 0.0f, 0.0f, 0.0f}, b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     uint2 sra = make_uint2(0, 0), srb = make_uint2(0, 0);
     __half2 zza[4], zzb[4];
-    for (int u = 0; u < block; ++u) {
-      // Groups committed so far: R + (rows consumed); this row's is done when <= R - 1 pend.
+    for (int u = 0; u < block; u += S) {
+      // Groups committed so far: R + (steps consumed); this step's is done when <= R - 1 pend.
       cp_async_wait_pending(R - 1);
       if (u == 0) {
         sra = *reinterpret_cast<const uint2*>(is);
@@ -478,29 +542,32 @@ __device__ __forceinline__ void stream_items(const Src& src, int items, int bloc
       }
       const char* rs = my_ring + size_t(c_slot) * rstride;
       if (++c_slot == R) c_slot = 0;
-      const uint4 wa = *reinterpret_cast<const uint4*>(rs);
-      const uint4 wb = *reinterpret_cast<const uint4*>(rs + vstride);
-      const float4 x0 = *reinterpret_cast<const float4*>(q.xr + u * 8);
-      const float4 x1 = *reinterpret_cast<const float4*>(q.xr + u * 8 + 4);
-      const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-      const uint32_t wca[4] = {wa.x, wa.y, wa.z, wa.w}, wcb[4] = {wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float f[8], g[8];
-        if constexpr (kSym) {
-          dequant8_const_zero<8>(wca[c], nexp, f);
-          dequant8_const_zero<8>(wcb[c], nexp, g);
-        } else {
-          dequant8(wca[c], zza[c], f);
-          dequant8(wcb[c], zzb[c], g);
-        }
+      for (int j = 0; j < S; ++j) {  // rows u + j, in k order
+        const uint4 wa = *reinterpret_cast<const uint4*>(rs + j * rowstride);
+        const uint4 wb = *reinterpret_cast<const uint4*>(rs + j * rowstride + vstride);
+        const float4 x0 = *reinterpret_cast<const float4*>(q.xr + (u + j) * 8);
+        const float4 x1 = *reinterpret_cast<const float4*>(q.xr + (u + j) * 8 + 4);
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const uint32_t wca[4] = {wa.x, wa.y, wa.z, wa.w}, wcb[4] = {wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          a[c] = fmaf(f[i], xv[i], a[c]);
-          b[c] = fmaf(g[i], xv[i], b[c]);
+        for (int c = 0; c < 4; ++c) {
+          float f[8], g[8];
+          if constexpr (kSym) {
+            dequant8_const_zero<8>(wca[c], nexp, f);
+            dequant8_const_zero<8>(wcb[c], nexp, g);
+          } else {
+            dequant8(wca[c], zza[c], f);
+            dequant8(wcb[c], zzb[c], g);
+          }
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            a[c] = fmaf(f[i], xv[i], a[c]);
+            b[c] = fmaf(g[i], xv[i], b[c]);
+          }
         }
       }
-      issue();  // the row R ahead, into the slot just read (this thread's own)
+      issue();  // the step R ahead, into the slot just read (this thread's own)
     }
     const __half2* sha = reinterpret_cast<const __half2*>(&sra);
     const __half2* shb = reinterpret_cast<const __half2*>(&srb);
@@ -514,6 +581,16 @@ __device__ __forceinline__ void stream_items(const Src& src, int items, int bloc
       for (int j = 0; j < 4; ++j) bsm[q.ob + j] = b[j], scm[q.ob + j] = sb[j];
   }
   cp_async_wait<0>();  // nothing of this thread's still lands in the ring (reused for part)
+}
+
+// Both step sizes (block even: 2 rows per step).
+template <bool kSym, class Src>
+__device__ __forceinline__ void stream_items_any(const Src& src, int items, int block, int N, int R, int IR,
+                                                 char* ring, char* islots, float* bsm, float* scm) {
+  if (rows_per_step(block) == 2)
+    stream_items<kSym, 2>(src, items, block, N, R, IR, ring, islots, bsm, scm);
+  else
+    stream_items<kSym, 1>(src, items, block, N, R, IR, ring, islots, bsm, scm);
 }
 
 // Copies rows x len activations (len % 4 == 0) into shared memory as f32: element (row, e) goes
@@ -630,7 +707,7 @@ __global__ void __maxnreg__(kSRegisters)
   const int H = gate.K, I = gate.N, nblk = H / 8 / block, xseg = 8 * block + 4;
   const int tid = threadIdx.x, nthr = blockDim.x;
   char* ring = reinterpret_cast<char*>(smem4);
-  char* islots = ring + ring_bytes(R, nthr, 2 * kRanges * kSCols);
+  char* islots = ring + ring_bytes(R, rows_per_step(block), nthr, 2 * kRanges * kSCols);
   float* xs = reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
   float* bsm = xs + nblk * xseg;
   float* scm = bsm + 2 * nblk * kSCols;
@@ -658,7 +735,7 @@ __global__ void __maxnreg__(kSRegisters)
   GateUpSrc src{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
                 kSym ? nullptr : gate.qzeros + zoff, kSym ? nullptr : up.qzeros + zoff, xs, I, n0, block, nblk,
                 gate.group, xseg};
-  stream_items<kSym>(src, 8 * nblk, block, I, R, IR, ring, islots, bsm, scm);
+  stream_items_any<kSym>(src, 8 * nblk, block, I, R, IR, ring, islots, bsm, scm);
   __syncthreads();
   range_sums32(bsm, scm, 2, nblk, part);
   __syncthreads();
@@ -679,7 +756,7 @@ __global__ void __maxnreg__(kSRegisters)
   const int H = down.N, I = down.K, nblk = I / 8 / block, xstride = I + kXPad;
   const int tid = threadIdx.x, nthr = blockDim.x;
   char* ring = reinterpret_cast<char*>(smem4);
-  char* islots = ring + ring_bytes(R, nthr, k * kRanges * kSCols);
+  char* islots = ring + ring_bytes(R, rows_per_step(block), nthr, k * kRanges * kSCols);
   float* xs = reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
   float* bsm = xs + k * xstride;
   float* scm = bsm + k * nblk * kSCols;
@@ -704,7 +781,7 @@ __global__ void __maxnreg__(kSRegisters)
   __syncthreads();
   DownSrc src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, xs, H, I, k, n0, block, nblk,
               down.group, xstride};
-  stream_items<kSym>(src, 4 * k * nblk, block, H, R, IR, ring, islots, bsm, scm);
+  stream_items_any<kSym>(src, 4 * k * nblk, block, H, R, IR, ring, islots, bsm, scm);
   __syncthreads();
   range_sums32(bsm, scm, k, nblk, part);
   __syncthreads();
@@ -790,21 +867,27 @@ struct StreamLaunch {
   size_t smem = 0;
 };
 
-// The largest ring (rows in flight per thread, <= kMaxRing) whose CTA fits `want` CTAs per SM
-// (and the per-block limit); want 2 first, then 1. The ring only groups loads: it never changes
-// a sum, so choosing it by M or by device keeps every token's bits.
+// The largest ring (steps of S rows in flight per thread, <= kMaxRing and at most the thread's
+// steps) whose CTA fits `want` CTAs per SM and the per-block limit. Two CTAs per SM (when the
+// grid has more CTAs than SMs) if their rings together hold at least a quarter of the SM's
+// shared memory (57 KB on the H200), else one.
+// The ring only groups loads, never a sum: choosing it by M or by device keeps every bit.
 StreamLaunch plan_stream_launch(int items, int block, int part_floats, size_t fixed_bytes, int ctas,
                                 const DeviceCaps& c) {
   StreamLaunch L;
   L.threads = std::min(kSMaxThreads, (items + 31) / 32 * 32);
   const int per_thread = (items + L.threads - 1) / L.threads;
   constexpr size_t kStatic = 2 * kMaxTopK * 4;  // s_ids, s_w
+  const int S = rows_per_step(block);
+  const int max_ring = std::min(kMaxRing, per_thread * block / S);  // more steps than a thread has: unused
   for (int want = ctas <= c.sms ? 1 : 2; want >= 1; --want) {
     const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(kStatic);
-    for (int R = kMaxRing; R >= 1; --R) {
-      const int ir = std::min((R + block - 1) / block + 1, per_thread);
-      const size_t smem = ring_bytes(R, L.threads, part_floats) + size_t(ir) * L.threads * kItemSlotBytes + fixed_bytes;
-      if (long(smem) <= budget && (R >= 4 || want == 1)) {
+    for (int R = max_ring; R >= 1; --R) {
+      const int ir = item_slots(R, block, per_thread);
+      const size_t smem = ring_bytes(R, S, L.threads, part_floats) +
+                          size_t(ir) * L.threads * kItemSlotBytes + fixed_bytes;
+      const size_t ring = size_t(R) * S * 2 * L.threads * 16;
+      if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring >= size_t(c.smem_sm) / 4)) {
         L.ok = true;
         L.ring = R;
         L.islots = ir;
