@@ -31,14 +31,16 @@
 //   warps stage the x row as f32 with 4 floats of padding per scale block, so the 4 blocks a
 //   warp reads hit different banks); down reads ids / weights written by gate_up, stages the k
 //   act rows (stride I + 4), and combines into the residual as before.
-//   Bytes in flight and occupancy (plan_stream_launch, per device): the largest ring (<= 16
-//   steps, <= the thread's own rows) that fits 2 CTAs per SM when the grid exceeds the SMs,
-//   else 1. H200 (228 KB per SM), 122B-A10B shapes: gate/up 192 threads, R = 6 (12 of the 16
-//   rows of an item in flight at once: 72 KB per CTA, 144 KB per SM), 102 KB of shared memory,
-//   2 CTAs per SM (264 slots for 256 CTAs at M = 1: one wave); down at M = 1 one CTA per SM
-//   (96 CTAs), R = 8 (all 16 rows: 128 KB in flight), 184 KB; down at M >= 2, R = 3 (48 KB,
-//   2 CTAs per SM). Registers <= 128 (__maxnreg__). DGX Spark (sm_121, 99 KB per block): the
-//   same code with smaller rings; cp.async is sm_80 (no TMA, no wgmma).
+//   Bytes in flight and occupancy (plan_stream_launch, per device): as many CTAs per SM as the
+//   grid spreads over an SM (registers and threads permitting: gate/up <= 112 registers, 3 CTAs
+//   of 192 threads; down <= 128, 2 of 256), each with the largest ring (<= 16 steps, <= the
+//   thread's own rows) that fits, as long as the SM's rings hold a quarter of its shared
+//   memory; else fewer CTAs. H200 (228 KB per SM), 122B-A10B shapes: gate/up at M = 1 (256
+//   CTAs) 2 CTAs per SM (264 slots: one wave), R = 6 (12 of an item's 16 rows in flight: 72 KB
+//   per CTA, 144 KB per SM), 102 KB of shared memory; at M >= 2 3 CTAs per SM, R = 3 (36 KB
+//   per CTA), 66 KB. down at M = 1 (96 CTAs) one CTA per SM, R = 8 (all 16 rows: 128 KB in
+//   flight), 184 KB; at M >= 2 2 CTAs per SM, R = 3 (48 KB per CTA), 104 KB. DGX Spark (sm_121,
+//   99 KB per block): the same code with smaller rings; cp.async is sm_80 (no TMA, no wgmma).
 //   Shared memory above 48 KB: the kernels are opted in to the device's per-block maximum on
 //   the first call per device (cudaFuncSetAttribute: not a stream operation, so also legal when
 //   that first call is inside CUDA-graph capture).
@@ -381,7 +383,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 constexpr int kSCols = 32;           // columns per CTA: one 128-byte line of a packed row
 constexpr int kSMaxThreads = 256;    // threads per CTA (items beyond loop)
-constexpr int kSRegisters = 128;     // 2 CTAs of 256 threads per SM
+constexpr int kSRegisters = 128;     // down: 2 CTAs of 256 threads per SM
+constexpr int kSUpRegisters = 112;   // gate/up: 3 CTAs of 192 threads per SM (65536 registers)
 constexpr int kMaxRing = 16;         // ring steps in flight per thread (cp.async groups; wait_group <= 15)
 constexpr int kItemSlotBytes = 32;   // per thread and item: scales A, B (8 B each), zero words A, B (4 B each)
 
@@ -697,7 +700,7 @@ struct DownSrc {
 // Dynamic shared memory: ring (part after the loop) | item slots [IR][threads] | xs (nblk
 // segments of 8·block + 4 floats) | bsm, scm [2][nblk][32].
 template <typename T, bool kSym>
-__global__ void __maxnreg__(kSRegisters)
+__global__ void __maxnreg__(kSUpRegisters)
     stream_gate_up_kernel(const T* __restrict__ x, const float* __restrict__ logits, int E, int k, ExpertView gate,
                           ExpertView up, int block, int R, int IR, int32_t* __restrict__ ids_out,
                           float* __restrict__ w_out, float* __restrict__ act) {
@@ -828,7 +831,7 @@ DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
 // opts the streaming kernels in to the device's largest dynamic shared memory per block (the
 // launch's own size decides the occupancy).
 struct DeviceCaps {
-  int sms = 0, smem_sm = 0, optin = 0, reserved = 0;
+  int sms = 0, smem_sm = 0, optin = 0, reserved = 0, regs_sm = 0, threads_sm = 0;
 };
 
 const DeviceCaps& device_caps() {
@@ -846,6 +849,8 @@ const DeviceCaps& device_caps() {
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
     auto opt_in = [&](auto kernel) {
       MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.optin));
     };
@@ -868,19 +873,22 @@ struct StreamLaunch {
 };
 
 // The largest ring (steps of S rows in flight per thread, <= kMaxRing and at most the thread's
-// steps) whose CTA fits `want` CTAs per SM and the per-block limit. Two CTAs per SM (when the
-// grid has more CTAs than SMs) if their rings together hold at least a quarter of the SM's
-// shared memory (57 KB on the H200), else one.
-// The ring only groups loads, never a sum: choosing it by M or by device keeps every bit.
-StreamLaunch plan_stream_launch(int items, int block, int part_floats, size_t fixed_bytes, int ctas,
+// steps) whose CTA fits `want` CTAs per SM and the per-block limit. want starts at the CTAs the
+// grid puts on an SM (ceil(ctas / SMs)), capped by the registers (regs per thread) and threads
+// of an SM, and drops while the rings of `want` CTAs would hold less than a quarter of the
+// SM's shared memory (57 KB on the H200) or do not fit; the last try is 1. The ring only groups
+// loads, never a sum: choosing it by M or by device keeps every bit.
+StreamLaunch plan_stream_launch(int items, int block, int part_floats, size_t fixed_bytes, int ctas, int regs,
                                 const DeviceCaps& c) {
   StreamLaunch L;
   L.threads = std::min(kSMaxThreads, (items + 31) / 32 * 32);
   const int per_thread = (items + L.threads - 1) / L.threads;
   constexpr size_t kStatic = 2 * kMaxTopK * 4;  // s_ids, s_w
+  const int reg_max = c.regs_sm / (L.threads * regs), thread_max = c.threads_sm / L.threads;
+  const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
   const int S = rows_per_step(block);
   const int max_ring = std::min(kMaxRing, per_thread * block / S);  // more steps than a thread has: unused
-  for (int want = ctas <= c.sms ? 1 : 2; want >= 1; --want) {
+  for (int want = want_max; want >= 1; --want) {
     const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(kStatic);
     for (int R = max_ring; R >= 1; --R) {
       const int ir = item_slots(R, block, per_thread);
@@ -922,9 +930,9 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
     const size_t fixed_down =
         (size_t(k) * (I + kXPad) + size_t(2) * k * nblk_down * kSCols) * sizeof(float);
     const StreamLaunch up = plan_stream_launch(8 * nblk_up, p.block_up, 2 * kRanges * kSCols, fixed_up,
-                                               int(grid_up.x * grid_up.y), c);
+                                               int(grid_up.x * grid_up.y), kSUpRegisters, c);
     const StreamLaunch dn = plan_stream_launch(4 * k * nblk_down, p.block_down, k * kRanges * kSCols, fixed_down,
-                                               int(grid_down.x * grid_down.y), c);
+                                               int(grid_down.x * grid_down.y), kSRegisters, c);
     if (up.ok && dn.ok) {
       launch_pdl(true, ex.gate.sym ? stream_gate_up_kernel<T, true> : stream_gate_up_kernel<T, false>, grid_up,
                  dim3(unsigned(up.threads)), up.smem, stream, x, router_logits, s.num_experts, k, view_of(ex.gate),
