@@ -828,8 +828,8 @@ DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
 }
 
 // Device limits for the streaming kernels' plan, queried once per device; the first query also
-// opts the streaming kernels in to the device's largest dynamic shared memory per block (the
-// launch's own size decides the occupancy).
+// opts the streaming kernels in to the device's largest dynamic shared memory per block and the
+// largest shared-memory carveout (the launch's own size decides the occupancy).
 struct DeviceCaps {
   int sms = 0, smem_sm = 0, optin = 0, reserved = 0, regs_sm = 0, threads_sm = 0;
 };
@@ -851,8 +851,15 @@ const DeviceCaps& device_caps() {
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
-    auto opt_in = [&](auto kernel) {
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.optin));
+    auto opt_in = [&](auto kernel) {  // dynamic + static shared memory <= the per-block opt-in maximum
+      cudaFuncAttributes fa{};
+      MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               c.optin - int(fa.sharedSizeBytes)));
+      // All of the unified L1 / shared memory as shared memory, so the planned CTAs per SM fit
+      // (the kernels' global loads bypass L1: cp.async.cg, ld.global.cg).
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               int(cudaSharedmemCarveoutMaxShared)));
     };
     opt_in(stream_gate_up_kernel<float, true>);
     opt_in(stream_gate_up_kernel<float, false>);
