@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "bench_util.h"
 #include "backend/cuda/qwen35_cuda.h"
@@ -80,10 +81,16 @@ int main(int argc, char** argv) {
   app.add_flag("--tensor-core-decode", tensor_core_decode,
                "generated tokens on the tensor-core kernels too (default: the GEMVs)");
   app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
+  int moe_decode_kernels = 1, moe_grouped_max = 64;
+  app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
+  app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout in a pipe
   try {
     cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
+    cuda::set_moe_decode_variant(moe_decode_kernels);
+    cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
+    if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     const auto batch_list = bench::parse_int_list(batches);
     const auto prefill_list = bench::parse_int_list(prefills);
     const int max_batch = *std::max_element(batch_list.begin(), batch_list.end());

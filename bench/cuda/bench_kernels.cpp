@@ -804,9 +804,15 @@ int main(int argc, char** argv) {
   app.add_option("--gemv-variant", gemv_variant,
                  "force the one-token row GEMV kernel shape (0 = by shape; see set_row_gemv_one_token_variant)");
   app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
+  int moe_decode_kernels = 1, moe_grouped_max = 64;
+  app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
+  app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
   CLI11_PARSE(app, argc, argv);
   set_row_gemv_one_token_variant(gemv_variant);
   set_row_gemv_feed(parse_row_gemv_feed(gemv_feed));
+  set_moe_decode_variant(moe_decode_kernels);
+  set_moe_grouped_enabled(moe_grouped_max > 8);
+  if (moe_grouped_max > 8) set_moe_grouped_max_tokens(moe_grouped_max);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     o.batches = bench::parse_int_list(batches);
