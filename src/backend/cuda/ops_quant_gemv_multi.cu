@@ -314,9 +314,94 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
   }
 }
 
+
+// warp_rows when every step is whole (K % 512 == 0), with lean addressing as in
+// stream_rows_lean: running per-row weight and FP8-scale pointers (immediate offsets for the 4
+// groups), a running x pointer, no per-lane k < K tests. The same loads in the same order, the
+// same chains: bit-identical to warp_rows.
+template <int F, int MT, int R, int kD, bool kGated>
+__device__ __forceinline__ void warp_rows_lean(const Job& job, const float* __restrict__ x,
+                                               const float* __restrict__ u, float* act, int K, int n0, int m0, int mt,
+                                               int t_begin, int t_end, float (&acc)[R][MT]) {
+  constexpr int kElem = F == kBf16 ? 2 : 1;
+  constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;
+  constexpr int kGroupBytes = 128 * kElem;
+  constexpr int kStepBytes = kStep * kElem;
+  const int lane = threadIdx.x & 31;
+  const uint8_t* wp[R];
+  const float* sp[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int n = min(n0 + r, job.N - 1);
+    wp[r] = job.w + size_t(n) * size_t(K) * kElem + size_t(t_begin) * kStepBytes + 4 * kElem * lane;
+    sp[r] = F == kFp8 ? job.scale + size_t(n / 128) * size_t(K / 128) + 4 * t_begin + (lane & 3) : nullptr;
+  }
+  StepRaw<F> raw[D][R];
+  auto load_batch = [&](int t0) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+      if (t0 + d < t_end) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if constexpr (F == kBf16) {
+              const uint2 p = ld_stream64(wp[r] + i * kGroupBytes);
+              raw[d][r].v[2 * i] = p.x, raw[d][r].v[2 * i + 1] = p.y;
+            } else {
+              raw[d][r].v[i] = ld_stream32(wp[r] + i * kGroupBytes);
+            }
+          }
+          wp[r] += kStepBytes;
+          if constexpr (F == kFp8) {
+            raw[d][r].s = __ldg(sp[r]);
+            sp[r] += 4;
+          }
+        }
+      }
+  };
+  load_batch(t_begin);  // the first weights are in flight while the previous kernel finishes
+  pdl_wait();           // x, g, u and y: only after the previous kernel
+  const float* xt;
+  if constexpr (kGated) {
+    fill_act(x, u, K, m0, mt, act);
+    xt = act;
+  } else {
+    xt = x + size_t(m0) * K;
+  }
+  const float* xs = xt + size_t(t_begin) * kStep + 4 * lane;
+  for (int t0 = t_begin; t0 < t_end; t0 += D) {
+    if (t0 != t_begin) load_batch(t0);
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      if (t0 + d >= t_end) break;  // warp-uniform
+      float bs[R][4];
+#pragma unroll
+      for (int r = 0; r < R; ++r) block_scales<F>(raw[d][r], bs[r]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float w[R][4];
+#pragma unroll
+        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, bs[r][i], w[r]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          if (m >= mt) break;
+          float xv[4];
+          load_x4<kGated>(xs, size_t(m) * K + 128 * i, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
+        }
+      }
+      xs += kStep;
+    }
+  }
+}
+
 // 2 CTAs per SM: the registers go to token tiles (M >= 3; one token: the streaming kernel).
 
-template <int MT, int R, int D, bool kGated>
+template <int MT, int R, int D, bool kGated, bool kLean>
 __global__ void __launch_bounds__(kThreads, 2)
     row_gemv_f32_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K, int S,
                         int T, int tiles) {
@@ -351,13 +436,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   // CTA-uniform: the whole CTA belongs to one job. No early exit: all threads reach the barriers.
   switch (job.fmt) {
     case kFp8:
-      warp_rows<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      if constexpr (kLean)
+        warp_rows_lean<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      else
+        warp_rows<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
       break;
     case kInt8:
-      warp_rows<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      if constexpr (kLean)
+        warp_rows_lean<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      else
+        warp_rows<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
       break;
     default:
-      warp_rows<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      if constexpr (kLean)
+        warp_rows_lean<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+      else
+        warp_rows<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
       break;
   }
 #pragma unroll
@@ -933,8 +1027,13 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
   // Programmatic dependent launch for generated-token row counts (pdl.cuh): the CTAs that fit
   // start their weight loads while the previous kernel finishes.
-  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated>, dim3(grid), dim3(kThreads), smem, stream, x, u,
-             M, jobs, K, ks.S, ks.T, tiles);
+  // Lean addressing (warp_rows_lean) with the lean feed when every step is whole; same bits.
+  if (K % kStep == 0 && row_gemv_feed() == RowGemvFeed::Lean)
+    launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated, true>, dim3(grid), dim3(kThreads), smem, stream,
+               x, u, M, jobs, K, ks.S, ks.T, tiles);
+  else
+    launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated, false>, dim3(grid), dim3(kThreads), smem,
+               stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -975,10 +1074,10 @@ int requested_feed(const Jobs& jobs, int K) {
 // One streaming configuration (MT, R, kGated) in its three feeds: Bulk with DB slots, CpAsync
 // with DC, Registers with DR; a feed whose shared memory would pass kStreamSmemMax falls back
 // to the next (Bulk -> CpAsync -> Registers).
-template <int MT, int R, bool kGated, int DR, int DC, int DB>
+template <int MT, int R, bool kGated, int DR, int DC, int DB, int DL>
 void launch_stream_feed(int feed, const float* x, const float* u, int M, const Jobs& jobs, int K,
                         cudaStream_t stream) {
-  if (feed == kFeedLean) return launch_stream<MT, R, DR, kGated, kFeedLean>(x, u, M, jobs, K, stream);
+  if (feed == kFeedLean) return launch_stream<MT, R, DL, kGated, kFeedLean>(x, u, M, jobs, K, stream);
   if (feed == kFeedBulk && stream_smem<MT, R, DB, kGated, kFeedBulk>(K) <= kStreamSmemMax)
     return launch_stream<MT, R, DB, kGated, kFeedBulk>(x, u, M, jobs, K, stream);
   if (feed != kFeedRegisters && stream_smem<MT, R, DC, kGated, kFeedCpAsync>(K) <= kStreamSmemMax)
@@ -1009,9 +1108,9 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
   for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
   const int feed = requested_feed(jobs, K);
   if (rows >= 4LL * 16 * sm_count())
-    launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, kGated ? 2 : 3, 2>(feed, x, u, M, jobs, K, stream);
+    launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, kGated ? 2 : 3, 2, 2>(feed, x, u, M, jobs, K, stream);
   else
-    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, kGated ? 4 : 8, kGated ? 4 : MT == 1 ? 8 : 6>(
+    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, kGated ? 4 : 8, kGated ? 4 : MT == 1 ? 8 : 6, 4>(
         feed, x, u, M, jobs, K, stream);
 }
 
@@ -1034,6 +1133,9 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
       case 12: launch_stream<1, 2, 4, false, kFeedLean>(x, u, M, jobs, K, stream); return;
       case 13: launch_stream<1, 1, 4, false, kFeedLean>(x, u, M, jobs, K, stream); return;
       case 14: launch_stream<1, 4, 2, false, kFeedLean>(x, u, M, jobs, K, stream); return;
+      case 15: launch_stream<1, 1, 2, false, kFeedLean>(x, u, M, jobs, K, stream); return;
+      case 16: launch_stream<1, 2, 2, false, kFeedLean>(x, u, M, jobs, K, stream); return;
+      case 17: launch_stream<1, 4, 1, false, kFeedLean>(x, u, M, jobs, K, stream); return;
       case 7: launch_variant<1, 4, 2, false>(x, u, M, jobs, K, stream); return;
       case 8: launch_variant<1, 2, 8, false>(x, u, M, jobs, K, stream); return;
       default: break;
