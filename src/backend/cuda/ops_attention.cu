@@ -65,6 +65,7 @@
 //   share a CTA are therefore free choices of the launcher, and the decode kernel (one chunk
 //   per work item) gives the same bits as the tile kernel.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <string>
 
@@ -307,6 +308,12 @@ __device__ __forceinline__ void fold_partial(float& M, float& L, float* ACC, boo
 
 // out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims. kL2: gate through L2 only (for
 // dependent launches, which may have started before gate was written).
+// One output value: acc / L · sigmoid(g), with the same operations on every path.
+__device__ __forceinline__ float gated_output(float acc, float L, float g) {
+  const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
+  return __fmul_rn(__fdiv_rn(acc, L), sig);
+}
+
 template <bool kL2 = false, typename T>
 __device__ __forceinline__ void store_output(const float* ACC, float L, const T* gate_row, T* out_row, int lane,
                                              int hd) {
@@ -315,8 +322,7 @@ __device__ __forceinline__ void store_output(const float* ACC, float L, const T*
     const int d = kLaneDims * lane + i;
     if (d < hd) {
       const float g = to_f32(kL2 ? __ldcg(gate_row + d) : gate_row[d]);
-      const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
-      out_row[d] = from_f32<T>(__fmul_rn(__fdiv_rn(ACC[i], L), sig));
+      out_row[d] = from_f32<T>(gated_output(ACC[i], L, g));
     }
   }
 }
@@ -663,6 +669,38 @@ __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int 
   return d;
 }
 
+// Work item `item` = u·Y + y of the numbering above (warp-collective: every lane of the warp
+// calls it with the same item): token t, chunk `chunk` of its nc chunks, positions [c0, c0 +
+// chunk size) ∩ [0, pos] in n_tiles tiles, kv head kvh and head block hb (y = kvh·head_blocks +
+// hb), and the token's block table.
+struct DecodeItem {
+  int t, pos, kvh, hb, chunk, nc, c0, n_tiles;
+  const int32_t* table;
+};
+
+__device__ __forceinline__ DecodeItem map_decode_item(const DecodeTokens& tok, const StepMeta& meta, int Y,
+                                                      int head_blocks, int item) {
+  DecodeItem w;
+  const int u = item / Y, y = item - (item / Y) * Y;
+  // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
+  const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
+  const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
+  w.t = __popc(b0) + __popc(b1) - 1;
+  const int src = w.t >> 1;
+  w.pos = __shfl_sync(kFull, (w.t & 1) ? tok.pos1 : tok.pos0, src);
+  const int seq = __shfl_sync(kFull, (w.t & 1) ? tok.seq1 : tok.seq0, src);
+  w.chunk = u - __shfl_sync(kFull, (w.t & 1) ? tok.first1 : tok.first0, src);
+  w.kvh = y / head_blocks;
+  w.hb = y - w.kvh * head_blocks;
+  const int csize = chunk_size(w.pos + 1);
+  w.nc = w.pos / csize + 1;
+  w.c0 = w.chunk * csize;
+  const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
+  w.n_tiles = (c_last - w.c0) / kTile + 1;
+  w.table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+  return w;
+}
+
 // grid: (items or fewer CTAs); block: kWarps warps, kRows (token, q head) rows per warp (they
 // share each K/V vector the warp reads from shared memory). Each CTA walks the items
 // blockIdx.x, blockIdx.x + gridDim.x, ...; item (t, c, y) computes chunk c of token t's range
@@ -703,31 +741,8 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   const int load_part = int(threadIdx.x) % vec_per_row, load_row0 = int(threadIdx.x) / vec_per_row;
   const int load_row_step = (kWarps * 32) / vec_per_row;
 
-  struct Item {
-    int t, pos, kvh, hb, chunk, nc, c0, n_tiles;
-    const int32_t* table;  // the token's block table
-  };
-  auto map_item = [&](int item) {
-    Item w;
-    const int u = item / Y, y = item - (item / Y) * Y;
-    // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
-    const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
-    const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
-    w.t = __popc(b0) + __popc(b1) - 1;
-    const int src = w.t >> 1;
-    w.pos = __shfl_sync(kFull, (w.t & 1) ? tok.pos1 : tok.pos0, src);
-    const int seq = __shfl_sync(kFull, (w.t & 1) ? tok.seq1 : tok.seq0, src);
-    w.chunk = u - __shfl_sync(kFull, (w.t & 1) ? tok.first1 : tok.first0, src);
-    w.kvh = y / L.head_blocks;
-    w.hb = y - w.kvh * L.head_blocks;
-    const int csize = chunk_size(w.pos + 1);
-    w.nc = w.pos / csize + 1;
-    w.c0 = w.chunk * csize;
-    const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
-    w.n_tiles = (c_last - w.c0) / kTile + 1;
-    w.table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
-    return w;
-  };
+  using Item = DecodeItem;
+  auto map_item = [&](int item) { return map_decode_item(tok, meta, Y, L.head_blocks, item); };
   // Tile i of the item's chunk holds the token's own position (whose K/V attention_prepare
   // writes) iff it is the range's last tile.
   auto has_own_pos = [&](const Item& w, int i) { return w.pos < w.c0 + (i + 1) * kTile; };
@@ -864,6 +879,236 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   }
 }
 
+// ---- paged attention: tile-parallel decode kernel ------------------------------------------
+
+constexpr int kP2Heads = 4;                    // q heads per CTA (a head block)
+constexpr int kP2Tiles = 4;                    // tiles per round: one per warp of a head
+constexpr int kP2Warps = kP2Heads * kP2Tiles;  // warp w: head slot w / kP2Tiles, tile slot w % kP2Tiles
+constexpr int kP2Pos = kP2Tiles * kTile;       // positions per round
+constexpr int kP2MaxTokens = 8;                // decode steps of at most this many tokens take it
+// 16-byte copy slots per thread and round at most: 2·kP2Pos rows of up to 32 vectors (head_dim 256).
+constexpr int kP2MaxRowsPerThread = 2 * kP2Pos * (32 * kMaxDimsPerLane / kLaneDims) / (kP2Warps * 32);
+static_assert(kChunk0 % kP2Pos == 0, "a chunk is whole rounds");
+
+// Dynamic shared memory of the tile-parallel kernel: one round of K and V, [K|V][kP2Pos][hd] bf16.
+size_t decode2_smem_bytes(int hd) { return size_t(2) * kP2Pos * size_t(hd) * sizeof(bf16); }
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// grid: (items or fewer CTAs); block: kP2Warps warps. The work items are those of
+// paged_attention_decode_kernel with head blocks of kP2Heads q heads: (token t, chunk c, kv head,
+// head block), numbered as there, walked blockIdx.x, blockIdx.x + gridDim.x, ... A chunk is
+// done in rounds of kP2Tiles tiles (one round for the kChunk0-position chunks of contexts up to
+// kMaxChunks·kChunk0). Per round:
+//   1. all the round's K and V rows (positions <= pos) are copied at once (cp.async, one group)
+//      into [K|V][kP2Pos][hd]; the next round's (or the CTA's next item's) rows are prefetched
+//      into L2;
+//   2. warp (head slot hs, tile slot ts) computes the 16 scores of tile ts for its head with
+//      the tile kernel's operations (tile_score_partials, reduce_scatter16) and the tile's
+//      masked maximum (half_warp_max), published in shared memory;
+//   3. each warp forms the running maximum before and after its tile (a prefix of the round's
+//      tile maxima: fmaxf is exact, so this is the serial chain's value), its weights e =
+//      2^(s - max) and their half-warp sum, published in shared memory;
+//   4. warp (hs, ts) runs the serial part of the online softmax for head hs over the round's
+//      tiles in order: (max, sum) with the same fmaxf / exp2 / fma as online_softmax_step, and
+//      acc = acc · corr, then acc += e_j · V_j (one __fmaf_rn per position, in position order)
+//      for dims 2·(32·ts + lane) and the next: the dims of a head are split over its four warps,
+//      which changes where each dim's chain runs, not its operations.
+// So a row's arithmetic is exactly that of paged_attention_kernel / paged_attention_decode_kernel
+// (bit-identical), but the scores, maxima and weights of a round's tiles are computed side by
+// side and only the per-dim multiply-add chain is serial: the critical path of a chunk is one
+// copy round trip, one score tile and 16 multiply-adds per position, instead of one pipelined
+// score + accumulate step per tile. Single-chunk tokens write out = acc / sum · sigmoid(gate);
+// the others store their partial for attention_merge_kernel. PDL as paged_attention_decode_kernel:
+// the step metadata and every K/V row but the token's own are read before the wait.
+template <typename T>
+__global__ void __launch_bounds__(kP2Warps * 32, 1)
+    paged_attention_decode2_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
+                                   StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float s_tmax[kP2Heads][kP2Tiles];  // masked maximum of each tile's scores
+  __shared__ float s_sum[kP2Heads][kP2Tiles];   // half-warp sum of each tile's weights
+  __shared__ float s_e[kP2Heads][kP2Pos];       // weight of each position of the round
+  const int hd = s.head_dim, nq = s.num_q_heads;
+  const int group = nq / s.num_kv_heads;
+  bf16* k_s = reinterpret_cast<bf16*>(smem_raw);  // [kP2Pos][hd]
+  const bf16* v_s = k_s + size_t(kP2Pos) * hd;    // [kP2Pos][hd]
+  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  const int hs = warp / kP2Tiles, ts = warp % kP2Tiles;
+  const bool has_dims = kLaneDims * lane < hd;
+  const int pair = 32 * ts + lane;  // step 4: dims 2·pair and 2·pair + 1
+  const bool has_pair = 2 * pair < hd;
+  const int Y = s.num_kv_heads * L.head_blocks;
+  pdl_launch_dependents();  // the merge kernel may get resident now; it waits for this grid
+  const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
+  const int n_items = tok.total * Y;                   // CTA-uniform
+  const int vec_per_row = hd / kLaneDims;
+  constexpr int kThreads = kP2Warps * 32;
+  // Copy slots: with head_dim 8·2^k every thread owns one 16-byte column of rows row0 + i·step
+  // (K rows 0..kP2Pos-1, then V rows), at most kP2MaxRowsPerThread of them.
+  const bool fast_copy = kThreads % vec_per_row == 0;
+  const int copy_part = tid % vec_per_row, copy_row0 = tid / vec_per_row, copy_step = kThreads / vec_per_row;
+
+  // Copies the rows of the round starting at position p0 of item w that are <= w.pos into
+  // shared memory: mode 0 those before the token's own position, 1 only that one, 2 all.
+  auto load_round = [&](const DecodeItem& w, int p0, int mode) {
+    auto wanted = [&](int p) { return p <= w.pos && (mode == 2 || ((mode == 1) == (p == w.pos))); };
+    if (fast_copy) {
+      // The block-table entries first (independent loads), then the copies.
+      int blk[kP2MaxRowsPerThread];
+#pragma unroll
+      for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
+        const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
+        blk[i] = rw < 2 * kP2Pos && wanted(p) ? w.table[p / cache.block_size] : -1;
+      }
+#pragma unroll
+      for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
+        const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
+        if (blk[i] < 0) continue;
+        const size_t off = cache_offset(cache, blk[i], w.kvh, p % cache.block_size) + size_t(copy_part) * kLaneDims;
+        cp_async16(k_s + size_t(rw) * hd + copy_part * kLaneDims, (rw < kP2Pos ? cache.k : cache.v) + off);
+      }
+      return;
+    }
+    for (int c = tid; c < 2 * kP2Pos * vec_per_row; c += kThreads) {
+      const int rw = c / vec_per_row, part = c - rw * vec_per_row;
+      const int p = p0 + (rw & (kP2Pos - 1));
+      if (!wanted(p)) continue;
+      const size_t off =
+          cache_offset(cache, w.table[p / cache.block_size], w.kvh, p % cache.block_size) + size_t(part) * kLaneDims;
+      cp_async16(k_s + size_t(rw) * hd + part * kLaneDims, (rw < kP2Pos ? cache.k : cache.v) + off);
+    }
+  };
+  // L2 prefetch of the round starting at p0 of item w: one 128-byte line per thread.
+  const int lines_per_row = (hd * int(sizeof(bf16)) + 127) / 128;
+  auto prefetch_round = [&](const DecodeItem& w, int p0) {
+    const int rw = tid / lines_per_row, line = tid - rw * lines_per_row;
+    const int p = p0 + (rw & (kP2Pos - 1));
+    if (rw >= 2 * kP2Pos || p > w.pos) return;
+    const size_t off = cache_offset(cache, w.table[p / cache.block_size], w.kvh, p % cache.block_size) +
+                       size_t(line) * (128 / sizeof(bf16));
+    prefetch_l2((rw < kP2Pos ? cache.k : cache.v) + off);
+  };
+
+  // The CTA's first item starts copying its first round before the wait, except the token's
+  // own row (attention_prepare may still be writing it); committed after the wait.
+  if (int(blockIdx.x) < n_items) {
+    const DecodeItem w = map_decode_item(tok, meta, Y, L.head_blocks, int(blockIdx.x));
+    load_round(w, w.c0, 0);
+  }
+  pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
+
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    const bool first_item = item == int(blockIdx.x);  // CTA-uniform
+    const DecodeItem w = map_decode_item(tok, meta, Y, L.head_blocks, item);
+    const int hg = w.hb * kP2Heads + hs;  // q head within the group
+    const bool row_ok = hg < group;       // warp-uniform
+    const size_t oh = size_t(w.t) * nq + size_t(w.kvh) * group + size_t(row_ok ? hg : 0);
+    float qv[1][kLaneDims];
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) {
+      const int d = kLaneDims * lane + i;
+      // L2 loads: attention_prepare wrote q while this grid was starting.
+      qv[0][i] = row_ok && d < hd ? __fmul_rn(to_f32(__ldcg(q + oh * hd + d)), L.scale_log2) : 0.0f;
+    }
+    float g0 = 0.0f, g1 = 0.0f;  // the gate of the warp's two dims, for a single-chunk token
+    if (w.nc == 1 && row_ok && has_pair) {
+      g0 = to_f32(__ldcg(gate + oh * hd + 2 * pair));
+      g1 = to_f32(__ldcg(gate + oh * hd + 2 * pair + 1));
+    }
+    float run_m = -INFINITY, run_l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+    const int n_rounds = (w.n_tiles - 1) / kP2Tiles + 1;
+    for (int r = 0; r < n_rounds; ++r) {
+      const int p0 = w.c0 + r * kP2Pos;
+      load_round(w, p0, first_item && r == 0 ? 1 : 2);
+      cp_async_commit();
+      // The next round's rows, or the CTA's next item's first round, on their way to L2.
+      if (r + 1 < n_rounds) {
+        prefetch_round(w, p0 + kP2Pos);
+      } else if (item + int(gridDim.x) < n_items) {
+        const DecodeItem nx = map_decode_item(tok, meta, Y, L.head_blocks, item + int(gridDim.x));
+        prefetch_round(nx, nx.c0);
+      }
+      cp_async_wait<0>();
+      __syncthreads();  // the round's K and V are in shared memory
+
+      // 2. Scores of tile ts for head hs.
+      const int ti = r * kP2Tiles + ts;  // tile of the chunk
+      const bool tile_ok = row_ok && ti < w.n_tiles;  // warp-uniform
+      const int t0 = w.c0 + ti * kTile;
+      const bool valid = t0 + (lane & 15) <= w.pos;
+      float sc = 0.0f;
+      if (tile_ok) {
+        float part[1][kTile];
+        tile_score_partials<1>(k_s + size_t(ts) * kTile * hd, hd, lane, has_dims, qv, part);
+        sc = reduce_scatter16(part[0], lane);  // score of position t0 + (lane & 15)
+        const float tmax = half_warp_max(valid ? sc : -INFINITY);
+        if (lane == 0) s_tmax[hs][ts] = tmax;
+      }
+      __syncthreads();
+
+      // 3. The running maximum after tile ts (the serial chain's value), the tile's weights.
+      if (tile_ok) {
+        float nm = run_m;
+#pragma unroll
+        for (int k = 0; k < kP2Tiles; ++k)
+          if (k <= ts) nm = fmaxf(nm, s_tmax[hs][k]);
+        const float e = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+        const float sum = half_warp_sum(e);
+        if (lane < kTile) s_e[hs][ts * kTile + lane] = e;
+        if (lane == 0) s_sum[hs][ts] = sum;
+      }
+      __syncthreads();
+
+      // 4. The serial part, tile by tile: online_softmax_step's (max, sum, acc) updates, then
+      // accumulate_ev's multiply-adds in position order, for the warp's two dims.
+      if (row_ok) {
+        const int nt = min(kP2Tiles, w.n_tiles - r * kP2Tiles);
+        for (int k = 0; k < nt; ++k) {
+          const float nm = fmaxf(run_m, s_tmax[hs][k]);  // finite: the tile's first position is visible
+          const float corr = exp2_approx(__fsub_rn(run_m, nm));
+          run_l = __fmaf_rn(run_l, corr, s_sum[hs][k]);
+          run_m = nm;
+          acc0 = __fmul_rn(acc0, corr);
+          acc1 = __fmul_rn(acc1, corr);
+          const int nvalid = min(kTile, w.pos - (p0 + k * kTile) + 1);
+          if (has_pair) {
+            const float* e = s_e[hs] + k * kTile;
+            const bf16* vrow = v_s + size_t(k) * kTile * hd + 2 * pair;
+#pragma unroll
+            for (int j = 0; j < kTile; ++j) {
+              if (j < nvalid) {
+                const unsigned vv = *reinterpret_cast<const unsigned*>(vrow + size_t(j) * hd);
+                acc0 = __fmaf_rn(e[j], __uint_as_float(vv << 16), acc0);
+                acc1 = __fmaf_rn(e[j], __uint_as_float(vv & 0xffff0000u), acc1);
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // the buffers may be refilled
+    }
+
+    if (!row_ok) continue;
+    if (w.nc == 1) {  // the chunk is the whole range (fold_partial would take it as is)
+      if (has_pair) {
+        T* o = out + oh * hd + 2 * pair;
+        o[0] = from_f32<T>(gated_output(acc0, run_l, g0));
+        o[1] = from_f32<T>(gated_output(acc1, run_l, g1));
+      }
+      continue;
+    }
+    const size_t slot = oh * L.chunk_stride + w.chunk;  // the partial, for attention_merge_kernel
+    if (ts == 0 && lane == 0) {
+      L.ws_ml[slot * 2] = run_m;
+      L.ws_ml[slot * 2 + 1] = run_l;
+    }
+    if (has_pair) *reinterpret_cast<float2*>(L.ws_acc + slot * hd + 2 * pair) = make_float2(acc0, acc1);
+  }
+}
+
 // ---- launchers ----------------------------------------------------------------------------
 
 int sm_count() {
@@ -926,6 +1171,28 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
              gate, shape, meta, cache, L, out);  // one wave at most
 }
 
+std::atomic<int> g_decode_variant{1};
+
+// The tile-parallel decode kernel: one opt-in to its shared memory (above 48 KB at head_dim
+// > 192) per kernel instance, then a grid of at most the resident CTAs.
+template <typename T>
+void launch_decode2(size_t items, const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
+                    KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
+  static const int per_sm = [] {
+    const size_t max_smem = decode2_smem_bytes(32 * kMaxDimsPerLane);
+    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_decode2_kernel<T>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem)));
+    int n = 0;
+    MOESERVE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_decode2_kernel<T>,
+                                                                      kP2Warps * 32, max_smem));
+    return std::max(n, 1);
+  }();
+  const size_t cap = size_t(sm_count()) * size_t(per_sm);
+  const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
+  launch_pdl(true, paged_attention_decode2_kernel<T>, dim3(grid), dim3(kP2Warps * 32),
+             decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, L, out);
+}
+
 template <typename T>
 void launch_attention(const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
                       KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, T* out,
@@ -962,16 +1229,24 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       L.ws_acc = static_cast<float*>(workspace);
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
     }
-    const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
-    switch (L.heads_per_cta) {
-      case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
-      case 8:
-        if (M <= 4)
-          launch_decode<T, 8, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream);
-        else
-          launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream);
-        break;
-      default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+    if (g_decode_variant.load(std::memory_order_relaxed) == 1 && M <= kP2MaxTokens) {
+      // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
+      L.heads_per_cta = kP2Heads;
+      L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
+      const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
+      launch_decode2<T>(items, q, gate, shape, meta, cache, L, out, stream);
+    } else {
+      const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
+      switch (L.heads_per_cta) {
+        case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+        case 8:
+          if (M <= 4)
+            launch_decode<T, 8, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+          else
+            launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+          break;
+        default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+      }
     }
     if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
       const dim3 mgrid(unsigned(M), unsigned((shape.num_q_heads + kMergeWarps - 1) / kMergeWarps));
@@ -1016,6 +1291,14 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
 }
 
 }  // namespace
+
+void set_attention_decode_variant(int variant) {
+  if (variant != 0 && variant != 1)
+    throw Error("attention: decode variant must be 0 or 1, got " + std::to_string(variant));
+  g_decode_variant.store(variant, std::memory_order_relaxed);
+}
+
+int attention_decode_variant() { return g_decode_variant.load(std::memory_order_relaxed); }
 
 void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,

@@ -65,6 +65,14 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream);
 
+// Which kernel runs decode steps (one token per sequence) of at most 64 tokens; a process-wide
+// switch for A/B measurements: every choice gives the same bits. 1 (the default): steps of at
+// most 8 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4
+// q heads) computes a chunk's tiles side by side), larger ones the work-item kernel; 0: the
+// work-item kernel for all of them. Throws on other values.
+void set_attention_decode_variant(int variant);
+int attention_decode_variant();
+
 // Prompt-class tokens on tensor cores (ops_attention_mma.cu): paged_attention for the tokens of
 // sequences [seq_begin, seq_end) only, which are rows row_begin .. row_begin + row_count of q /
 // gate / out (the host knows both ranges). Same math as paged_attention (causal over the cache
