@@ -219,6 +219,7 @@ struct AttnLaunch {
   int splits;         // CTAs over each query tile's chunk list (grid.z); > 1: partials + merge
   int chunk_stride;   // chunk slots per (token, q head) in the workspace
   float scale_log2;   // softmax scale · log2(e)
+  bool fold_in_kernel;  // tile-parallel decode kernel: its last CTA per (token, kv head, head block) folds
   float* ws_acc;      // [M][nq][chunk_stride][hd] unnormalised partial outputs
   float* ws_ml;       // [M][nq][chunk_stride][2] partial (max, sum), exp2 domain
 };
@@ -890,6 +891,13 @@ constexpr int kP2MaxTokens = 8;                // decode steps of at most this m
 constexpr int kP2MaxRowsPerThread = 2 * kP2Pos * (32 * kMaxDimsPerLane / kLaneDims) / (kP2Warps * 32);
 static_assert(kChunk0 % kP2Pos == 0, "a chunk is whole rounds");
 
+// Arrival counts of the tile-parallel kernel's in-kernel fold, one per (token, kv head, head
+// block) of a launch: zero at module load, and the last arrival sets its count back to zero, so
+// they are zero between launches. Per device; launches of the kernel on one device must not
+// overlap (they run in stream order on the model's stream).
+constexpr int kFoldSlots = kP2MaxTokens * 256;
+__device__ unsigned g_fold_count[kFoldSlots];
+
 // Dynamic shared memory of the tile-parallel kernel: one round of K and V, [K|V][kP2Pos][hd] bf16.
 size_t decode2_smem_bytes(int hd) { return size_t(2) * kP2Pos * size_t(hd) * sizeof(bf16); }
 
@@ -930,7 +938,8 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_tmax[kP2Heads][kP2Tiles];  // masked maximum of each tile's scores
   __shared__ float s_sum[kP2Heads][kP2Tiles];   // half-warp sum of each tile's weights
-  __shared__ float s_e[kP2Heads][kP2Pos];       // weight of each position of the round
+  __shared__ __align__(16) float s_e[kP2Heads][kP2Pos];  // weight of each position of the round
+  __shared__ bool s_last;                                  // this CTA folds the token's partials
   const int hd = s.head_dim, nq = s.num_q_heads;
   const int group = nq / s.num_kv_heads;
   bf16* k_s = reinterpret_cast<bf16*>(smem_raw);  // [kP2Pos][hd]
@@ -1013,8 +1022,8 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       // L2 loads: attention_prepare wrote q while this grid was starting.
       qv[0][i] = row_ok && d < hd ? __fmul_rn(to_f32(__ldcg(q + oh * hd + d)), L.scale_log2) : 0.0f;
     }
-    float g0 = 0.0f, g1 = 0.0f;  // the gate of the warp's two dims, for a single-chunk token
-    if (w.nc == 1 && row_ok && has_pair) {
+    float g0 = 0.0f, g1 = 0.0f;  // the gate of the warp's two dims (for the output, if this CTA writes it)
+    if ((w.nc == 1 || L.fold_in_kernel) && row_ok && has_pair) {
       g0 = to_f32(__ldcg(gate + oh * hd + 2 * pair));
       g1 = to_f32(__ldcg(gate + oh * hd + 2 * pair + 1));
     }
@@ -1075,14 +1084,24 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
           acc1 = __fmul_rn(acc1, corr);
           const int nvalid = min(kTile, w.pos - (p0 + k * kTile) + 1);
           if (has_pair) {
-            const float* e = s_e[hs] + k * kTile;
+            // All 16 weights and V pairs first (rows past nvalid hold stale values and are
+            // not used), then the chain.
+            float e[kTile];
+            unsigned vv[kTile];
+            const float4* e4 = reinterpret_cast<const float4*>(s_e[hs] + k * kTile);
+#pragma unroll
+            for (int j = 0; j < kTile / 4; ++j) {
+              const float4 x = e4[j];
+              e[4 * j] = x.x, e[4 * j + 1] = x.y, e[4 * j + 2] = x.z, e[4 * j + 3] = x.w;
+            }
             const bf16* vrow = v_s + size_t(k) * kTile * hd + 2 * pair;
 #pragma unroll
+            for (int j = 0; j < kTile; ++j) vv[j] = *reinterpret_cast<const unsigned*>(vrow + size_t(j) * hd);
+#pragma unroll
             for (int j = 0; j < kTile; ++j) {
-              if (j < nvalid) {
-                const unsigned vv = *reinterpret_cast<const unsigned*>(vrow + size_t(j) * hd);
-                acc0 = __fmaf_rn(e[j], __uint_as_float(vv << 16), acc0);
-                acc1 = __fmaf_rn(e[j], __uint_as_float(vv & 0xffff0000u), acc1);
+              if (j < nvalid) {  // warp-uniform
+                acc0 = __fmaf_rn(e[j], __uint_as_float(vv[j] << 16), acc0);
+                acc1 = __fmaf_rn(e[j], __uint_as_float(vv[j] & 0xffff0000u), acc1);
               }
             }
           }
@@ -1091,21 +1110,70 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       __syncthreads();  // the buffers may be refilled
     }
 
-    if (!row_ok) continue;
-    if (w.nc == 1) {  // the chunk is the whole range (fold_partial would take it as is)
-      if (has_pair) {
-        T* o = out + oh * hd + 2 * pair;
+    T* const o = out + oh * hd + 2 * pair;
+    if (w.nc == 1) {  // CTA-uniform: the chunk is the whole range (fold_partial would take it as is)
+      if (row_ok && has_pair) {
         o[0] = from_f32<T>(gated_output(acc0, run_l, g0));
         o[1] = from_f32<T>(gated_output(acc1, run_l, g1));
       }
       continue;
     }
-    const size_t slot = oh * L.chunk_stride + w.chunk;  // the partial, for attention_merge_kernel
-    if (ts == 0 && lane == 0) {
-      L.ws_ml[slot * 2] = run_m;
-      L.ws_ml[slot * 2 + 1] = run_l;
+    const size_t base = oh * L.chunk_stride;  // the token's chunk slots for this q head
+    if (row_ok) {                             // the chunk's partial
+      if (ts == 0 && lane == 0) {
+        L.ws_ml[(base + w.chunk) * 2] = run_m;
+        L.ws_ml[(base + w.chunk) * 2 + 1] = run_l;
+      }
+      if (has_pair)
+        *reinterpret_cast<float2*>(L.ws_acc + (base + w.chunk) * hd + 2 * pair) = make_float2(acc0, acc1);
     }
-    if (has_pair) *reinterpret_cast<float2*>(L.ws_acc + slot * hd + 2 * pair) = make_float2(acc0, acc1);
+    if (!L.fold_in_kernel) continue;  // launch-uniform: attention_merge_kernel folds them
+    // The last of the nc CTAs of (token, kv head, head block) to get here folds the partials
+    // in chunk order, as attention_merge_kernel would (fold_partial's operations per dim).
+    __threadfence();  // this thread's partial is visible device-wide before the count below
+    __syncthreads();
+    if (tid == 0) {
+      unsigned* count = g_fold_count + size_t(w.t) * Y + size_t(w.kvh) * L.head_blocks + w.hb;
+      const bool last = atomicAdd(count, 1u) == unsigned(w.nc - 1);
+      if (last) {
+        atomicExch(count, 0u);  // zero again for the next launch
+        __threadfence();        // the others' partials are visible to this CTA's reads below
+      }
+      s_last = last;
+    }
+    __syncthreads();
+    if (!s_last || !row_ok || !has_pair) continue;  // no barrier until the next item's first one
+    float M = 0.0f, Lsum = 0.0f, A0 = 0.0f, A1 = 0.0f;
+    bool have = false;
+    constexpr int kBatch = 8;  // partials loaded together, then folded in chunk order
+    for (int c = 0; c < w.nc; c += kBatch) {
+      float pm[kBatch], pl[kBatch];
+      float2 pa[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const size_t slot = base + min(c + b, w.nc - 1);  // clamped: loaded, not folded
+        pa[b] = __ldcg(reinterpret_cast<const float2*>(L.ws_acc + slot * hd + 2 * pair));
+        pm[b] = __ldcg(L.ws_ml + slot * 2);
+        pl[b] = __ldcg(L.ws_ml + slot * 2 + 1);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (c + b >= w.nc) break;
+        if (!have) {
+          M = pm[b], Lsum = pl[b], A0 = pa[b].x, A1 = pa[b].y;
+          have = true;
+          continue;
+        }
+        const float nm = fmaxf(M, pm[b]);
+        const float ea = exp2_approx(__fsub_rn(M, nm)), eb = exp2_approx(__fsub_rn(pm[b], nm));
+        Lsum = __fmaf_rn(Lsum, ea, __fmul_rn(pl[b], eb));
+        A0 = __fmaf_rn(A0, ea, __fmul_rn(pa[b].x, eb));
+        A1 = __fmaf_rn(A1, ea, __fmul_rn(pa[b].y, eb));
+        M = nm;
+      }
+    }
+    o[0] = from_f32<T>(gated_output(A0, Lsum, g0));
+    o[1] = from_f32<T>(gated_output(A1, Lsum, g1));
   }
 }
 
@@ -1233,8 +1301,10 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
       L.heads_per_cta = kP2Heads;
       L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
-      const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
-      launch_decode2<T>(items, q, gate, shape, meta, cache, L, out, stream);
+      const size_t Y = size_t(shape.num_kv_heads) * L.head_blocks;
+      L.fold_in_kernel = slots > 1 && size_t(M) * Y <= size_t(kFoldSlots);
+      launch_decode2<T>(size_t(M) * Y * slots, q, gate, shape, meta, cache, L, out, stream);
+      if (L.fold_in_kernel) return;  // no merge kernel
     } else {
       const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
       switch (L.heads_per_cta) {
