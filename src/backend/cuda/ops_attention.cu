@@ -26,8 +26,30 @@
 //   kernel lacks), verify batches, decode steps of more than 64 tokens, and decode steps
 //   whose workspace is too small.
 //
-// paged_attention_decode_kernel: decode steps (one token per sequence) of <= 64 tokens, the
-//   generated tokens of the model. Work item = (token, chunk of its range, kv head, head
+// paged_attention_decode2_kernel (the tile-parallel decode kernel): decode steps of <= 8
+//   tokens under the default decode variant (set_attention_decode_variant). Work item = (token,
+//   chunk of its range, kv head, head block of 4 q heads); 16 warps, warp (head slot, tile slot);
+//   a grid of at most the resident CTAs (one per SM) walks the items, numbered as for the
+//   work-item kernel below, so a lone decode at context 512 (9 chunks x 2 kv heads x 4 head
+//   blocks) runs 72 CTAs of one item each. A chunk goes in rounds of 4 tiles (64 positions; one
+//   round for contexts up to 4096): the round's K and V rows are copied at once (one cp.async
+//   group, [K|V][64][hd] bf16 = 64 KB of shared memory at hd 256, opted in) while the next
+//   round's (or the CTA's next item's) rows are prefetched into L2; each warp scores one tile
+//   for one head; the tile maxima are exchanged in shared memory so that each warp forms the
+//   running maximum (a prefix of exact fmaxf) and its tile's weights; then each head's four warps
+//   run the serial online-softmax update over the round's tiles in order, each for a quarter of
+//   the head's dims (two per lane). The critical path of a chunk is one copy round trip, one tile
+//   of scores and a 16-FMA-per-position chain, where the work-item kernel has a pipelined
+//   score + accumulate step per tile. Chunk partials go to the workspace; the last of a (token,
+//   kv head, head block)'s chunk CTAs to finish (an arrival count per group in a __device__
+//   array that the last arrival sets back to zero) folds them in chunk order and writes the
+//   output: no merge launch. Roofline as the work-item kernel (each K/V row leaves HBM once per
+//   (token, kv head): the 4 head blocks of a chunk read it side by side, from L2 after the
+//   first), plus the partials through L2.
+//
+// paged_attention_decode_kernel (the work-item kernel): decode steps (one token per sequence) of
+//   <= 64 tokens, the generated tokens of the model (those of > 8 tokens, and all under decode
+//   variant 0). Work item = (token, chunk of its range, kv head, head
 //   block of H = 4, 8 or 16 q heads of the group); a grid of at most the resident CTAs walks
 //   the items (numbered from the tokens' positions on the device: the host does not know the
 //   contexts), so a lone decode at context 512 (9 chunks x 2 kv heads x 2 head blocks) runs
@@ -57,8 +79,11 @@
 //   * chunk partials (max, sum, acc) are folded in chunk order by fold_partial, then
 //     acc / sum · sigmoid(gate).
 //   Whether a chunk's partial is folded in registers (one CTA walks the whole range) or goes
-//   through the workspace and the merge kernel (the range is split over CTAs) changes where
-//   the numbers live, not the operations: every floating-point step is an explicit
+//   through the workspace and the merge kernel or the tile-parallel kernel's last CTA (the
+//   range is split over CTAs), whether a chunk's tiles are scored one after the other or side by
+//   side (the running maximum is a prefix of fmaxf, exact in any grouping; the sum and the
+//   per-dim multiply-add chain stay serial in position order), and which lane or warp holds a
+//   dim, change where the numbers live, not the operations: every floating-point step is an explicit
 //   round-to-nearest intrinsic (__fmaf_rn, __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn) or
 //   ex2.approx, so the compiler cannot contract or reorder differently in different kernels,
 //   template instances or row slots. Tile size, warp count, split count and the tokens that
@@ -929,8 +954,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // side and only the per-dim multiply-add chain is serial: the critical path of a chunk is one
 // copy round trip, one score tile and 16 multiply-adds per position, instead of one pipelined
 // score + accumulate step per tile. Single-chunk tokens write out = acc / sum · sigmoid(gate);
-// the others store their partial for attention_merge_kernel. PDL as paged_attention_decode_kernel:
-// the step metadata and every K/V row but the token's own are read before the wait.
+// the others store their partial, and the last CTA of the token's (kv head, head block) folds
+// them (L.fold_in_kernel; else attention_merge_kernel does). PDL as paged_attention_decode_kernel:
+// the step metadata and every K/V row but the token's own are read before the wait, nothing
+// else; the arrival counts are touched after it (launches of the kernel never overlap).
 template <typename T>
 __global__ void __launch_bounds__(kP2Warps * 32, 1)
     paged_attention_decode2_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
@@ -950,7 +977,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   const int pair = 32 * ts + lane;  // step 4: dims 2·pair and 2·pair + 1
   const bool has_pair = 2 * pair < hd;
   const int Y = s.num_kv_heads * L.head_blocks;
-  pdl_launch_dependents();  // the merge kernel may get resident now; it waits for this grid
+  pdl_launch_dependents();  // the next kernel may get resident now; it waits for this grid
   const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
   const int n_items = tok.total * Y;                   // CTA-uniform
   const int vec_per_row = hd / kLaneDims;

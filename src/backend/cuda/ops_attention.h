@@ -53,11 +53,16 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
 
 // out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate). Decode steps (one token
-// per sequence) of at most 64 tokens run the decode kernel (a CTA per (token, KV chunk, kv
-// head, head block)) and a merge kernel, both programmatic dependent launches (the decode
-// kernel reads `meta` before it waits for the stream's previous kernel: the step metadata
-// must come from a host copy, as the model's does, not from that kernel); other steps run
-// the tile kernel and, when split, the merge kernel. Same bits for a token in every case.
+// per sequence) of at most 8 tokens run the tile-parallel decode kernel (a CTA per (token, KV
+// chunk, kv head, 4 q heads), the chunk's tiles side by side; its last CTA per (token, kv head,
+// head block) folds the chunk partials: one launch); those of 9 to 64 tokens the work-item
+// decode kernel (a CTA per (token, KV chunk, kv head, head block)) and a merge kernel. All are
+// programmatic dependent launches (the decode kernels read `meta` before they wait for the
+// stream's previous kernel: the step metadata must come from a host copy, as the model's
+// does, not from that kernel). The tile-parallel kernel's fold counts live in a per-device
+// array: its launches on one device must not run concurrently (one stream per device, as the
+// model runs). Other steps run the tile kernel and, when split, the merge kernel. Same bits
+// for a token in every case.
 void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, bf16* out,
                      cudaStream_t stream);
