@@ -622,8 +622,10 @@ TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
 // round of a 128-position chunk (contexts above 4096).
 TEST(GpuOpsAttention, DecodeTileParallelAfterPrepareMatchesSynchronised) {
   MOESERVE_REQUIRE_GPU();
-  ASSERT_EQ(cuda::attention_decode_variant(), 1);
+  const int saved = cuda::attention_decode_variant();
+  cuda::set_attention_decode_variant(1);
   check_decode_after_prepare({1, 17, 64, 65, 513, 1000, 4100, 4180});
+  cuda::set_attention_decode_variant(saved);
 }
 
 // The tile-parallel decode kernel (decode steps of <= 8 tokens under the default variant 1: a
@@ -639,7 +641,8 @@ TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
   std::vector<AttnCase> cases(std::begin(kCases), std::end(kCases));
   cases.push_back({32, 1, 128, 32});  // a group of 32: 8 head blocks per kv head
   struct VariantReset {
-    ~VariantReset() { cuda::set_attention_decode_variant(1); }
+    int saved = cuda::attention_decode_variant();
+    ~VariantReset() { cuda::set_attention_decode_variant(saved); }
   } variant_reset;
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.name());

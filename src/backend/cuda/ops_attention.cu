@@ -92,6 +92,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/act_types.cuh"
@@ -1266,7 +1267,18 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
              gate, shape, meta, cache, L, out);  // one wave at most
 }
 
-std::atomic<int> g_decode_variant{1};
+// The decode variant (set_attention_decode_variant); -1 until first read, when the environment
+// variable MOESERVE_ATTENTION_DECODE_VARIANT ("0" or "1") may set the default.
+std::atomic<int> g_decode_variant{-1};
+
+int decode_variant() {
+  int v = g_decode_variant.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  const char* env = std::getenv("MOESERVE_ATTENTION_DECODE_VARIANT");
+  int fresh = env != nullptr && std::string(env) == "0" ? 0 : 1;
+  g_decode_variant.compare_exchange_strong(v, fresh, std::memory_order_relaxed);
+  return g_decode_variant.load(std::memory_order_relaxed);
+}
 
 // The tile-parallel decode kernel: one opt-in to its shared memory (above 48 KB at head_dim
 // > 192) per kernel instance, then a grid of at most the resident CTAs.
@@ -1324,7 +1336,7 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       L.ws_acc = static_cast<float*>(workspace);
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
     }
-    if (g_decode_variant.load(std::memory_order_relaxed) == 1 && M <= kP2MaxTokens) {
+    if (decode_variant() == 1 && M <= kP2MaxTokens) {
       // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
       L.heads_per_cta = kP2Heads;
       L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
@@ -1395,7 +1407,7 @@ void set_attention_decode_variant(int variant) {
   g_decode_variant.store(variant, std::memory_order_relaxed);
 }
 
-int attention_decode_variant() { return g_decode_variant.load(std::memory_order_relaxed); }
+int attention_decode_variant() { return decode_variant(); }
 
 void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,

@@ -74,7 +74,8 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
 // switch for A/B measurements: every choice gives the same bits. 1 (the default): steps of at
 // most 8 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4
 // q heads) computes a chunk's tiles side by side), larger ones the work-item kernel; 0: the
-// work-item kernel for all of them. Throws on other values.
+// work-item kernel for all of them. Throws on other values. Until set, the environment variable
+// MOESERVE_ATTENTION_DECODE_VARIANT=0 selects 0 (for A/B runs of unchanged binaries).
 void set_attention_decode_variant(int variant);
 int attention_decode_variant();
 
