@@ -93,6 +93,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "backend/cuda/act_types.cuh"
@@ -1280,21 +1281,33 @@ int decode_variant() {
   return g_decode_variant.load(std::memory_order_relaxed);
 }
 
-// The tile-parallel decode kernel: one opt-in to its shared memory (above 48 KB at head_dim
-// > 192) per kernel instance, then a grid of at most the resident CTAs.
+// One-time set-up of the tile-parallel decode kernel (for the device of first use, as
+// sm_count()): the opt-in to its shared memory (above 48 KB at head_dim > 192), and its resident
+// CTAs per SM. paged_attention_workspace_bytes does it, since callers size the workspace before
+// any step (and so outside CUDA-graph capture); otherwise the first launch does.
+template <typename T>
+int decode2_setup_one(int smem) {
+  MOESERVE_CUDA_CHECK(
+      cudaFuncSetAttribute(paged_attention_decode2_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int n = 0;
+  MOESERVE_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_decode2_kernel<T>, kP2Warps * 32, smem));
+  return n;
+}
+
+int decode2_ctas_per_sm() {
+  static const int n = [] {  // a throw leaves it unset: the next call tries again
+    const int smem = int(decode2_smem_bytes(32 * kMaxDimsPerLane));
+    return std::max(1, std::min(decode2_setup_one<float>(smem), decode2_setup_one<bf16>(smem)));
+  }();
+  return n;
+}
+
+// The tile-parallel decode kernel: a grid of at most the resident CTAs.
 template <typename T>
 void launch_decode2(size_t items, const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
                     KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
-  static const int per_sm = [] {
-    const size_t max_smem = decode2_smem_bytes(32 * kMaxDimsPerLane);
-    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_decode2_kernel<T>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(max_smem)));
-    int n = 0;
-    MOESERVE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_decode2_kernel<T>,
-                                                                      kP2Warps * 32, max_smem));
-    return std::max(n, 1);
-  }();
-  const size_t cap = size_t(sm_count()) * size_t(per_sm);
+  const size_t cap = size_t(sm_count()) * size_t(decode2_ctas_per_sm());
   const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
   launch_pdl(true, paged_attention_decode2_kernel<T>, dim3(grid), dim3(kP2Warps * 32),
              decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, L, out);
@@ -1422,6 +1435,11 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
 }
 
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context) {
+  try {
+    decode2_ctas_per_sm();  // the decode kernel's set-up, here outside any graph capture
+  } catch (const std::exception&) {
+    cudaGetLastError();  // no usable device now: the first launch tries again
+  }
   const size_t slots = chunk_slots(max_context);
   if (slots <= 1 || max_tokens <= 0) return 0;  // every query fits one chunk: nothing to merge
   return size_t(std::min(max_tokens, kSplitMaxTokens)) * split_bytes_per_token(shape, slots);

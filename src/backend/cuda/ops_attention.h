@@ -50,6 +50,8 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
 // (head_dim + 2) floats (0 when max_context <= 64). A smaller or null workspace only turns
 // the split off (and decode steps then take the tile kernel); the results are the same bits
 // either way.
+// Also does the decode kernels' one-time set-up for the current device (a shared-memory opt-in):
+// call it before the first step is captured into a CUDA graph, as the model does.
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
 
 // out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate). Decode steps (one token
