@@ -1174,7 +1174,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
     if (!s_last || !row_ok || !has_pair) continue;  // no barrier until the next item's first one
     float M = 0.0f, Lsum = 0.0f, A0 = 0.0f, A1 = 0.0f;
     bool have = false;
-    constexpr int kBatch = 8;  // partials loaded together, then folded in chunk order
+    constexpr int kBatch = 12;  // partials loaded together (one round trip up to 12 chunks), then folded in order
     for (int c = 0; c < w.nc; c += kBatch) {
       float pm[kBatch], pl[kBatch];
       float2 pa[kBatch];
