@@ -33,8 +33,8 @@
 //   work-item kernel below, so a lone decode at context 512 (9 chunks x 2 kv heads x 4 head
 //   blocks) runs 72 CTAs of one item each. A chunk goes in rounds of 4 tiles (64 positions; one
 //   round for contexts up to 4096): the round's K and V rows are copied at once (one cp.async
-//   group, [K|V][64][hd] bf16 = 64 KB of shared memory at hd 256, opted in) while the next
-//   round's (or the CTA's next item's) rows are prefetched into L2; each warp scores one tile
+//   group, [K|V][64][hd] bf16 = 64 KB of shared memory at hd 256, opted in) while the rows of
+//   the CTA's rounds two ahead are prefetched into L2; each warp scores one tile
 //   for one head; the tile maxima are exchanged in shared memory so that each warp forms the
 //   running maximum (a prefix of exact fmaxf) and its tile's weights; then each head's four warps
 //   run the serial online-softmax update over the round's tiles in order, each for a quarter of
@@ -914,6 +914,7 @@ constexpr int kP2Tiles = 4;                    // tiles per round: one per warp 
 constexpr int kP2Warps = kP2Heads * kP2Tiles;  // warp w: head slot w / kP2Tiles, tile slot w % kP2Tiles
 constexpr int kP2Pos = kP2Tiles * kTile;       // positions per round
 constexpr int kP2MaxTokens = 8;                // decode steps of at most this many tokens take it
+constexpr int kP2Ahead = 2;                    // rounds prefetched into L2 ahead of their copy
 // 16-byte copy slots per thread and round at most: 2·kP2Pos rows of up to 32 vectors (head_dim 256).
 constexpr int kP2MaxRowsPerThread = 2 * kP2Pos * (32 * kMaxDimsPerLane / kLaneDims) / (kP2Warps * 32);
 static_assert(kChunk0 % kP2Pos == 0, "a chunk is whole rounds");
@@ -938,8 +939,8 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // done in rounds of kP2Tiles tiles (one round for the kChunk0-position chunks of contexts up to
 // kMaxChunks·kChunk0). Per round:
 //   1. all the round's K and V rows (positions <= pos) are copied at once (cp.async, one group)
-//      into [K|V][kP2Pos][hd]; the next round's (or the CTA's next item's) rows are prefetched
-//      into L2;
+//      into [K|V][kP2Pos][hd]; the rows of the CTA's round kP2Ahead ahead (of this item or of
+//      its next ones) are prefetched into L2;
 //   2. warp (head slot hs, tile slot ts) computes the 16 scores of tile ts for its head with
 //      the tile kernel's operations (tile_score_partials, reduce_scatter16) and the tile's
 //      masked maximum (half_warp_max), published in shared memory;
@@ -1062,12 +1063,18 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       const int p0 = w.c0 + r * kP2Pos;
       load_round(w, p0, first_item && r == 0 ? 1 : 2);
       cp_async_commit();
-      // The next round's rows, or the CTA's next item's first round, on their way to L2.
-      if (r + 1 < n_rounds) {
-        prefetch_round(w, p0 + kP2Pos);
-      } else if (item + int(gridDim.x) < n_items) {
-        const DecodeItem nx = map_decode_item(tok, meta, Y, L.head_blocks, item + int(gridDim.x));
-        prefetch_round(nx, nx.c0);
+      // The CTA's rounds kP2Ahead ahead (of this item or its next ones) on their way to L2; the
+      // first round also sends the ones before.
+      for (int ahead = first_item && r == 0 ? 1 : kP2Ahead; ahead <= kP2Ahead; ++ahead) {
+        int it = item, rr = r + ahead;
+        DecodeItem x = w;
+        while (rr >= (x.n_tiles - 1) / kP2Tiles + 1) {  // CTA-uniform
+          rr -= (x.n_tiles - 1) / kP2Tiles + 1;
+          it += int(gridDim.x);
+          if (it >= n_items) break;
+          x = map_decode_item(tok, meta, Y, L.head_blocks, it);
+        }
+        if (it < n_items) prefetch_round(x, x.c0 + rr * kP2Pos);
       }
       cp_async_wait<0>();
       __syncthreads();  // the round's K and V are in shared memory
