@@ -1276,14 +1276,15 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
 }
 
 // The decode variant (set_attention_decode_variant); -1 until first read, when the environment
-// variable MOESERVE_ATTENTION_DECODE_VARIANT ("0" or "1") may set the default.
+// variable MOESERVE_ATTENTION_DECODE_VARIANT ("0", "1" or "2") may set the default.
 std::atomic<int> g_decode_variant{-1};
 
 int decode_variant() {
   int v = g_decode_variant.load(std::memory_order_relaxed);
   if (v >= 0) return v;
   const char* env = std::getenv("MOESERVE_ATTENTION_DECODE_VARIANT");
-  int fresh = env != nullptr && std::string(env) == "0" ? 0 : 1;
+  const std::string e = env != nullptr ? env : "";
+  int fresh = e == "0" ? 0 : e == "2" ? 2 : 1;
   g_decode_variant.compare_exchange_strong(v, fresh, std::memory_order_relaxed);
   return g_decode_variant.load(std::memory_order_relaxed);
 }
@@ -1356,7 +1357,8 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       L.ws_acc = static_cast<float*>(workspace);
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
     }
-    if (decode_variant() == 1 && M <= kP2MaxTokens) {
+    const int variant = decode_variant();
+    if ((variant == 1 && M <= kP2MaxTokens) || (variant == 2 && M <= kP2MaxTokens / 2)) {
       // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
       L.heads_per_cta = kP2Heads;
       L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
@@ -1422,8 +1424,8 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
 }  // namespace
 
 void set_attention_decode_variant(int variant) {
-  if (variant != 0 && variant != 1)
-    throw Error("attention: decode variant must be 0 or 1, got " + std::to_string(variant));
+  if (variant < 0 || variant > 2)
+    throw Error("attention: decode variant must be 0, 1 or 2, got " + std::to_string(variant));
   g_decode_variant.store(variant, std::memory_order_relaxed);
 }
 
