@@ -7,9 +7,12 @@
 //   batch invariance: a query's output is bit-identical whether it runs as a lone decode
 //     (split-KV + merge), inside a prefill chunk, a verify batch or next to other sequences,
 //     across the chunk-size change at 16384 positions (the alone outputs also against the CPU);
-//   the decode kernel (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
+//   the decode kernels (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
 //     bit for bit, at contexts of 1, 17, 512 and 4100 positions, and against the CPU; right
-//     after attention_prepare (programmatic dependent launch) vs with a synchronisation.
+//     after attention_prepare (programmatic dependent launch) vs with a synchronisation;
+//   the tile-parallel decode kernel (steps of <= 8 tokens; its last CTA folds the chunks)
+//     against the work-item decode kernel and the tile kernel, bit for bit, at contexts 1, 63,
+//     64, 65, 512, 4096, 4097 and 8200 in batches of 1, 3, 8 and 64, and after attention_prepare.
 // Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
 // 35B-A3B one (16 q heads), the fixtures' (6/2 heads of 24, rotary 6) and an odd one
 // (head_dim 72, 4 KV heads).
