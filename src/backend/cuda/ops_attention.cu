@@ -632,10 +632,14 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
   bool have = false;
   // kMergeBatch partials are loaded together (one memory round trip, not one per chunk), then
-  // folded in chunk order. L2 loads (.cg): the partials were written by a grid that may have
-  // been running when this one started.
+  // folded in chunk order; the gate with the first batch. L2 loads (.cg): the partials were
+  // written by a grid that may have been running when this one started.
   constexpr int kMergeBatch = 8;
   const bool has_dims = kLaneDims * lane < hd;  // hd % 8 == 0: all 8 dims or none
+  float g[kLaneDims];
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i)
+    g[i] = has_dims ? to_f32(__ldcg(gate + oh * hd + kLaneDims * lane + i)) : 0.0f;
   for (int c0 = 0; c0 < nc; c0 += kMergeBatch) {
     float pa[kMergeBatch][kLaneDims], pm[kMergeBatch], pl[kMergeBatch];
 #pragma unroll
@@ -657,7 +661,11 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     for (int b = 0; b < kMergeBatch; ++b)
       if (c0 + b < nc) fold_partial(M, Lsum, ACC, have, pm[b], pl[b], pa[b]);
   }
-  store_output<true>(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+  if (has_dims) {
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i)
+      out[oh * hd + kLaneDims * lane + i] = from_f32<T>(gated_output(ACC[i], Lsum, g[i]));
+  }
 }
 
 // ---- paged attention: decode kernel -------------------------------------------------------
