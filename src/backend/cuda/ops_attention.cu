@@ -92,7 +92,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -1283,19 +1282,10 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
              gate, shape, meta, cache, L, out);  // one wave at most
 }
 
-// The decode variant (set_attention_decode_variant); -1 until first read, when the environment
-// variable MOESERVE_ATTENTION_DECODE_VARIANT ("0", "1" or "2") may set the default.
-std::atomic<int> g_decode_variant{-1};
+// The decode variant (set_attention_decode_variant).
+std::atomic<int> g_decode_variant{1};
 
-int decode_variant() {
-  int v = g_decode_variant.load(std::memory_order_relaxed);
-  if (v >= 0) return v;
-  const char* env = std::getenv("MOESERVE_ATTENTION_DECODE_VARIANT");
-  const std::string e = env != nullptr ? env : "";
-  int fresh = e == "0" ? 0 : e == "2" ? 2 : 1;
-  g_decode_variant.compare_exchange_strong(v, fresh, std::memory_order_relaxed);
-  return g_decode_variant.load(std::memory_order_relaxed);
-}
+int decode_variant() { return g_decode_variant.load(std::memory_order_relaxed); }
 
 // One-time set-up of the tile-parallel decode kernel (for the device of first use, as
 // sm_count()): the opt-in to its shared memory (above 48 KB at head_dim > 192), and its resident

@@ -77,8 +77,7 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
 // most 8 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4
 // q heads) computes a chunk's tiles side by side), larger ones the work-item kernel; 2: the
 // tile-parallel kernel for steps of at most 4 tokens only; 0: the work-item kernel for all of
-// them. Throws on other values. Until set, the environment variable
-// MOESERVE_ATTENTION_DECODE_VARIANT (0, 1 or 2) sets it (A/B runs of unchanged binaries).
+// them. Throws on other values.
 void set_attention_decode_variant(int variant);
 int attention_decode_variant();
 
