@@ -755,6 +755,8 @@ TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
     std::vector<int> all8(target_seq.rbegin(), target_seq.rend());
     check("batch 8, tile-parallel kernel", all8, true, 1);
     check("batch 8, work-item kernel", all8, true, 0);
+    check("batch 3, variant 2 (tile-parallel kernel)", {target_seq[6], target_seq[1], target_seq[4]}, true, 2);
+    check("batch 8, variant 2 (work-item kernel)", all8, true, 2);
     std::vector<int> all64;
     for (int sid = 0; sid < kSeqs; ++sid) all64.push_back(sid);
     check("batch 64 (work-item kernel)", all64, true, 1);
