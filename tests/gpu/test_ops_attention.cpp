@@ -638,7 +638,9 @@ TEST(GpuOpsAttention, DecodeTileParallelAfterPrepareMatchesSynchronised) {
 // full chunk, the first split), 512, 4096 (the last 64-position chunking), 4097 and 8200
 // (128- and 256-position chunks: several rounds per chunk, and a CTA walks several items), alone
 // (batch 1), three of them (batch 3), all eight (batch 8), and among 56 other sequences (batch
-// 64: the work-item kernel). Outputs start as NaN, so an output never written shows.
+// 64: the work-item kernel). Outputs start as NaN, so an output never written shows. (The
+// tile-parallel kernel takes head dims of 8·2^k: here 256 and 128; the shapes with head_dim 24
+// and 72 check that their decode steps keep the bits through the work-item kernel.)
 TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
   MOESERVE_REQUIRE_GPU();
   std::vector<AttnCase> cases(std::begin(kCases), std::end(kCases));

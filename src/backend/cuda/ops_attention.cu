@@ -27,7 +27,8 @@
 //   whose workspace is too small.
 //
 // paged_attention_decode2_kernel (the tile-parallel decode kernel): decode steps of <= 8
-//   tokens under the default decode variant (set_attention_decode_variant). Work item = (token,
+//   tokens under the default decode variant (set_attention_decode_variant), with cache blocks
+//   of 2^k positions and head dims of 8·2^k (no integer divisions on the copy paths). Work item = (token,
 //   chunk of its range, kv head, head block of 4 q heads); 16 warps, warp (head slot, tile slot);
 //   a grid of at most the resident CTAs (one per SM) walks the items, numbered as for the
 //   work-item kernel below, so a lone decode at context 512 (9 chunks x 2 kv heads x 4 head
@@ -233,9 +234,13 @@ static_assert(kTile == 16, "reduce_scatter16 and the half-warp reductions assume
 // size always divides a larger one.
 __host__ __device__ __forceinline__ int chunk_size(int len) {
   int c = kChunk0;
-  while ((len - 1) / c + 1 > kMaxChunks) c <<= 1;
+  // (len - 1) / c + 1 > kMaxChunks, without a division
+  while ((long long)(len - 1) >= (long long)kMaxChunks * c) c <<= 1;
   return c;
 }
+
+// log2 of a power of two.
+__device__ __forceinline__ int log2_pow2(int x) { return __ffs(x) - 1; }
 
 // Launch parameters chosen on the host (none of them changes a query's arithmetic).
 struct AttnLaunch {
@@ -682,7 +687,7 @@ struct DecodeTokens {
   int total;           // Σ nc over the step's tokens
 };
 
-__device__ __forceinline__ int num_chunks(int pos) { return pos / chunk_size(pos + 1) + 1; }
+__device__ __forceinline__ int num_chunks(int pos) { return (pos >> log2_pow2(chunk_size(pos + 1))) + 1; }
 
 __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int lane) {
   DecodeTokens d;
@@ -728,7 +733,7 @@ __device__ __forceinline__ DecodeItem map_decode_item(const DecodeTokens& tok, c
   w.kvh = y / head_blocks;
   w.hb = y - w.kvh * head_blocks;
   const int csize = chunk_size(w.pos + 1);
-  w.nc = w.pos / csize + 1;
+  w.nc = (w.pos >> log2_pow2(csize)) + 1;
   w.c0 = w.chunk * csize;
   const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
   w.n_tiles = (c_last - w.c0) / kTile + 1;
@@ -940,6 +945,42 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Folds the nc chunk partials of slots base .. base + nc - 1 in chunk order for dims 2·pair and
+// 2·pair + 1 (fold_partial's operations; the first partial taken as is): the result in A0, A1
+// (unnormalised) and Lsum. L2 loads: other CTAs wrote the partials.
+__device__ __forceinline__ void fold_pairs(const AttnLaunch& L, size_t base, int nc, int hd, int pair, float& A0,
+                                           float& A1, float& Lsum) {
+  constexpr int kBatch = 12;  // partials loaded together (one round trip up to 12 chunks), then folded
+  float M = 0.0f;
+  bool have = false;
+  for (int c = 0; c < nc; c += kBatch) {
+    float pm[kBatch], pl[kBatch];
+    float2 pa[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const size_t slot = base + min(c + b, nc - 1);  // clamped: loaded, not folded
+      pa[b] = __ldcg(reinterpret_cast<const float2*>(L.ws_acc + slot * hd + 2 * pair));
+      pm[b] = __ldcg(L.ws_ml + slot * 2);
+      pl[b] = __ldcg(L.ws_ml + slot * 2 + 1);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (c + b >= nc) break;
+      if (!have) {
+        M = pm[b], Lsum = pl[b], A0 = pa[b].x, A1 = pa[b].y;
+        have = true;
+        continue;
+      }
+      const float nm = fmaxf(M, pm[b]);
+      const float ea = exp2_approx(__fsub_rn(M, nm)), eb = exp2_approx(__fsub_rn(pm[b], nm));
+      Lsum = __fmaf_rn(Lsum, ea, __fmul_rn(pl[b], eb));
+      A0 = __fmaf_rn(A0, ea, __fmul_rn(pa[b].x, eb));
+      A1 = __fmaf_rn(A1, ea, __fmul_rn(pa[b].y, eb));
+      M = nm;
+    }
+  }
+}
+
 // grid: (items or fewer CTAs); block: kP2Warps warps. The work items are those of
 // paged_attention_decode_kernel with head blocks of kP2Heads q heads: (token t, chunk c, kv head,
 // head block), numbered as there, walked blockIdx.x, blockIdx.x + gridDim.x, ... A chunk is
@@ -987,44 +1028,33 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   const int pair = 32 * ts + lane;  // step 4: dims 2·pair and 2·pair + 1
   const bool has_pair = 2 * pair < hd;
   const int Y = s.num_kv_heads * L.head_blocks;
+  const int bs_shift = log2_pow2(cache.block_size), bs_mask = cache.block_size - 1;  // a power of two
   pdl_launch_dependents();  // the next kernel may get resident now; it waits for this grid
   const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
   const int n_items = tok.total * Y;                   // CTA-uniform
   const int vec_per_row = hd / kLaneDims;
   constexpr int kThreads = kP2Warps * 32;
-  // Copy slots: with head_dim 8·2^k every thread owns one 16-byte column of rows row0 + i·step
-  // (K rows 0..kP2Pos-1, then V rows), at most kP2MaxRowsPerThread of them.
-  const bool fast_copy = kThreads % vec_per_row == 0;
+  // Copy slots: every thread owns one 16-byte column of rows row0 + i·step (K rows 0..kP2Pos-1,
+  // then V rows), at most kP2MaxRowsPerThread of them (head_dim 8·2^k: the launcher checks).
   const int copy_part = tid % vec_per_row, copy_row0 = tid / vec_per_row, copy_step = kThreads / vec_per_row;
 
   // Copies the rows of the round starting at position p0 of item w that are <= w.pos into
-  // shared memory: mode 0 those before the token's own position, 1 only that one, 2 all.
+  // shared memory: mode 0 those before the token's own position, 1 only that one, 2 all. The
+  // block-table entries first (independent loads), then the copies.
   auto load_round = [&](const DecodeItem& w, int p0, int mode) {
     auto wanted = [&](int p) { return p <= w.pos && (mode == 2 || ((mode == 1) == (p == w.pos))); };
-    if (fast_copy) {
-      // The block-table entries first (independent loads), then the copies.
-      int blk[kP2MaxRowsPerThread];
+    int blk[kP2MaxRowsPerThread];
 #pragma unroll
-      for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
-        const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
-        blk[i] = rw < 2 * kP2Pos && wanted(p) ? w.table[p / cache.block_size] : -1;
-      }
-#pragma unroll
-      for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
-        const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
-        if (blk[i] < 0) continue;
-        const size_t off = cache_offset(cache, blk[i], w.kvh, p % cache.block_size) + size_t(copy_part) * kLaneDims;
-        cp_async16(k_s + size_t(rw) * hd + copy_part * kLaneDims, (rw < kP2Pos ? cache.k : cache.v) + off);
-      }
-      return;
+    for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
+      const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
+      blk[i] = rw < 2 * kP2Pos && wanted(p) ? w.table[p >> bs_shift] : -1;
     }
-    for (int c = tid; c < 2 * kP2Pos * vec_per_row; c += kThreads) {
-      const int rw = c / vec_per_row, part = c - rw * vec_per_row;
-      const int p = p0 + (rw & (kP2Pos - 1));
-      if (!wanted(p)) continue;
-      const size_t off =
-          cache_offset(cache, w.table[p / cache.block_size], w.kvh, p % cache.block_size) + size_t(part) * kLaneDims;
-      cp_async16(k_s + size_t(rw) * hd + part * kLaneDims, (rw < kP2Pos ? cache.k : cache.v) + off);
+#pragma unroll
+    for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
+      const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
+      if (blk[i] < 0) continue;
+      const size_t off = cache_offset(cache, blk[i], w.kvh, p & bs_mask) + size_t(copy_part) * kLaneDims;
+      cp_async16(k_s + size_t(rw) * hd + copy_part * kLaneDims, (rw < kP2Pos ? cache.k : cache.v) + off);
     }
   };
   // L2 prefetch of the round starting at p0 of item w: one 128-byte line per thread.
@@ -1033,7 +1063,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
     const int rw = tid / lines_per_row, line = tid - rw * lines_per_row;
     const int p = p0 + (rw & (kP2Pos - 1));
     if (rw >= 2 * kP2Pos || p > w.pos) return;
-    const size_t off = cache_offset(cache, w.table[p / cache.block_size], w.kvh, p % cache.block_size) +
+    const size_t off = cache_offset(cache, w.table[p >> bs_shift], w.kvh, p & bs_mask) +
                        size_t(line) * (128 / sizeof(bf16));
     prefetch_l2((rw < kP2Pos ? cache.k : cache.v) + off);
   };
@@ -1153,70 +1183,42 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       __syncthreads();  // the buffers may be refilled
     }
 
-    T* const o = out + oh * hd + 2 * pair;
-    if (w.nc == 1) {  // CTA-uniform: the chunk is the whole range (fold_partial would take it as is)
-      if (row_ok && has_pair) {
-        o[0] = from_f32<T>(gated_output(acc0, run_l, g0));
-        o[1] = from_f32<T>(gated_output(acc1, run_l, g1));
-      }
-      continue;
-    }
-    const size_t base = oh * L.chunk_stride;  // the token's chunk slots for this q head
-    if (row_ok) {                             // the chunk's partial
-      if (ts == 0 && lane == 0) {
-        L.ws_ml[(base + w.chunk) * 2] = run_m;
-        L.ws_ml[(base + w.chunk) * 2 + 1] = run_l;
-      }
-      if (has_pair)
-        *reinterpret_cast<float2*>(L.ws_acc + (base + w.chunk) * hd + 2 * pair) = make_float2(acc0, acc1);
-    }
-    if (!L.fold_in_kernel) continue;  // launch-uniform: attention_merge_kernel folds them
-    // The last of the nc CTAs of (token, kv head, head block) to get here folds the partials
-    // in chunk order, as attention_merge_kernel would (fold_partial's operations per dim).
-    __threadfence();  // this thread's partial is visible device-wide before the count below
-    __syncthreads();
-    if (tid == 0) {
-      unsigned* count = g_fold_count + size_t(w.t) * Y + size_t(w.kvh) * L.head_blocks + w.hb;
-      const bool last = atomicAdd(count, 1u) == unsigned(w.nc - 1);
-      if (last) {
-        atomicExch(count, 0u);  // zero again for the next launch
-        __threadfence();        // the others' partials are visible to this CTA's reads below
-      }
-      s_last = last;
-    }
-    __syncthreads();
-    if (!s_last || !row_ok || !has_pair) continue;  // no barrier until the next item's first one
-    float M = 0.0f, Lsum = 0.0f, A0 = 0.0f, A1 = 0.0f;
-    bool have = false;
-    constexpr int kBatch = 12;  // partials loaded together (one round trip up to 12 chunks), then folded in order
-    for (int c = 0; c < w.nc; c += kBatch) {
-      float pm[kBatch], pl[kBatch];
-      float2 pa[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const size_t slot = base + min(c + b, w.nc - 1);  // clamped: loaded, not folded
-        pa[b] = __ldcg(reinterpret_cast<const float2*>(L.ws_acc + slot * hd + 2 * pair));
-        pm[b] = __ldcg(L.ws_ml + slot * 2);
-        pl[b] = __ldcg(L.ws_ml + slot * 2 + 1);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        if (c + b >= w.nc) break;
-        if (!have) {
-          M = pm[b], Lsum = pl[b], A0 = pa[b].x, A1 = pa[b].y;
-          have = true;
-          continue;
+    // The chunk is the whole range (w.nc == 1: fold_partial would take it as is), or the partials
+    // of all chunks are folded here by the last CTA, or by attention_merge_kernel.
+    float A0 = acc0, A1 = acc1, Lsum = run_l;
+    if (w.nc > 1) {  // CTA-uniform
+      const size_t base = oh * L.chunk_stride;  // the token's chunk slots for this q head
+      if (row_ok) {                             // the chunk's partial
+        if (ts == 0 && lane == 0) {
+          L.ws_ml[(base + w.chunk) * 2] = run_m;
+          L.ws_ml[(base + w.chunk) * 2 + 1] = run_l;
         }
-        const float nm = fmaxf(M, pm[b]);
-        const float ea = exp2_approx(__fsub_rn(M, nm)), eb = exp2_approx(__fsub_rn(pm[b], nm));
-        Lsum = __fmaf_rn(Lsum, ea, __fmul_rn(pl[b], eb));
-        A0 = __fmaf_rn(A0, ea, __fmul_rn(pa[b].x, eb));
-        A1 = __fmaf_rn(A1, ea, __fmul_rn(pa[b].y, eb));
-        M = nm;
+        if (has_pair)
+          *reinterpret_cast<float2*>(L.ws_acc + (base + w.chunk) * hd + 2 * pair) = make_float2(acc0, acc1);
       }
+      if (!L.fold_in_kernel) continue;  // launch-uniform: attention_merge_kernel folds them
+      // The last of the nc CTAs of (token, kv head, head block) to get here folds the partials
+      // in chunk order, as attention_merge_kernel would (fold_partial's operations per dim).
+      __threadfence();  // this thread's partial is visible device-wide before the count below
+      __syncthreads();
+      if (tid == 0) {
+        unsigned* count = g_fold_count + size_t(w.t) * Y + size_t(w.kvh) * L.head_blocks + w.hb;
+        const bool last = atomicAdd(count, 1u) == unsigned(w.nc - 1);
+        if (last) {
+          atomicExch(count, 0u);  // zero again for the next launch
+          __threadfence();        // the others' partials are visible to this CTA's reads below
+        }
+        s_last = last;
+      }
+      __syncthreads();
+      if (!s_last || !row_ok || !has_pair) continue;  // no barrier until the next item's first one
+      fold_pairs(L, base, w.nc, hd, pair, A0, A1, Lsum);
     }
-    o[0] = from_f32<T>(gated_output(A0, Lsum, g0));
-    o[1] = from_f32<T>(gated_output(A1, Lsum, g1));
+    if (row_ok && has_pair) {
+      T* const o = out + oh * hd + 2 * pair;
+      o[0] = from_f32<T>(gated_output(A0, Lsum, g0));
+      o[1] = from_f32<T>(gated_output(A1, Lsum, g1));
+    }
   }
 }
 
@@ -1356,7 +1358,10 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
     }
     const int variant = decode_variant();
-    if ((variant == 1 && M <= kP2MaxTokens) || (variant == 2 && M <= kP2MaxTokens / 2)) {
+    // The tile-parallel kernel takes cache blocks of 2^k positions and head dims of 8·2^k.
+    const bool pow2 = (cache.block_size & (cache.block_size - 1)) == 0 &&
+                      ((shape.head_dim / kLaneDims) & (shape.head_dim / kLaneDims - 1)) == 0;
+    if (pow2 && ((variant == 1 && M <= kP2MaxTokens) || (variant == 2 && M <= kP2MaxTokens / 2))) {
       // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
       L.heads_per_cta = kP2Heads;
       L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
