@@ -7,9 +7,12 @@
 //   batch invariance: a query's output is bit-identical whether it runs as a lone decode
 //     (split-KV + merge), inside a prefill chunk, a verify batch or next to other sequences,
 //     across the chunk-size change at 16384 positions (the alone outputs also against the CPU);
-//   the decode kernel (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
+//   the decode kernels (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
 //     bit for bit, at contexts of 1, 17, 512 and 4100 positions, and against the CPU; right
-//     after attention_prepare (programmatic dependent launch) vs with a synchronisation.
+//     after attention_prepare (programmatic dependent launch) vs with a synchronisation;
+//   the tile-parallel decode kernel (steps of <= 8 tokens; its last CTA folds the chunks)
+//     against the work-item decode kernel and the tile kernel, bit for bit, at contexts 1, 63,
+//     64, 65, 512, 4096, 4097 and 8200 in batches of 1, 3, 8 and 64, and after attention_prepare.
 // Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
 // 35B-A3B one (16 q heads), the fixtures' (6/2 heads of 24, rotary 6) and an odd one
 // (head_dim 72, 4 KV heads).
@@ -524,11 +527,13 @@ TEST(GpuOpsAttention, DecodeKernelBitIdenticalBatch1VsBatch64) {
 // between. The new tokens' cache rows hold large garbage until attention_prepare writes them,
 // and the contexts put the new token in the first, second or a later tile of its chunk, so a
 // copy of its tile made too early would show.
-TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
-  MOESERVE_REQUIRE_GPU();
+namespace {
+
+// attention_prepare then paged_attention on one stream without a synchronisation, 20 times,
+// against the same two calls with one; lens: the decode tokens' contexts (their positions + 1).
+void check_decode_after_prepare(const std::vector<int>& lens) {
   const AttnCase c{32, 2, 256, 64};
   Rng rng(25);
-  const std::vector<int> lens{1, 17, 33, 64, 65, 512, 513, 1000, 4100};  // positions, the new token's included
   std::vector<SeqSpec> seqs;
   for (int len : lens) seqs.push_back({len - 1, 1, 0, {}});
   const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
@@ -605,4 +610,157 @@ TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
     if (mismatched) break;
   }
   cudaStreamDestroy(st);
+}
+
+}  // namespace
+
+TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
+  MOESERVE_REQUIRE_GPU();
+  // 9 tokens: the work-item decode kernel.
+  check_decode_after_prepare({1, 17, 33, 64, 65, 512, 513, 1000, 4100});
+}
+
+// The same with 8 tokens (the tile-parallel kernel): the new token in the first, second or
+// last tile of a 64-position round, in the first tile of a chunk, and in the first and second
+// round of a 128-position chunk (contexts above 4096).
+TEST(GpuOpsAttention, DecodeTileParallelAfterPrepareMatchesSynchronised) {
+  MOESERVE_REQUIRE_GPU();
+  const int saved = cuda::attention_decode_variant();
+  cuda::set_attention_decode_variant(1);
+  check_decode_after_prepare({1, 17, 64, 65, 513, 1000, 4100, 4180});
+  cuda::set_attention_decode_variant(saved);
+}
+
+// The tile-parallel decode kernel (decode steps of <= 8 tokens under the default variant 1: a
+// CTA per (token, chunk, kv head, 4 q heads) computing a round of 4 tiles side by side) gives
+// the bits of the work-item decode kernel (variant 0) and of the tile kernel (no workspace: one
+// CTA per query walking all its chunks in registers). Contexts 1, 63, 64, 65 (one chunk, one
+// full chunk, the first split), 512, 4096 (the last 64-position chunking), 4097 and 8200
+// (128- and 256-position chunks: several rounds per chunk, and a CTA walks several items), alone
+// (batch 1), three of them (batch 3), all eight (batch 8), and among 56 other sequences (batch
+// 64: the work-item kernel). Outputs start as NaN, so an output never written shows. (The
+// tile-parallel kernel takes head dims of 8·2^k: here 256 and 128; the shapes with head_dim 24
+// and 72 check that their decode steps keep the bits through the work-item kernel.)
+TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
+  MOESERVE_REQUIRE_GPU();
+  std::vector<AttnCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({32, 1, 128, 32});  // a group of 32: 8 head blocks per kv head
+  struct VariantReset {
+    int saved = cuda::attention_decode_variant();
+    ~VariantReset() { cuda::set_attention_decode_variant(saved); }
+  } variant_reset;
+  for (const AttnCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    Rng rng(26);
+    constexpr int kSeqs = 64;
+    const std::vector<int> targets{1, 63, 64, 65, 512, 4096, 4097, 8200};  // contexts: position ctx - 1
+    std::vector<int> target_seq;
+    std::vector<int> lens(kSeqs);
+    for (int& len : lens) len = int(rng.integer(1, 700));
+    for (size_t k = 0; k < targets.size(); ++k) {
+      target_seq.push_back(int(k) * 8 + 3);
+      lens[size_t(target_seq.back())] = targets[k];
+    }
+    std::vector<SeqSpec> ctx;
+    for (int len : lens) ctx.push_back({0, len, 0, {}});
+    const int blocks = assign_shuffled_blocks(rng, ctx, kBlock);
+    int max_blocks = 0;
+    for (const auto& s : ctx) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+    Pools pools(rng, c, blocks);
+    for (const auto& s : ctx) {
+      const int len = s.num_tokens;
+      const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+      for (int p = 0; p < len; ++p)
+        for (int h = 0; h < c.nkv; ++h) {
+          const size_t dst = pools.offset(c, s.blocks[size_t(p / kBlock)], h, p % kBlock);
+          const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+          std::copy_n(kk.begin() + long(src), c.hd, pools.k_host.begin() + long(dst));
+          std::copy_n(vv.begin() + long(src), c.hd, pools.v_host.begin() + long(dst));
+        }
+    }
+    auto d_k = to_device_bf16(pools.k_host), d_v = to_device_bf16(pools.v_host);
+    const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.rot, 1e-6f};
+    const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, kBlock, c.hd};
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    const size_t row = size_t(c.nq) * c.hd;
+    auto query = [&](int seq, int pos, uint64_t salt, float sd) {
+      Rng r((uint64_t(seq) << 40) ^ (uint64_t(pos) << 8) ^ salt);
+      return random_bf16(r, row, sd);
+    };
+    // One decode step (the last position of each listed sequence) through the f32 entry point.
+    auto run = [&](const std::vector<int>& seq_ids, bool with_workspace, int variant) {
+      cuda::set_attention_decode_variant(variant);
+      std::vector<SeqSpec> seqs;
+      std::vector<float> q, g;
+      for (int sid : seq_ids) {
+        const int pos = lens[size_t(sid)] - 1;
+        seqs.push_back({pos, 1, 0, ctx[size_t(sid)].blocks});
+        const auto qq = query(sid, pos, 1, 3.0f), gg = query(sid, pos, 2, 2.0f);
+        q.insert(q.end(), qq.begin(), qq.end());
+        g.insert(g.end(), gg.begin(), gg.end());
+      }
+      DeviceStepMeta meta(seqs, max_blocks);
+      const int M = meta.num_tokens();
+      const size_t ws_bytes =
+          with_workspace ? cuda::paged_attention_workspace_bytes(shape, M, max_blocks * kBlock) : 0;
+      DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+      auto d_q = to_device_f32(q), d_g = to_device_f32(g);
+      DeviceBuffer<float> d_out(q.size());
+      EXPECT_EQ(cudaMemset(d_out.data(), 0xff, d_out.bytes()), cudaSuccess);  // NaN
+      cuda::paged_attention(d_q.data(), d_g.data(), shape, meta.meta(), view, scale,
+                            with_workspace ? ws.data() : nullptr, ws_bytes, d_out.data(), nullptr);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return to_host(d_out);
+    };
+    // The references: each target alone through the tile kernel.
+    std::vector<std::vector<float>> ref;
+    for (size_t k = 0; k < targets.size(); ++k) {
+      ref.push_back(run({target_seq[k]}, false, 1));
+      size_t finite = 0;
+      for (float x : ref.back()) finite += std::isfinite(x) ? 1 : 0;
+      EXPECT_EQ(finite, row) << "tile kernel, context " << targets[k];
+    }
+    auto check = [&](const std::string& name, const std::vector<int>& seq_ids, bool with_workspace, int variant) {
+      SCOPED_TRACE(name);
+      const auto got = run(seq_ids, with_workspace, variant);
+      size_t compared = 0, mismatched = 0;
+      std::string first;
+      for (size_t tok = 0; tok < seq_ids.size(); ++tok)
+        for (size_t k = 0; k < targets.size(); ++k) {
+          if (seq_ids[tok] != target_seq[k]) continue;
+          ++compared;
+          for (size_t i = 0; i < row; ++i) {
+            uint32_t a, b;
+            std::memcpy(&a, &got[tok * row + i], 4);
+            std::memcpy(&b, &ref[k][i], 4);
+            if (a == b) continue;
+            if (mismatched++ == 0)
+              first = "context " + std::to_string(targets[k]) + " head " + std::to_string(i / size_t(c.hd)) +
+                      " d " + std::to_string(i % size_t(c.hd)) + ": " + std::to_string(got[tok * row + i]) +
+                      " vs " + std::to_string(ref[k][i]) + " (tile kernel)";
+          }
+        }
+      EXPECT_GT(compared, 0u) << name;
+      EXPECT_EQ(mismatched, 0u) << name << ": " << mismatched << " values differ from the tile kernel; first: "
+                                << first;
+      std::printf("  %s: %zu tokens, %zu values differ from the tile kernel\n", name.c_str(), seq_ids.size(),
+                  mismatched);
+    };
+    for (size_t k = 0; k < targets.size(); ++k) {
+      const std::string ctx_name = "context " + std::to_string(targets[k]);
+      check(ctx_name + " alone, tile-parallel kernel", {target_seq[k]}, true, 1);
+      check(ctx_name + " alone, work-item kernel", {target_seq[k]}, true, 0);
+    }
+    check("batch 3 (contexts 65, 4096, 1), tile-parallel kernel", {target_seq[3], target_seq[5], target_seq[0]},
+          true, 1);
+    std::vector<int> all8(target_seq.rbegin(), target_seq.rend());
+    check("batch 8, tile-parallel kernel", all8, true, 1);
+    check("batch 8, work-item kernel", all8, true, 0);
+    check("batch 3, variant 2 (tile-parallel kernel)", {target_seq[6], target_seq[1], target_seq[4]}, true, 2);
+    check("batch 8, variant 2 (work-item kernel)", all8, true, 2);
+    std::vector<int> all64;
+    for (int sid = 0; sid < kSeqs; ++sid) all64.push_back(sid);
+    check("batch 64 (work-item kernel)", all64, true, 1);
+  }
 }

@@ -26,8 +26,31 @@
 //   kernel lacks), verify batches, decode steps of more than 64 tokens, and decode steps
 //   whose workspace is too small.
 //
-// paged_attention_decode_kernel: decode steps (one token per sequence) of <= 64 tokens, the
-//   generated tokens of the model. Work item = (token, chunk of its range, kv head, head
+// paged_attention_decode2_kernel (the tile-parallel decode kernel): decode steps of <= 8
+//   tokens under the default decode variant (set_attention_decode_variant), with cache blocks
+//   of 2^k positions and head dims of 8·2^k (no integer divisions on the copy paths). Work item = (token,
+//   chunk of its range, kv head, head block of 4 q heads); 16 warps, warp (head slot, tile slot);
+//   a grid of at most the resident CTAs (one per SM) walks the items, numbered as for the
+//   work-item kernel below, so a lone decode at context 512 (9 chunks x 2 kv heads x 4 head
+//   blocks) runs 72 CTAs of one item each. A chunk goes in rounds of 4 tiles (64 positions; one
+//   round for contexts up to 4096): the round's K and V rows are copied at once (one cp.async
+//   group, [K|V][64][hd] bf16 = 64 KB of shared memory at hd 256, opted in) while the rows of
+//   the CTA's rounds two ahead are prefetched into L2; each warp scores one tile
+//   for one head; the tile maxima are exchanged in shared memory so that each warp forms the
+//   running maximum (a prefix of exact fmaxf) and its tile's weights; then each head's four warps
+//   run the serial online-softmax update over the round's tiles in order, each for a quarter of
+//   the head's dims (two per lane). The critical path of a chunk is one copy round trip, one tile
+//   of scores and a 16-FMA-per-position chain, where the work-item kernel has a pipelined
+//   score + accumulate step per tile. Chunk partials go to the workspace; the last of a (token,
+//   kv head, head block)'s chunk CTAs to finish (an arrival count per group in a __device__
+//   array that the last arrival sets back to zero) folds them in chunk order and writes the
+//   output: no merge launch. Roofline as the work-item kernel (each K/V row leaves HBM once per
+//   (token, kv head): the 4 head blocks of a chunk read it side by side, from L2 after the
+//   first), plus the partials through L2.
+//
+// paged_attention_decode_kernel (the work-item kernel): decode steps (one token per sequence) of
+//   <= 64 tokens, the generated tokens of the model (those of > 8 tokens, and all under decode
+//   variant 0). Work item = (token, chunk of its range, kv head, head
 //   block of H = 4, 8 or 16 q heads of the group); a grid of at most the resident CTAs walks
 //   the items (numbered from the tokens' positions on the device: the host does not know the
 //   contexts), so a lone decode at context 512 (9 chunks x 2 kv heads x 2 head blocks) runs
@@ -57,15 +80,20 @@
 //   * chunk partials (max, sum, acc) are folded in chunk order by fold_partial, then
 //     acc / sum · sigmoid(gate).
 //   Whether a chunk's partial is folded in registers (one CTA walks the whole range) or goes
-//   through the workspace and the merge kernel (the range is split over CTAs) changes where
-//   the numbers live, not the operations: every floating-point step is an explicit
+//   through the workspace and the merge kernel or the tile-parallel kernel's last CTA (the
+//   range is split over CTAs), whether a chunk's tiles are scored one after the other or side by
+//   side (the running maximum is a prefix of fmaxf, exact in any grouping; the sum and the
+//   per-dim multiply-add chain stay serial in position order), and which lane or warp holds a
+//   dim, change where the numbers live, not the operations: every floating-point step is an explicit
 //   round-to-nearest intrinsic (__fmaf_rn, __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn) or
 //   ex2.approx, so the compiler cannot contract or reorder differently in different kernels,
 //   template instances or row slots. Tile size, warp count, split count and the tokens that
 //   share a CTA are therefore free choices of the launcher, and the decode kernel (one chunk
 //   per work item) gives the same bits as the tile kernel.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <string>
 
 #include "backend/cuda/act_types.cuh"
@@ -206,9 +234,13 @@ static_assert(kTile == 16, "reduce_scatter16 and the half-warp reductions assume
 // size always divides a larger one.
 __host__ __device__ __forceinline__ int chunk_size(int len) {
   int c = kChunk0;
-  while ((len - 1) / c + 1 > kMaxChunks) c <<= 1;
+  // (len - 1) / c + 1 > kMaxChunks, without a division
+  while ((long long)(len - 1) >= (long long)kMaxChunks * c) c <<= 1;
   return c;
 }
+
+// log2 of a power of two.
+__device__ __forceinline__ int log2_pow2(int x) { return __ffs(x) - 1; }
 
 // Launch parameters chosen on the host (none of them changes a query's arithmetic).
 struct AttnLaunch {
@@ -218,6 +250,7 @@ struct AttnLaunch {
   int splits;         // CTAs over each query tile's chunk list (grid.z); > 1: partials + merge
   int chunk_stride;   // chunk slots per (token, q head) in the workspace
   float scale_log2;   // softmax scale · log2(e)
+  bool fold_in_kernel;  // tile-parallel decode kernel: its last CTA per (token, kv head, head block) folds
   float* ws_acc;      // [M][nq][chunk_stride][hd] unnormalised partial outputs
   float* ws_ml;       // [M][nq][chunk_stride][2] partial (max, sum), exp2 domain
 };
@@ -307,6 +340,12 @@ __device__ __forceinline__ void fold_partial(float& M, float& L, float* ACC, boo
 
 // out[d] = ACC[d] / L · sigmoid(gate[d]) for the lane's dims. kL2: gate through L2 only (for
 // dependent launches, which may have started before gate was written).
+// One output value: acc / L · sigmoid(g), with the same operations on every path.
+__device__ __forceinline__ float gated_output(float acc, float L, float g) {
+  const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
+  return __fmul_rn(__fdiv_rn(acc, L), sig);
+}
+
 template <bool kL2 = false, typename T>
 __device__ __forceinline__ void store_output(const float* ACC, float L, const T* gate_row, T* out_row, int lane,
                                              int hd) {
@@ -315,8 +354,7 @@ __device__ __forceinline__ void store_output(const float* ACC, float L, const T*
     const int d = kLaneDims * lane + i;
     if (d < hd) {
       const float g = to_f32(kL2 ? __ldcg(gate_row + d) : gate_row[d]);
-      const float sig = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-g, kLog2e))));
-      out_row[d] = from_f32<T>(__fmul_rn(__fdiv_rn(ACC[i], L), sig));
+      out_row[d] = from_f32<T>(gated_output(ACC[i], L, g));
     }
   }
 }
@@ -598,10 +636,14 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
   float M = 0.0f, Lsum = 0.0f, ACC[kLaneDims] = {};
   bool have = false;
   // kMergeBatch partials are loaded together (one memory round trip, not one per chunk), then
-  // folded in chunk order. L2 loads (.cg): the partials were written by a grid that may have
-  // been running when this one started.
+  // folded in chunk order; the gate with the first batch. L2 loads (.cg): the partials were
+  // written by a grid that may have been running when this one started.
   constexpr int kMergeBatch = 8;
   const bool has_dims = kLaneDims * lane < hd;  // hd % 8 == 0: all 8 dims or none
+  float g[kLaneDims];
+#pragma unroll
+  for (int i = 0; i < kLaneDims; ++i)
+    g[i] = has_dims ? to_f32(__ldcg(gate + oh * hd + kLaneDims * lane + i)) : 0.0f;
   for (int c0 = 0; c0 < nc; c0 += kMergeBatch) {
     float pa[kMergeBatch][kLaneDims], pm[kMergeBatch], pl[kMergeBatch];
 #pragma unroll
@@ -623,7 +665,11 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
     for (int b = 0; b < kMergeBatch; ++b)
       if (c0 + b < nc) fold_partial(M, Lsum, ACC, have, pm[b], pl[b], pa[b]);
   }
-  store_output<true>(ACC, Lsum, gate + oh * hd, out + oh * hd, lane, hd);
+  if (has_dims) {
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i)
+      out[oh * hd + kLaneDims * lane + i] = from_f32<T>(gated_output(ACC[i], Lsum, g[i]));
+  }
 }
 
 // ---- paged attention: decode kernel -------------------------------------------------------
@@ -641,7 +687,7 @@ struct DecodeTokens {
   int total;           // Σ nc over the step's tokens
 };
 
-__device__ __forceinline__ int num_chunks(int pos) { return pos / chunk_size(pos + 1) + 1; }
+__device__ __forceinline__ int num_chunks(int pos) { return (pos >> log2_pow2(chunk_size(pos + 1))) + 1; }
 
 __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int lane) {
   DecodeTokens d;
@@ -661,6 +707,38 @@ __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int 
   d.first1 = d.first0 + a;
   d.total = __shfl_sync(kFull, incl, 31);
   return d;
+}
+
+// Work item `item` = u·Y + y of the numbering above (warp-collective: every lane of the warp
+// calls it with the same item): token t, chunk `chunk` of its nc chunks, positions [c0, c0 +
+// chunk size) ∩ [0, pos] in n_tiles tiles, kv head kvh and head block hb (y = kvh·head_blocks +
+// hb), and the token's block table.
+struct DecodeItem {
+  int t, pos, kvh, hb, chunk, nc, c0, n_tiles;
+  const int32_t* table;
+};
+
+__device__ __forceinline__ DecodeItem map_decode_item(const DecodeTokens& tok, const StepMeta& meta, int Y,
+                                                      int head_blocks, int item) {
+  DecodeItem w;
+  const int u = item / Y, y = item - (item / Y) * Y;
+  // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
+  const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
+  const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
+  w.t = __popc(b0) + __popc(b1) - 1;
+  const int src = w.t >> 1;
+  w.pos = __shfl_sync(kFull, (w.t & 1) ? tok.pos1 : tok.pos0, src);
+  const int seq = __shfl_sync(kFull, (w.t & 1) ? tok.seq1 : tok.seq0, src);
+  w.chunk = u - __shfl_sync(kFull, (w.t & 1) ? tok.first1 : tok.first0, src);
+  w.kvh = y / head_blocks;
+  w.hb = y - w.kvh * head_blocks;
+  const int csize = chunk_size(w.pos + 1);
+  w.nc = (w.pos >> log2_pow2(csize)) + 1;
+  w.c0 = w.chunk * csize;
+  const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
+  w.n_tiles = (c_last - w.c0) / kTile + 1;
+  w.table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+  return w;
 }
 
 // grid: (items or fewer CTAs); block: kWarps warps, kRows (token, q head) rows per warp (they
@@ -703,31 +781,8 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   const int load_part = int(threadIdx.x) % vec_per_row, load_row0 = int(threadIdx.x) / vec_per_row;
   const int load_row_step = (kWarps * 32) / vec_per_row;
 
-  struct Item {
-    int t, pos, kvh, hb, chunk, nc, c0, n_tiles;
-    const int32_t* table;  // the token's block table
-  };
-  auto map_item = [&](int item) {
-    Item w;
-    const int u = item / Y, y = item - (item / Y) * Y;
-    // Token of u: the number of tokens whose first u is <= u, minus one (first[] increases).
-    const unsigned b0 = __ballot_sync(kFull, tok.pos0 >= 0 && tok.first0 <= u);
-    const unsigned b1 = __ballot_sync(kFull, tok.pos1 >= 0 && tok.first1 <= u);
-    w.t = __popc(b0) + __popc(b1) - 1;
-    const int src = w.t >> 1;
-    w.pos = __shfl_sync(kFull, (w.t & 1) ? tok.pos1 : tok.pos0, src);
-    const int seq = __shfl_sync(kFull, (w.t & 1) ? tok.seq1 : tok.seq0, src);
-    w.chunk = u - __shfl_sync(kFull, (w.t & 1) ? tok.first1 : tok.first0, src);
-    w.kvh = y / L.head_blocks;
-    w.hb = y - w.kvh * L.head_blocks;
-    const int csize = chunk_size(w.pos + 1);
-    w.nc = w.pos / csize + 1;
-    w.c0 = w.chunk * csize;
-    const int c_last = min(w.c0 + csize, w.pos + 1) - 1;  // the chunk's positions: [c0, c_last]
-    w.n_tiles = (c_last - w.c0) / kTile + 1;
-    w.table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
-    return w;
-  };
+  using Item = DecodeItem;
+  auto map_item = [&](int item) { return map_decode_item(tok, meta, Y, L.head_blocks, item); };
   // Tile i of the item's chunk holds the token's own position (whose K/V attention_prepare
   // writes) iff it is the range's last tile.
   auto has_own_pos = [&](const Item& w, int i) { return w.pos < w.c0 + (i + 1) * kTile; };
@@ -864,6 +919,309 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps)  // <= 128 registers
   }
 }
 
+// ---- paged attention: tile-parallel decode kernel ------------------------------------------
+
+constexpr int kP2Heads = 4;                    // q heads per CTA (a head block)
+constexpr int kP2Tiles = 4;                    // tiles per round: one per warp of a head
+constexpr int kP2Warps = kP2Heads * kP2Tiles;  // warp w: head slot w / kP2Tiles, tile slot w % kP2Tiles
+constexpr int kP2Pos = kP2Tiles * kTile;       // positions per round
+constexpr int kP2MaxTokens = 8;                // decode steps of at most this many tokens take it
+constexpr int kP2Ahead = 2;                    // rounds prefetched into L2 ahead of their copy
+// 16-byte copy slots per thread and round at most: 2·kP2Pos rows of up to 32 vectors (head_dim 256).
+constexpr int kP2MaxRowsPerThread = 2 * kP2Pos * (32 * kMaxDimsPerLane / kLaneDims) / (kP2Warps * 32);
+static_assert(kChunk0 % kP2Pos == 0, "a chunk is whole rounds");
+
+// Arrival counts of the tile-parallel kernel's in-kernel fold, one per (token, kv head, head
+// block) of a launch: zero at module load, and the last arrival sets its count back to zero, so
+// they are zero between launches. Per device; launches of the kernel on one device must not
+// overlap (they run in stream order on the model's stream).
+constexpr int kFoldSlots = kP2MaxTokens * 256;
+__device__ unsigned g_fold_count[kFoldSlots];
+
+// Dynamic shared memory of the tile-parallel kernel: one round of K and V, [K|V][kP2Pos][hd] bf16.
+size_t decode2_smem_bytes(int hd) { return size_t(2) * kP2Pos * size_t(hd) * sizeof(bf16); }
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Folds the nc chunk partials of slots base .. base + nc - 1 in chunk order for dims 2·pair and
+// 2·pair + 1 (fold_partial's operations; the first partial taken as is): the result in A0, A1
+// (unnormalised) and Lsum. L2 loads: other CTAs wrote the partials.
+__device__ __forceinline__ void fold_pairs(const AttnLaunch& L, size_t base, int nc, int hd, int pair, float& A0,
+                                           float& A1, float& Lsum) {
+  constexpr int kBatch = 12;  // partials loaded together (one round trip up to 12 chunks), then folded
+  float M = 0.0f;
+  bool have = false;
+  for (int c = 0; c < nc; c += kBatch) {
+    float pm[kBatch], pl[kBatch];
+    float2 pa[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const size_t slot = base + min(c + b, nc - 1);  // clamped: loaded, not folded
+      pa[b] = __ldcg(reinterpret_cast<const float2*>(L.ws_acc + slot * hd + 2 * pair));
+      pm[b] = __ldcg(L.ws_ml + slot * 2);
+      pl[b] = __ldcg(L.ws_ml + slot * 2 + 1);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (c + b >= nc) break;
+      if (!have) {
+        M = pm[b], Lsum = pl[b], A0 = pa[b].x, A1 = pa[b].y;
+        have = true;
+        continue;
+      }
+      const float nm = fmaxf(M, pm[b]);
+      const float ea = exp2_approx(__fsub_rn(M, nm)), eb = exp2_approx(__fsub_rn(pm[b], nm));
+      Lsum = __fmaf_rn(Lsum, ea, __fmul_rn(pl[b], eb));
+      A0 = __fmaf_rn(A0, ea, __fmul_rn(pa[b].x, eb));
+      A1 = __fmaf_rn(A1, ea, __fmul_rn(pa[b].y, eb));
+      M = nm;
+    }
+  }
+}
+
+// grid: (items or fewer CTAs); block: kP2Warps warps. The work items are those of
+// paged_attention_decode_kernel with head blocks of kP2Heads q heads: (token t, chunk c, kv head,
+// head block), numbered as there, walked blockIdx.x, blockIdx.x + gridDim.x, ... A chunk is
+// done in rounds of kP2Tiles tiles (one round for the kChunk0-position chunks of contexts up to
+// kMaxChunks·kChunk0). Per round:
+//   1. all the round's K and V rows (positions <= pos) are copied at once (cp.async, one group)
+//      into [K|V][kP2Pos][hd]; the rows of the CTA's round kP2Ahead ahead (of this item or of
+//      its next ones) are prefetched into L2;
+//   2. warp (head slot hs, tile slot ts) computes the 16 scores of tile ts for its head with
+//      the tile kernel's operations (tile_score_partials, reduce_scatter16) and the tile's
+//      masked maximum (half_warp_max), published in shared memory;
+//   3. each warp forms the running maximum before and after its tile (a prefix of the round's
+//      tile maxima: fmaxf is exact, so this is the serial chain's value), its weights e =
+//      2^(s - max) and their half-warp sum, published in shared memory;
+//   4. warp (hs, ts) runs the serial part of the online softmax for head hs over the round's
+//      tiles in order: (max, sum) with the same fmaxf / exp2 / fma as online_softmax_step, and
+//      acc = acc · corr, then acc += e_j · V_j (one __fmaf_rn per position, in position order)
+//      for dims 2·(32·ts + lane) and the next: the dims of a head are split over its four warps,
+//      which changes where each dim's chain runs, not its operations.
+// So a row's arithmetic is exactly that of paged_attention_kernel / paged_attention_decode_kernel
+// (bit-identical), but the scores, maxima and weights of a round's tiles are computed side by
+// side and only the per-dim multiply-add chain is serial: the critical path of a chunk is one
+// copy round trip, one score tile and 16 multiply-adds per position, instead of one pipelined
+// score + accumulate step per tile. Single-chunk tokens write out = acc / sum · sigmoid(gate);
+// the others store their partial, and the last CTA of the token's (kv head, head block) folds
+// them (L.fold_in_kernel; else attention_merge_kernel does). PDL as paged_attention_decode_kernel:
+// the step metadata and every K/V row but the token's own are read before the wait, nothing
+// else; the arrival counts are touched after it (launches of the kernel never overlap).
+template <typename T>
+__global__ void __launch_bounds__(kP2Warps * 32, 1)
+    paged_attention_decode2_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
+                                   StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float s_tmax[kP2Heads][kP2Tiles];  // masked maximum of each tile's scores
+  __shared__ float s_sum[kP2Heads][kP2Tiles];   // half-warp sum of each tile's weights
+  __shared__ __align__(16) float s_e[kP2Heads][kP2Pos];  // weight of each position of the round
+  __shared__ bool s_last;                                  // this CTA folds the token's partials
+  const int hd = s.head_dim, nq = s.num_q_heads;
+  const int group = nq / s.num_kv_heads;
+  bf16* k_s = reinterpret_cast<bf16*>(smem_raw);  // [kP2Pos][hd]
+  const bf16* v_s = k_s + size_t(kP2Pos) * hd;    // [kP2Pos][hd]
+  const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31;
+  const int hs = warp / kP2Tiles, ts = warp % kP2Tiles;
+  const bool has_dims = kLaneDims * lane < hd;
+  const int pair = 32 * ts + lane;  // step 4: dims 2·pair and 2·pair + 1
+  const bool has_pair = 2 * pair < hd;
+  const int Y = s.num_kv_heads * L.head_blocks;
+  const int bs_shift = log2_pow2(cache.block_size), bs_mask = cache.block_size - 1;  // a power of two
+  pdl_launch_dependents();  // the next kernel may get resident now; it waits for this grid
+  const DecodeTokens tok = decode_tokens(meta, lane);  // step metadata: written by a copy, not by kernels
+  const int n_items = tok.total * Y;                   // CTA-uniform
+  const int vec_per_row = hd / kLaneDims;
+  constexpr int kThreads = kP2Warps * 32;
+  // Copy slots: every thread owns one 16-byte column of rows row0 + i·step (K rows 0..kP2Pos-1,
+  // then V rows), at most kP2MaxRowsPerThread of them (head_dim 8·2^k: the launcher checks).
+  const int copy_part = tid % vec_per_row, copy_row0 = tid / vec_per_row, copy_step = kThreads / vec_per_row;
+
+  // Copies the rows of the round starting at position p0 of item w that are <= w.pos into
+  // shared memory: mode 0 those before the token's own position, 1 only that one, 2 all. The
+  // block-table entries first (independent loads), then the copies.
+  auto load_round = [&](const DecodeItem& w, int p0, int mode) {
+    auto wanted = [&](int p) { return p <= w.pos && (mode == 2 || ((mode == 1) == (p == w.pos))); };
+    int blk[kP2MaxRowsPerThread];
+#pragma unroll
+    for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
+      const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
+      blk[i] = rw < 2 * kP2Pos && wanted(p) ? w.table[p >> bs_shift] : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < kP2MaxRowsPerThread; ++i) {
+      const int rw = copy_row0 + i * copy_step, p = p0 + (rw & (kP2Pos - 1));
+      if (blk[i] < 0) continue;
+      const size_t off = cache_offset(cache, blk[i], w.kvh, p & bs_mask) + size_t(copy_part) * kLaneDims;
+      cp_async16(k_s + size_t(rw) * hd + copy_part * kLaneDims, (rw < kP2Pos ? cache.k : cache.v) + off);
+    }
+  };
+  // L2 prefetch of the round starting at p0 of item w: one 128-byte line per thread.
+  const int lines_per_row = (hd * int(sizeof(bf16)) + 127) / 128;
+  auto prefetch_round = [&](const DecodeItem& w, int p0) {
+    const int rw = tid / lines_per_row, line = tid - rw * lines_per_row;
+    const int p = p0 + (rw & (kP2Pos - 1));
+    if (rw >= 2 * kP2Pos || p > w.pos) return;
+    const size_t off = cache_offset(cache, w.table[p >> bs_shift], w.kvh, p & bs_mask) +
+                       size_t(line) * (128 / sizeof(bf16));
+    prefetch_l2((rw < kP2Pos ? cache.k : cache.v) + off);
+  };
+
+  // The CTA's first item starts copying its first round before the wait, except the token's
+  // own row (attention_prepare may still be writing it); committed after the wait.
+  if (int(blockIdx.x) < n_items) {
+    const DecodeItem w = map_decode_item(tok, meta, Y, L.head_blocks, int(blockIdx.x));
+    load_round(w, w.c0, 0);
+  }
+  pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
+
+  for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
+    const bool first_item = item == int(blockIdx.x);  // CTA-uniform
+    const DecodeItem w = map_decode_item(tok, meta, Y, L.head_blocks, item);
+    const int hg = w.hb * kP2Heads + hs;  // q head within the group
+    const bool row_ok = hg < group;       // warp-uniform
+    const size_t oh = size_t(w.t) * nq + size_t(w.kvh) * group + size_t(row_ok ? hg : 0);
+    float qv[1][kLaneDims];
+#pragma unroll
+    for (int i = 0; i < kLaneDims; ++i) {
+      const int d = kLaneDims * lane + i;
+      // L2 loads: attention_prepare wrote q while this grid was starting.
+      qv[0][i] = row_ok && d < hd ? __fmul_rn(to_f32(__ldcg(q + oh * hd + d)), L.scale_log2) : 0.0f;
+    }
+    float g0 = 0.0f, g1 = 0.0f;  // the gate of the warp's two dims (for the output, if this CTA writes it)
+    if ((w.nc == 1 || L.fold_in_kernel) && row_ok && has_pair) {
+      g0 = to_f32(__ldcg(gate + oh * hd + 2 * pair));
+      g1 = to_f32(__ldcg(gate + oh * hd + 2 * pair + 1));
+    }
+    float run_m = -INFINITY, run_l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+    const int n_rounds = (w.n_tiles - 1) / kP2Tiles + 1;
+    for (int r = 0; r < n_rounds; ++r) {
+      const int p0 = w.c0 + r * kP2Pos;
+      load_round(w, p0, first_item && r == 0 ? 1 : 2);
+      cp_async_commit();
+      // The CTA's rounds kP2Ahead ahead (of this item or its next ones) on their way to L2; the
+      // first round also sends the ones before.
+      for (int ahead = first_item && r == 0 ? 1 : kP2Ahead; ahead <= kP2Ahead; ++ahead) {
+        int it = item, rr = r + ahead;
+        DecodeItem x = w;
+        while (rr >= (x.n_tiles - 1) / kP2Tiles + 1) {  // CTA-uniform
+          rr -= (x.n_tiles - 1) / kP2Tiles + 1;
+          it += int(gridDim.x);
+          if (it >= n_items) break;
+          x = map_decode_item(tok, meta, Y, L.head_blocks, it);
+        }
+        if (it < n_items) prefetch_round(x, x.c0 + rr * kP2Pos);
+      }
+      cp_async_wait<0>();
+      __syncthreads();  // the round's K and V are in shared memory
+
+      // 2. Scores of tile ts for head hs.
+      const int ti = r * kP2Tiles + ts;  // tile of the chunk
+      const bool tile_ok = row_ok && ti < w.n_tiles;  // warp-uniform
+      const int t0 = w.c0 + ti * kTile;
+      const bool valid = t0 + (lane & 15) <= w.pos;
+      float sc = 0.0f;
+      if (tile_ok) {
+        float part[1][kTile];
+        tile_score_partials<1>(k_s + size_t(ts) * kTile * hd, hd, lane, has_dims, qv, part);
+        sc = reduce_scatter16(part[0], lane);  // score of position t0 + (lane & 15)
+        const float tmax = half_warp_max(valid ? sc : -INFINITY);
+        if (lane == 0) s_tmax[hs][ts] = tmax;
+      }
+      __syncthreads();
+
+      // 3. The running maximum after tile ts (the serial chain's value), the tile's weights.
+      if (tile_ok) {
+        float nm = run_m;
+#pragma unroll
+        for (int k = 0; k < kP2Tiles; ++k)
+          if (k <= ts) nm = fmaxf(nm, s_tmax[hs][k]);
+        const float e = valid ? exp2_approx(__fsub_rn(sc, nm)) : 0.0f;
+        const float sum = half_warp_sum(e);
+        if (lane < kTile) s_e[hs][ts * kTile + lane] = e;
+        if (lane == 0) s_sum[hs][ts] = sum;
+      }
+      __syncthreads();
+
+      // 4. The serial part, tile by tile: online_softmax_step's (max, sum, acc) updates, then
+      // accumulate_ev's multiply-adds in position order, for the warp's two dims.
+      if (row_ok) {
+        const int nt = min(kP2Tiles, w.n_tiles - r * kP2Tiles);
+        for (int k = 0; k < nt; ++k) {
+          const float nm = fmaxf(run_m, s_tmax[hs][k]);  // finite: the tile's first position is visible
+          const float corr = exp2_approx(__fsub_rn(run_m, nm));
+          run_l = __fmaf_rn(run_l, corr, s_sum[hs][k]);
+          run_m = nm;
+          acc0 = __fmul_rn(acc0, corr);
+          acc1 = __fmul_rn(acc1, corr);
+          const int nvalid = min(kTile, w.pos - (p0 + k * kTile) + 1);
+          if (has_pair) {
+            // All 16 weights and V pairs first (rows past nvalid hold stale values and are
+            // not used), then the chain.
+            float e[kTile];
+            unsigned vv[kTile];
+            const float4* e4 = reinterpret_cast<const float4*>(s_e[hs] + k * kTile);
+#pragma unroll
+            for (int j = 0; j < kTile / 4; ++j) {
+              const float4 x = e4[j];
+              e[4 * j] = x.x, e[4 * j + 1] = x.y, e[4 * j + 2] = x.z, e[4 * j + 3] = x.w;
+            }
+            const bf16* vrow = v_s + size_t(k) * kTile * hd + 2 * pair;
+#pragma unroll
+            for (int j = 0; j < kTile; ++j) vv[j] = *reinterpret_cast<const unsigned*>(vrow + size_t(j) * hd);
+#pragma unroll
+            for (int j = 0; j < kTile; ++j) {
+              if (j < nvalid) {  // warp-uniform
+                acc0 = __fmaf_rn(e[j], __uint_as_float(vv[j] << 16), acc0);
+                acc1 = __fmaf_rn(e[j], __uint_as_float(vv[j] & 0xffff0000u), acc1);
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();  // the buffers may be refilled
+    }
+
+    // The chunk is the whole range (w.nc == 1: fold_partial would take it as is), or the partials
+    // of all chunks are folded here by the last CTA, or by attention_merge_kernel.
+    float A0 = acc0, A1 = acc1, Lsum = run_l;
+    if (w.nc > 1) {  // CTA-uniform
+      const size_t base = oh * L.chunk_stride;  // the token's chunk slots for this q head
+      if (row_ok) {                             // the chunk's partial
+        if (ts == 0 && lane == 0) {
+          L.ws_ml[(base + w.chunk) * 2] = run_m;
+          L.ws_ml[(base + w.chunk) * 2 + 1] = run_l;
+        }
+        if (has_pair)
+          *reinterpret_cast<float2*>(L.ws_acc + (base + w.chunk) * hd + 2 * pair) = make_float2(acc0, acc1);
+      }
+      if (!L.fold_in_kernel) continue;  // launch-uniform: attention_merge_kernel folds them
+      // The last of the nc CTAs of (token, kv head, head block) to get here folds the partials
+      // in chunk order, as attention_merge_kernel would (fold_partial's operations per dim).
+      __threadfence();  // this thread's partial is visible device-wide before the count below
+      __syncthreads();
+      if (tid == 0) {
+        unsigned* count = g_fold_count + size_t(w.t) * Y + size_t(w.kvh) * L.head_blocks + w.hb;
+        const bool last = atomicAdd(count, 1u) == unsigned(w.nc - 1);
+        if (last) {
+          atomicExch(count, 0u);  // zero again for the next launch
+          __threadfence();        // the others' partials are visible to this CTA's reads below
+        }
+        s_last = last;
+      }
+      __syncthreads();
+      if (!s_last || !row_ok || !has_pair) continue;  // no barrier until the next item's first one
+      fold_pairs(L, base, w.nc, hd, pair, A0, A1, Lsum);
+    }
+    if (row_ok && has_pair) {
+      T* const o = out + oh * hd + 2 * pair;
+      o[0] = from_f32<T>(gated_output(A0, Lsum, g0));
+      o[1] = from_f32<T>(gated_output(A1, Lsum, g1));
+    }
+  }
+}
+
 // ---- launchers ----------------------------------------------------------------------------
 
 int sm_count() {
@@ -926,6 +1284,43 @@ void launch_decode(size_t smem, size_t items, const T* q, const T* gate, const A
              gate, shape, meta, cache, L, out);  // one wave at most
 }
 
+// The decode variant (set_attention_decode_variant).
+std::atomic<int> g_decode_variant{1};
+
+int decode_variant() { return g_decode_variant.load(std::memory_order_relaxed); }
+
+// One-time set-up of the tile-parallel decode kernel (for the device of first use, as
+// sm_count()): the opt-in to its shared memory (above 48 KB at head_dim > 192), and its resident
+// CTAs per SM. paged_attention_workspace_bytes does it, since callers size the workspace before
+// any step (and so outside CUDA-graph capture); otherwise the first launch does.
+template <typename T>
+int decode2_setup_one(int smem) {
+  MOESERVE_CUDA_CHECK(
+      cudaFuncSetAttribute(paged_attention_decode2_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int n = 0;
+  MOESERVE_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attention_decode2_kernel<T>, kP2Warps * 32, smem));
+  return n;
+}
+
+int decode2_ctas_per_sm() {
+  static const int n = [] {  // a throw leaves it unset: the next call tries again
+    const int smem = int(decode2_smem_bytes(32 * kMaxDimsPerLane));
+    return std::max(1, std::min(decode2_setup_one<float>(smem), decode2_setup_one<bf16>(smem)));
+  }();
+  return n;
+}
+
+// The tile-parallel decode kernel: a grid of at most the resident CTAs.
+template <typename T>
+void launch_decode2(size_t items, const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
+                    KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
+  const size_t cap = size_t(sm_count()) * size_t(decode2_ctas_per_sm());
+  const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
+  launch_pdl(true, paged_attention_decode2_kernel<T>, dim3(grid), dim3(kP2Warps * 32),
+             decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, L, out);
+}
+
 template <typename T>
 void launch_attention(const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
                       KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, T* out,
@@ -962,16 +1357,30 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       L.ws_acc = static_cast<float*>(workspace);
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
     }
-    const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
-    switch (L.heads_per_cta) {
-      case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
-      case 8:
-        if (M <= 4)
-          launch_decode<T, 8, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream);
-        else
-          launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream);
-        break;
-      default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+    const int variant = decode_variant();
+    // The tile-parallel kernel takes cache blocks of 2^k positions and head dims of 8·2^k.
+    const bool pow2 = (cache.block_size & (cache.block_size - 1)) == 0 &&
+                      ((shape.head_dim / kLaneDims) & (shape.head_dim / kLaneDims - 1)) == 0;
+    if (pow2 && ((variant == 1 && M <= kP2MaxTokens) || (variant == 2 && M <= kP2MaxTokens / 2))) {
+      // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
+      L.heads_per_cta = kP2Heads;
+      L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
+      const size_t Y = size_t(shape.num_kv_heads) * L.head_blocks;
+      L.fold_in_kernel = slots > 1 && size_t(M) * Y <= size_t(kFoldSlots);
+      launch_decode2<T>(size_t(M) * Y * slots, q, gate, shape, meta, cache, L, out, stream);
+      if (L.fold_in_kernel) return;  // no merge kernel
+    } else {
+      const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
+      switch (L.heads_per_cta) {
+        case 4: launch_decode<T, 4, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+        case 8:
+          if (M <= 4)
+            launch_decode<T, 8, 1>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+          else
+            launch_decode<T, 4, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream);
+          break;
+        default: launch_decode<T, 8, 2>(smem, items, q, gate, shape, meta, cache, L, out, stream); break;
+      }
     }
     if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
       const dim3 mgrid(unsigned(M), unsigned((shape.num_q_heads + kMergeWarps - 1) / kMergeWarps));
@@ -1017,6 +1426,14 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
 
 }  // namespace
 
+void set_attention_decode_variant(int variant) {
+  if (variant < 0 || variant > 2)
+    throw Error("attention: decode variant must be 0, 1 or 2, got " + std::to_string(variant));
+  g_decode_variant.store(variant, std::memory_order_relaxed);
+}
+
+int attention_decode_variant() { return decode_variant(); }
+
 void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,
                        bf16* q_out, bf16* gate_out, cudaStream_t stream) {
@@ -1030,6 +1447,11 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
 }
 
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context) {
+  try {
+    decode2_ctas_per_sm();  // the decode kernel's set-up, here outside any graph capture
+  } catch (const std::exception&) {
+    cudaGetLastError();  // no usable device now: the first launch tries again
+  }
   const size_t slots = chunk_slots(max_context);
   if (slots <= 1 || max_tokens <= 0) return 0;  // every query fits one chunk: nothing to merge
   return size_t(std::min(max_tokens, kSplitMaxTokens)) * split_bytes_per_token(shape, slots);

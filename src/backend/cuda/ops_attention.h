@@ -50,20 +50,36 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
 // (head_dim + 2) floats (0 when max_context <= 64). A smaller or null workspace only turns
 // the split off (and decode steps then take the tile kernel); the results are the same bits
 // either way.
+// Also does the decode kernels' one-time set-up for the current device (a shared-memory opt-in):
+// call it before the first step is captured into a CUDA graph, as the model does.
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context);
 
 // out: bf16 [M, nq·hd] = softmax(q·Kᵀ/sqrt(hd)) V ⊙ sigmoid(gate). Decode steps (one token
-// per sequence) of at most 64 tokens run the decode kernel (a CTA per (token, KV chunk, kv
-// head, head block)) and a merge kernel, both programmatic dependent launches (the decode
-// kernel reads `meta` before it waits for the stream's previous kernel: the step metadata
-// must come from a host copy, as the model's does, not from that kernel); other steps run
-// the tile kernel and, when split, the merge kernel. Same bits for a token in every case.
+// per sequence) of at most 8 tokens run the tile-parallel decode kernel (a CTA per (token, KV
+// chunk, kv head, 4 q heads), the chunk's tiles side by side; its last CTA per (token, kv head,
+// head block) folds the chunk partials: one launch); those of 9 to 64 tokens the work-item
+// decode kernel (a CTA per (token, KV chunk, kv head, head block)) and a merge kernel. All are
+// programmatic dependent launches (the decode kernels read `meta` before they wait for the
+// stream's previous kernel: the step metadata must come from a host copy, as the model's
+// does, not from that kernel). The tile-parallel kernel's fold counts live in a per-device
+// array: its launches on one device must not run concurrently (one stream per device, as the
+// model runs). Other steps run the tile kernel and, when split, the merge kernel. Same bits
+// for a token in every case.
 void paged_attention(const bf16* q, const bf16* gate, const AttentionShape& shape, const StepMeta& meta,
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, bf16* out,
                      cudaStream_t stream);
 void paged_attention(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream);
+
+// Which kernel runs decode steps (one token per sequence) of at most 64 tokens; a process-wide
+// switch for A/B measurements: every choice gives the same bits. 1 (the default): steps of at
+// most 8 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4
+// q heads) computes a chunk's tiles side by side), larger ones the work-item kernel; 2: the
+// tile-parallel kernel for steps of at most 4 tokens only; 0: the work-item kernel for all of
+// them. Throws on other values.
+void set_attention_decode_variant(int variant);
+int attention_decode_variant();
 
 // Prompt-class tokens on tensor cores (ops_attention_mma.cu): paged_attention for the tokens of
 // sequences [seq_begin, seq_end) only, which are rows row_begin .. row_begin + row_count of q /
