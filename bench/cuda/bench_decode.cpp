@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_attention.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "bench_util.h"
@@ -84,11 +85,15 @@ int main(int argc, char** argv) {
   int moe_decode_kernels = 1, moe_grouped_max = 64;
   app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
   app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
+  int attention_decode_variant = 1;
+  app.add_option("--attention-decode-variant", attention_decode_variant,
+                 "decode attention: 1 tile-parallel kernel for <= 8 tokens, 2 for <= 4, 0 the previous kernel");
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout in a pipe
   try {
     cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
     cuda::set_moe_decode_variant(moe_decode_kernels);
+    cuda::set_attention_decode_variant(attention_decode_variant);
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     const auto batch_list = bench::parse_int_list(batches);

@@ -807,10 +807,14 @@ int main(int argc, char** argv) {
   int moe_decode_kernels = 1, moe_grouped_max = 64;
   app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
   app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
+  int attention_decode_variant = 1;
+  app.add_option("--attention-decode-variant", attention_decode_variant,
+                 "decode attention: 1 tile-parallel kernel for <= 8 tokens, 2 for <= 4, 0 the previous kernel");
   CLI11_PARSE(app, argc, argv);
   set_row_gemv_one_token_variant(gemv_variant);
   set_row_gemv_feed(parse_row_gemv_feed(gemv_feed));
   set_moe_decode_variant(moe_decode_kernels);
+  set_attention_decode_variant(attention_decode_variant);
   set_moe_grouped_enabled(moe_grouped_max > 8);
   if (moe_grouped_max > 8) set_moe_grouped_max_tokens(moe_grouped_max);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
