@@ -10,7 +10,8 @@
 //   the decode kernels (decode steps of <= 64 tokens): batch 1 vs batch 64 vs the tile kernel,
 //     bit for bit, at contexts of 1, 17, 512 and 4100 positions, and against the CPU; right
 //     after attention_prepare (programmatic dependent launch) vs with a synchronisation;
-//   the tile-parallel decode kernel (steps of <= 8 tokens; its last CTA folds the chunks)
+//   the tile-parallel decode kernel (steps of <= 2 tokens, <= 8 under variant 2; its last CTA
+//   folds the chunks)
 //     against the work-item decode kernel and the tile kernel, bit for bit, at contexts 1, 63,
 //     64, 65, 512, 4096, 4097 and 8200 in batches of 1, 3, 8 and 64, and after attention_prepare.
 // Shapes: the 122B-A10B attention (32 q heads, 2 KV heads, head_dim 256, rotary 64), the
@@ -626,12 +627,13 @@ TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
 TEST(GpuOpsAttention, DecodeTileParallelAfterPrepareMatchesSynchronised) {
   MOESERVE_REQUIRE_GPU();
   const int saved = cuda::attention_decode_variant();
-  cuda::set_attention_decode_variant(1);
+  cuda::set_attention_decode_variant(2);  // the tile-parallel kernel up to 8 tokens
   check_decode_after_prepare({1, 17, 64, 65, 513, 1000, 4100, 4180});
   cuda::set_attention_decode_variant(saved);
 }
 
-// The tile-parallel decode kernel (decode steps of <= 8 tokens under the default variant 1: a
+// The tile-parallel decode kernel (decode steps of <= 2 tokens under the default variant 1, <= 8
+// under variant 2: a
 // CTA per (token, chunk, kv head, 4 q heads) computing a round of 4 tiles side by side) gives
 // the bits of the work-item decode kernel (variant 0) and of the tile kernel (no workspace: one
 // CTA per query walking all its chunks in registers). Contexts 1, 63, 64, 65 (one chunk, one
@@ -752,13 +754,14 @@ TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
       check(ctx_name + " alone, tile-parallel kernel", {target_seq[k]}, true, 1);
       check(ctx_name + " alone, work-item kernel", {target_seq[k]}, true, 0);
     }
-    check("batch 3 (contexts 65, 4096, 1), tile-parallel kernel", {target_seq[3], target_seq[5], target_seq[0]},
-          true, 1);
+    check("batch 3 (contexts 65, 4096, 1), variant 2 (tile-parallel kernel)",
+          {target_seq[3], target_seq[5], target_seq[0]}, true, 2);
+    check("batch 2 (contexts 8200, 63), variant 1 (tile-parallel kernel)", {target_seq[7], target_seq[1]}, true, 1);
     std::vector<int> all8(target_seq.rbegin(), target_seq.rend());
-    check("batch 8, tile-parallel kernel", all8, true, 1);
+    check("batch 8, variant 2 (tile-parallel kernel)", all8, true, 2);
     check("batch 8, work-item kernel", all8, true, 0);
-    check("batch 3, variant 2 (tile-parallel kernel)", {target_seq[6], target_seq[1], target_seq[4]}, true, 2);
-    check("batch 8, variant 2 (work-item kernel)", all8, true, 2);
+    check("batch 3, variant 1 (work-item kernel)", {target_seq[6], target_seq[1], target_seq[4]}, true, 1);
+    check("batch 8, variant 1 (work-item kernel)", all8, true, 1);
     std::vector<int> all64;
     for (int sid = 0; sid < kSeqs; ++sid) all64.push_back(sid);
     check("batch 64 (work-item kernel)", all64, true, 1);

@@ -26,8 +26,9 @@
 //   kernel lacks), verify batches, decode steps of more than 64 tokens, and decode steps
 //   whose workspace is too small.
 //
-// paged_attention_decode2_kernel (the tile-parallel decode kernel): decode steps of <= 8
-//   tokens under the default decode variant (set_attention_decode_variant), with cache blocks
+// paged_attention_decode2_kernel (the tile-parallel decode kernel): decode steps of <= 2
+//   tokens under the default decode variant (<= 8 under variant 2; set_attention_decode_variant:
+//   faster at one token, slower than the work-item kernel at eight), with cache blocks
 //   of 2^k positions and head dims of 8·2^k (no integer divisions on the copy paths). Work item = (token,
 //   chunk of its range, kv head, head block of 4 q heads); 16 warps, warp (head slot, tile slot);
 //   a grid of at most the resident CTAs (one per SM) walks the items, numbered as for the
@@ -925,7 +926,8 @@ constexpr int kP2Heads = 4;                    // q heads per CTA (a head block)
 constexpr int kP2Tiles = 4;                    // tiles per round: one per warp of a head
 constexpr int kP2Warps = kP2Heads * kP2Tiles;  // warp w: head slot w / kP2Tiles, tile slot w % kP2Tiles
 constexpr int kP2Pos = kP2Tiles * kTile;       // positions per round
-constexpr int kP2MaxTokens = 8;                // decode steps of at most this many tokens take it
+constexpr int kP2MaxTokens = 8;                // decode steps of at most this many tokens may take it
+constexpr int kP2DefaultTokens = 2;            // ... and by default (variant 1) at most this many
 constexpr int kP2Ahead = 2;                    // rounds prefetched into L2 ahead of their copy
 // 16-byte copy slots per thread and round at most: 2·kP2Pos rows of up to 32 vectors (head_dim 256).
 constexpr int kP2MaxRowsPerThread = 2 * kP2Pos * (32 * kMaxDimsPerLane / kLaneDims) / (kP2Warps * 32);
@@ -1361,7 +1363,9 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     // The tile-parallel kernel takes cache blocks of 2^k positions and head dims of 8·2^k.
     const bool pow2 = (cache.block_size & (cache.block_size - 1)) == 0 &&
                       ((shape.head_dim / kLaneDims) & (shape.head_dim / kLaneDims - 1)) == 0;
-    if (pow2 && ((variant == 1 && M <= kP2MaxTokens) || (variant == 2 && M <= kP2MaxTokens / 2))) {
+    // Variant 1 (default): steps of <= kP2DefaultTokens; 2: <= kP2MaxTokens (run S6 in docs/PERF.md:
+    // 12.7 vs 23.7 us at one token, context 512, but 55.0 vs 31.4 us at eight).
+    if (pow2 && ((variant == 1 && M <= kP2DefaultTokens) || (variant == 2 && M <= kP2MaxTokens))) {
       // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
       L.heads_per_cta = kP2Heads;
       L.head_blocks = (group + kP2Heads - 1) / kP2Heads;

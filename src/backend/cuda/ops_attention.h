@@ -74,10 +74,11 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
 
 // Which kernel runs decode steps (one token per sequence) of at most 64 tokens; a process-wide
 // switch for A/B measurements: every choice gives the same bits. 1 (the default): steps of at
-// most 8 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4
+// most 2 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4
 // q heads) computes a chunk's tiles side by side), larger ones the work-item kernel; 2: the
-// tile-parallel kernel for steps of at most 4 tokens only; 0: the work-item kernel for all of
-// them. Throws on other values.
+// tile-parallel kernel for steps of at most 8 tokens; 0: the work-item kernel for all of them.
+// Throws on other values. The tile-parallel kernel folds chunk partials through per-device
+// arrival counts: its launches on one device must not overlap (one decoding stream per GPU).
 void set_attention_decode_variant(int variant);
 int attention_decode_variant();
 
