@@ -71,7 +71,9 @@ void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinea
 
 // How the M <= 2 streaming kernel (row_gemv_f32 and row_gemv_f32_gated at one or two tokens)
 // feeds its weights, process-wide, for A/B measurements in one binary; every feed gives the
-// same bits. Registers: a ring of 4-byte loads per lane in registers. CpAsync (the default):
+// same bits. Lean (the default): the register ring with lean addressing (running pointers,
+// immediate offsets, no bounds tests) where K % 512 == 0, else Registers; the tiled kernel (M >=
+// 3) takes the lean form too. Registers: a ring of 4-byte loads per lane in registers. CpAsync:
 // 16-byte cp.async.cg copies into a per-warp ring in shared memory. Bulk: 1-D cp.async.bulk
 // copies of each row's step on an mbarrier (sm_90+; CpAsync elsewhere). A launch whose rows
 // are not 16-byte aligned (K·elem % 16 != 0), or whose ring would not fit the kernel's shared

@@ -38,7 +38,12 @@
 //   Registers: a lane loads its own groups into registers (FP8/INT8: 4-byte loads, one
 //     128-byte line per warp instruction; bf16 8-byte loads, D/2 steps): R = 4, D = 3 (2 at two
 //     tokens); R = 1, D = 8 (4 at two tokens or gated).
-//   CpAsync (default): a per-warp ring in shared memory, [D slots][R rows][512·elem B], each
+//   Lean (default; K % 512 == 0, else Registers): the Registers ring with lean addressing
+//     (stream_rows_lean): a running pointer per row, per FP8 scale row and for x, advanced once
+//     per step, the 4 groups as immediate offsets, no per-lane k < K tests. At one token these
+//     kernels are issue-bound, not byte-bound (docs/PERF.md runs S1-S4: ~10 instructions per
+//     weight before, ~4.5 after); R = 4, D = 2; R = 1, D = 4.
+//   CpAsync: a per-warp ring in shared memory, [D slots][R rows][512·elem B], each
 //     slot one step of R rows copied as-is by 16-byte cp.async.cg (a warp instruction moves
 //     512 B, 4x the bytes of a 4-byte load, without L1 allocation or registers); one commit
 //     group per step, wait_group(D - 1) + __syncwarp before a step is read; lanes then read
@@ -504,7 +509,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 // One step of one lane: its 4 groups k = kbase + 128i of its R rows, times the tile's tokens,
 // into its fma chains acc[r][m] (every lane of the warp calls this: the scale shuffles).
-template <int F, int MT, int R, bool kGated>
+// kWhole: every step is whole (K % 512 == 0): no per-lane k < K tests (the lean feed passes xt
+// already at the step and lane, kbase 0, so the x offsets are immediates).
+template <int F, int MT, int R, bool kGated, bool kWhole = false>
 __device__ __forceinline__ void step_fma(const StepRaw<F> (&raw)[R], float rs, const float* __restrict__ xt, int K,
                                          int mt, int kbase, float (&acc)[R][MT]) {
   float bs[4];  // FP8: the step's 4 block scales (every lane shuffles)
@@ -513,7 +520,7 @@ __device__ __forceinline__ void step_fma(const StepRaw<F> (&raw)[R], float rs, c
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int k = kbase + 128 * i;
-    if (k >= K) break;  // per lane (K % 512 != 0)
+    if (!kWhole && k >= K) break;  // per lane (K % 512 != 0)
     float w[R][4];
 #pragma unroll
     for (int r = 0; r < R; ++r) convert_group<F>(raw[r], i, bs[i], w[r]);
@@ -858,60 +865,17 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
     for (int d = 0; d < D; ++d) {
       const int t = t0 + d;
       if (t >= steps) break;  // warp-uniform
-      float bs[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs[d], i) : 1.0f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float w[R][4];
-#pragma unroll
-        for (int r = 0; r < R; ++r) convert_group<F>(raw[d][r], i, bs[i], w[r]);
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          if (m >= mt) break;
-          float xv[4];
-          load_x4<kGated>(xs, size_t(m) * K + 128 * i, xv);
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
-        }
-      }
+      step_fma<F, MT, R, kGated, true>(raw[d], F == kFp8 ? rs[d] : 0.0f, xs, K, mt, 0, acc);
       xs += kStep;
       if (t + D < steps) load(raw[d], rs[d]);  // refill the slot just consumed (step t + D)
       if (--left == 0 || t + 1 == steps) {      // end of a slice (warp-uniform)
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            float v = acc[r][m];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            tot[r][m] = first ? v : __fadd_rn(tot[r][m], v);
-            acc[r][m] = 0.0f;
-          }
+        slice_sum<MT, R>(acc, tot, first);
         first = false;
         left = T;
       }
     }
   }
-  if ((steps + T - 1) / T < S) {  // empty trailing slices add +0, as in stream_rows
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < MT; ++m) tot[r][m] = __fadd_rn(tot[r][m], 0.0f);
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-      const int n = n0 + r;
-      if (lane == r * MT + m && m < mt && n < job.N) {
-        const float v = F == kInt8 ? __fmul_rn(tot[r][m], row_scale[r]) : tot[r][m];
-        float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
-        *p = job.accumulate ? __fadd_rn(*p, v) : v;
-      }
-    }
+  store_rows<F, MT, R>(job, tot, row_scale, n0, m0, mt, steps, S, T);
 }
 
 // CTAs per SM the registers are budgeted for: 3 (80 per thread) for one row per warp, 2 for
