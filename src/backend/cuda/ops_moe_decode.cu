@@ -7,10 +7,11 @@
 // residual f32 [M, H]. A packed row of one expert is N·4 bytes; 32 consecutive columns of it
 // are one 128-byte line.
 //
-// Two pairs of kernels with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h;
-// default 1): the streaming kernels (1) and the previous kernels (0), kept for an A/B.
+// Three forms with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h; default
+// 2): the streaming kernels with the lean loop (2), with the general loop (1), and the previous
+// kernels (0), kept for an A/B.
 //
-// Streaming kernels (stream_gate_up_kernel, stream_down_kernel), the default:
+// Streaming kernels (stream_gate_up_kernel, stream_down_kernel), variants 1 and 2:
 //   Grid: gate/up one CTA per (slot, 32 columns of I): M·k·I/32 CTAs (256 at M = 1 for I 1024);
 //   down one CTA per (token, 32 columns of H), all k ranks: M·H/32 (96 at M = 1 for H 3072).
 //   A CTA covers whole 128-byte lines, so each line of an expert is requested by one CTA only.
@@ -44,6 +45,19 @@
 //   Shared memory above 48 KB: the kernels are opted in to the device's per-block maximum on
 //   the first call per device (cudaFuncSetAttribute: not a stream operation, so also legal when
 //   that first call is inside CUDA-graph capture).
+// Lean loop (variant 2, the default; stream_items_lean, template argument kLeanR = R): the same
+//   grid, items, threads, order and sums; what changes is the instruction count per weight
+//   word. The ring is compile-time (R in {8, 6, 4, 3, 2} steps of 2 rows, R <= the item's
+//   block / 2 steps: plan_lean_launch chooses as plan_stream_launch does, e.g. H200 122B-A10B:
+//   gate/up R = 6 at M = 1 and 3 at M >= 2, down 8 and 3), so cp.async.wait_group takes an
+//   immediate; a thread's ring is contiguous (R x 64 B, threads 16 B apart more: conflict-free
+//   16-byte accesses), so every request and read is one running slot offset plus an immediate;
+//   the weight pointers of A and B advance two rows per step (no per-request index math or
+//   valid tests: N % 32 == 0); scales (__ldg when the item starts, stored after its last row)
+//   and zero words (__ldg by the producer) sit in registers instead of item slots; the x
+//   staging and the per-item (rank, block, group) indices use FastDiv (multiply-high) instead
+//   of integer divisions. Shapes outside these (odd blocks, block 2, N % 32 != 0, very large
+//   H or I for FastDiv) run the general loop (variant 1's kernels).
 //
 // Previous kernels (decode_gate_up_kernel, decode_down_kernel), variant 0:
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
@@ -90,7 +104,12 @@
 // (and_or): otherwise the new path measured 33. 25 is the floor of this arithmetic (an exact
 // f32 (q - z) per nibble costs an OR and a subtract, then its FMA). The streaming kernels add
 // per step of S rows: 2·S shared-memory weight loads, 2·S x loads, 2·S cp.async and the ring's
-// bookkeeping (about 4 instructions per word at S = 2, not counted from SASS). At 25 per word
+// bookkeeping (about 4 instructions per word at S = 2, not counted from SASS). The lean loop's
+// step (2 rows, 16 words), measured as the cubin growth when the step body is duplicated
+// (sm_90, the item change excluded): 408 (gate/up) and 416 (down) instructions for symmetric
+// weights, 25.5 and 26 per word; 512 (32 per word) for asymmetric ones. The rest of a
+// thread's instructions (staging, routing, range sums, item setup) is fixed per thread: with
+// one item of 128 words per thread at the 122B shapes it is spread over few words. At 25 per word
 // the SMs' issue rate is of the same order as the DRAM rate (a word is 4 bytes), so the
 // kernels overlap compute with the loads instead of alternating them.
 //
