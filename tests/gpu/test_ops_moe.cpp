@@ -510,8 +510,11 @@ TEST(GpuOpsMoe, StreamingDecodeKernelsMatchPreviousBitForBit) {
   }
 }
 
-// The lean streaming loop (variant 2, the default) against the previous decode kernels
-// (variant 0) and the streaming kernels (variant 1): every output bit for bit. Shapes (rings
+// The lean streaming loop (variant 2, the default) and its single-vector down items (variant 3:
+// up to 512 threads per down CTA where M·H/32 <= SMs: M = 1 at H 3072, M <= 4 at H 1024 on an
+// H200; two
+// items per thread at k 6, g64) against the previous decode kernels (variant 0) and the
+// streaming kernels (variant 1): every output bit for bit. Shapes (rings
 // as the plan picks them on an H200): the 122B-A10B experts (blocks of 16 rows; rings of 6 and
 // 8 steps at M = 1, 3 at M >= 2), two items per thread (H 3072, I 1024, k 6, g64: blocks of 8,
 // 384 gate/up and 384 down items, rings of 4 = all of an item's steps and 3: the producer
@@ -568,13 +571,15 @@ TEST(GpuOpsMoe, LeanDecodeKernelsMatchPreviousBitForBit) {
           const auto ss = rows(shared, M, c.H), gs = rows(shared_logit, M, 1);
           return run_gpu_f32(d, xs, ls, rs, M, c.E, c.k, c.H, c.I, &ss, &gs);
         };
-        const auto before = run(0), streaming = run(1), lean = run(2);
+        const auto before = run(0), streaming = run(1), lean = run(2), lean1 = run(3);
         ASSERT_EQ(before.size(), lean.size());
         ASSERT_EQ(streaming.size(), lean.size());
-        int diffs0 = 0, diffs1 = 0, changed = 0;
+        ASSERT_EQ(lean1.size(), lean.size());
+        int diffs0 = 0, diffs1 = 0, diffs3 = 0, changed = 0;
         for (size_t i = 0; i < lean.size(); ++i) {
           diffs0 += std::memcmp(&before[i], &lean[i], sizeof(float)) != 0;
           diffs1 += std::memcmp(&streaming[i], &lean[i], sizeof(float)) != 0;
+          diffs3 += std::memcmp(&before[i], &lean1[i], sizeof(float)) != 0;
           changed += lean[i] != residual[i];
         }
         const std::string what = std::string(f32 ? "f32 x + shared" : "bf16 x") + " M=" + std::to_string(M);
@@ -582,6 +587,8 @@ TEST(GpuOpsMoe, LeanDecodeKernelsMatchPreviousBitForBit) {
                              << " outputs differ between the previous and the lean kernels";
         EXPECT_EQ(diffs1, 0) << what << ": " << diffs1 << " of " << lean.size()
                              << " outputs differ between the streaming and the lean kernels";
+        EXPECT_EQ(diffs3, 0) << what << ": " << diffs3 << " of " << lean.size()
+                             << " outputs differ between the previous kernels and variant 3 (single-vector down)";
         EXPECT_GT(changed, int(lean.size() * 9 / 10)) << what;  // the experts did run
       }
     }

@@ -7,9 +7,10 @@
 // residual f32 [M, H]. A packed row of one expert is N·4 bytes; 32 consecutive columns of it
 // are one 128-byte line.
 //
-// Three forms with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h; default
-// 2): the streaming kernels with the lean loop (2), with the general loop (1), and the previous
-// kernels (0), kept for an A/B.
+// Four forms with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h; default
+// 2): the streaming kernels with the lean loop (2), the same with single-vector down items where
+// the down grid does not fill the SMs (3, for an A/B: see below), with the general loop (1), and
+// the previous kernels (0), kept for an A/B.
 //
 // Streaming kernels (stream_gate_up_kernel, stream_down_kernel), variants 1 and 2:
 //   Grid: gate/up one CTA per (slot, 32 columns of I): M·k·I/32 CTAs (256 at M = 1 for I 1024);
@@ -58,6 +59,12 @@
 //   staging and the per-item (rank, block, group) indices use FastDiv (multiply-high) instead
 //   of integer divisions. Shapes outside these (odd blocks, block 2, N % 32 != 0, very large
 //   H or I for FastDiv) run the general loop (variant 1's kernels).
+// Variant 3 (experimental, not the default until measured): as 2, but when the down grid has no
+//   more CTAs than the device has SMs (M·H/32 <= SMs: 96 CTAs at M = 1 on the H200's 132),
+//   down items hold one vector (4 columns, it = 8·(k·blk + r) + c): 2·4·k·nblk items, up to
+//   512 threads per CTA (one CTA per SM at <= 128 registers), each thread half the words, so
+//   the SMs that work run twice the warps. It does not spread the 96 CTAs over more SMs (that
+//   would need a split of the rank or K sums across CTAs with a fixed-order reduction).
 //
 // Previous kernels (decode_gate_up_kernel, decode_down_kernel), variant 0:
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
@@ -630,23 +637,28 @@ __device__ __forceinline__ void stream_items_any(const Src& src, int items, int 
 //   row, so the load hides behind the item's compute), zero words (asymmetric) with __ldg when
 //   the producer starts the item (R <= NS: the consumer starts an item before the producer
 //   leaves it), into registers: no item slots in shared memory.
-__host__ __device__ constexpr size_t lean_thread_bytes(int R) { return size_t(R) * 64 + 16; }
-__host__ __device__ constexpr size_t lean_ring_bytes(int R, int nthr, int part_floats) {
-  return lean_thread_bytes(R) * size_t(nthr) > size_t(part_floats) * 4 ? lean_thread_bytes(R) * size_t(nthr)
-                                                                        : size_t(part_floats) * 4;
+// V: vectors per item (2: A and B; 1: A only, the single-vector down items of variant 3): a
+// step is 2 rows x V x 16 B; a thread's ring R steps plus 16 bytes (an odd number of 16-byte
+// units for V = 1 and 2).
+__host__ __device__ constexpr size_t lean_thread_bytes(int R, int V = 2) { return size_t(R) * V * 32 + 16; }
+__host__ __device__ constexpr size_t lean_ring_bytes(int R, int nthr, int part_floats, int V = 2) {
+  return lean_thread_bytes(R, V) * size_t(nthr) > size_t(part_floats) * 4 ? lean_thread_bytes(R, V) * size_t(nthr)
+                                                                           : size_t(part_floats) * 4;
 }
 
 __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
-template <bool kSym, int R, class Src>
+template <bool kSym, int R, class Src, int V = 2>
 __device__ __forceinline__ void stream_items_lean(const Src& src, int items, int block, int N, char* ring, float* bsm,
                                                   float* scm) {
   static_assert(R >= 1 && R <= 8, "ring of 1..8 steps");
+  static_assert(V == 1 || V == 2, "one or two vectors per item");
+  constexpr int kStep = V * 32;  // bytes per step: rows 2u, 2u + 1 x vectors A (, B)
   const int tid = threadIdx.x, nthr = blockDim.x;
   const int NS = block / 2;  // steps per item (block even)
-  char* my_ring = ring + size_t(tid) * lean_thread_bytes(R);
+  char* my_ring = ring + size_t(tid) * lean_thread_bytes(R, V);
   const uint32_t my_ring_s = smem_u32(my_ring);
   const size_t rowb = size_t(N) * 4;  // bytes of one packed row
 
@@ -665,24 +677,29 @@ __device__ __forceinline__ void stream_items_lean(const Src& src, int items, int
         p_left = NS;
         if constexpr (!kSym) {
           pza = uint32_t(__ldg(s.za));
-          pzb = uint32_t(__ldg(s.zb));
+          if constexpr (V == 2) pzb = uint32_t(__ldg(s.zb));
         }
       }
     }
     if (p_left > 0) {
       const uint32_t d = my_ring_s + uint32_t(slot);
-      cp_async16_s(d, pa);
-      cp_async16_s(d + 16, pb);
-      cp_async16_s(d + 32, pa + rowb);
-      cp_async16_s(d + 48, pb + rowb);
+      if constexpr (V == 2) {
+        cp_async16_s(d, pa);
+        cp_async16_s(d + 16, pb);
+        cp_async16_s(d + 32, pa + rowb);
+        cp_async16_s(d + 48, pb + rowb);
+        pb += 2 * rowb;
+      } else {
+        cp_async16_s(d, pa);
+        cp_async16_s(d + 16, pa + rowb);
+      }
       pa += 2 * rowb;
-      pb += 2 * rowb;
       --p_left;
     }
     cp_async_commit();  // empty past the last step: every step commits one group
   };
 #pragma unroll
-  for (int i = 0; i < R; ++i) issue(64 * i);
+  for (int i = 0; i < R; ++i) issue(kStep * i);
 
   NibbleExp nexp;
   if constexpr (kSym) nexp = nibble_exponents();
@@ -690,7 +707,7 @@ __device__ __forceinline__ void stream_items_lean(const Src& src, int items, int
   for (int it = tid; it < items; it += nthr) {
     const StreamItem q = src.get(it);
     const uint2 sra = __ldg(reinterpret_cast<const uint2*>(q.sa));
-    const uint2 srb = __ldg(reinterpret_cast<const uint2*>(q.sb));
+    const uint2 srb = V == 2 ? __ldg(reinterpret_cast<const uint2*>(q.sb)) : make_uint2(0, 0);
     __half2 zza[4], zzb[4];
     if constexpr (!kSym) {
       // The producer is still on this item (R <= NS), so pza / pzb are its zero words.
@@ -708,8 +725,8 @@ __device__ __forceinline__ void stream_items_lean(const Src& src, int items, int
       const char* rs = my_ring + cur;
 #pragma unroll
       for (int j = 0; j < 2; ++j) {  // rows 2u + j, in k order
-        const uint4 wa = *reinterpret_cast<const uint4*>(rs + 32 * j);
-        const uint4 wb = *reinterpret_cast<const uint4*>(rs + 32 * j + 16);
+        const uint4 wa = *reinterpret_cast<const uint4*>(rs + kStep / 2 * j);
+        const uint4 wb = V == 2 ? *reinterpret_cast<const uint4*>(rs + kStep / 2 * j + 16) : make_uint4(0, 0, 0, 0);
         const float4 x0 = *reinterpret_cast<const float4*>(xr + 8 * j);
         const float4 x1 = *reinterpret_cast<const float4*>(xr + 8 * j + 4);
         const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -719,21 +736,21 @@ __device__ __forceinline__ void stream_items_lean(const Src& src, int items, int
           float f[8], g[8];
           if constexpr (kSym) {
             dequant8_const_zero<8>(wca[c], nexp, f);
-            dequant8_const_zero<8>(wcb[c], nexp, g);
+            if constexpr (V == 2) dequant8_const_zero<8>(wcb[c], nexp, g);
           } else {
             dequant8(wca[c], zza[c], f);
-            dequant8(wcb[c], zzb[c], g);
+            if constexpr (V == 2) dequant8(wcb[c], zzb[c], g);
           }
 #pragma unroll
           for (int i = 0; i < 8; ++i) {
             a[c] = fmaf(f[i], xv[i], a[c]);
-            b[c] = fmaf(g[i], xv[i], b[c]);
+            if constexpr (V == 2) b[c] = fmaf(g[i], xv[i], b[c]);
           }
         }
       }
       xr += 16;
       issue(cur);  // the step R ahead, into the slot just read
-      cur = cur == 64 * (R - 1) ? 0 : cur + 64;
+      cur = cur == kStep * (R - 1) ? 0 : cur + kStep;
     }
     const __half2* sha = reinterpret_cast<const __half2*>(&sra);
     const __half2* shb = reinterpret_cast<const __half2*>(&srb);
@@ -741,8 +758,9 @@ __device__ __forceinline__ void stream_items_lean(const Src& src, int items, int
     const float sb[4] = {__low2float(shb[0]), __high2float(shb[0]), __low2float(shb[1]), __high2float(shb[1])};
 #pragma unroll
     for (int j = 0; j < 4; ++j) bsm[q.oa + j] = a[j], scm[q.oa + j] = sa[j];
+    if constexpr (V == 2)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) bsm[q.ob + j] = b[j], scm[q.ob + j] = sb[j];
+      for (int j = 0; j < 4; ++j) bsm[q.ob + j] = b[j], scm[q.ob + j] = sb[j];
   }
   cp_async_wait<0>();  // nothing of this thread's still lands in the ring (reused for part)
 }
@@ -844,7 +862,8 @@ struct GateUpSrcT {
 
 // down items: it = 4·(k·blk + r) + c; rank r's expert; A = columns n0 + 4c .., B = n0 + 16 + 4c ..
 // kFast: (r, blk) and the group index by FastDiv (kdiv of k, gdiv of group), the lean kernels.
-template <bool kFast>
+// V = 1 (variant 3's single-vector items): it = 8·(k·blk + r) + c, A = columns n0 + 4c .. only.
+template <bool kFast, int V = 2>
 struct DownSrcT {
   const int32_t* q;
   const __half* s;
@@ -855,7 +874,7 @@ struct DownSrcT {
   FastDiv kdiv, gdiv;
   int groups;  // I / group
   __device__ __forceinline__ StreamItem get(int it) const {
-    const int c = it % 4, qq = it / 4;
+    const int c = it % (8 / V), qq = it / (8 / V);
     const int blk = kFast ? int(kdiv.div(uint32_t(qq))) : qq / k, r = qq - blk * k;
     const int e = ids[r], n = n0 + 4 * c, kp = blk * block;
     const int g = kFast ? int(gdiv.div(uint32_t(kp * 8))) : kp * 8 / group;
@@ -942,8 +961,9 @@ __global__ void __maxnreg__(kSUpRegisters)
 }
 
 // Dynamic shared memory: ring (part after the loop) | item slots | xs [k][I + kXPad] | bsm, scm
-// [k][nblk][32]. kLeanR as in stream_gate_up_kernel.
-template <bool kSym, int kLeanR>
+// [k][nblk][32]. kLeanR as in stream_gate_up_kernel; kVecs = 1: single-vector items (twice the
+// items and threads, lean loop only: variant 3).
+template <bool kSym, int kLeanR, int kVecs = 2>
 __global__ void __maxnreg__(kSRegisters)
     stream_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
                        int k, ExpertView down, int block, int R, int IR, float* __restrict__ residual,
@@ -955,7 +975,8 @@ __global__ void __maxnreg__(kSRegisters)
   const int tid = threadIdx.x, nthr = blockDim.x;
   char* ring = reinterpret_cast<char*>(smem4);
   char* islots = ring + ring_bytes(R, rows_per_step(block), nthr, k * kRanges * kSCols);
-  float* xs = kLeanR ? reinterpret_cast<float*>(ring + lean_ring_bytes(kLeanR, nthr, k * kRanges * kSCols))
+  static_assert(kVecs == 2 || kLeanR > 0, "single-vector items only in the lean loop");
+  float* xs = kLeanR ? reinterpret_cast<float*>(ring + lean_ring_bytes(kLeanR, nthr, k * kRanges * kSCols, kVecs))
                      : reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
   float* bsm = xs + k * xstride;
   float* scm = bsm + k * nblk * kSCols;
@@ -978,11 +999,11 @@ __global__ void __maxnreg__(kSRegisters)
     }
   }
   __syncthreads();
-  DownSrcT<(kLeanR > 0)> src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, xs, H, I, k, n0, block,
+  DownSrcT<(kLeanR > 0), kVecs> src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, xs, H, I, k, n0, block,
                              nblk, down.group, xstride, FastDiv(uint32_t(k)), FastDiv(uint32_t(down.group)),
                              I / down.group};
   if constexpr (kLeanR > 0)
-    stream_items_lean<kSym, kLeanR>(src, 4 * k * nblk, block, H, ring, bsm, scm);
+    stream_items_lean<kSym, kLeanR, decltype(src), kVecs>(src, 8 / kVecs * k * nblk, block, H, ring, bsm, scm);
   else
     stream_items_any<kSym>(src, 4 * k * nblk, block, H, R, IR, ring, islots, bsm, scm);
   __syncthreads();
@@ -1068,6 +1089,10 @@ const DeviceCaps& device_caps() {
       opt_in(stream_gate_up_kernel<bf16, false, R>);
       opt_in(stream_down_kernel<true, R>);
       opt_in(stream_down_kernel<false, R>);
+      if constexpr (R > 0) {
+        opt_in(stream_down_kernel<true, R, 1>);
+        opt_in(stream_down_kernel<false, R, 1>);
+      }
     };
     opt_in_ring.template operator()<0>();  // stream_items (variant 1)
     opt_in_ring.template operator()<2>();  // the lean loop's rings (kLeanRings)
@@ -1128,8 +1153,9 @@ constexpr int kLeanRings[] = {8, 6, 4, 3, 2};
 // plan_stream_launch for the lean loop: the same choice of CTAs per SM and ring, over the
 // compiled rings of at most NS = block / 2 steps (R <= NS: stream_items_lean's zero words);
 // not ok (the caller takes stream_items) for an odd block, block 2 or N % 32 != 0.
+// V: vectors per item (lean_thread_bytes); max_threads: the CTA's thread cap (items beyond loop).
 StreamLaunch plan_lean_launch(int items, int block, int N, int part_floats, size_t fixed_bytes, int ctas, int regs,
-                              const DeviceCaps& c) {
+                              const DeviceCaps& c, int V = 2, int max_threads = kSMaxThreads) {
   StreamLaunch L;
   if (block % 2 != 0 || N % kSCols != 0) return L;
   const int max_ring = std::min(8, block / 2);
@@ -1140,16 +1166,17 @@ StreamLaunch plan_lean_launch(int items, int block, int N, int part_floats, size
       break;
     }
   if (top == 0) return L;
-  L.threads = std::min(kSMaxThreads, (items + 31) / 32 * 32);
+  L.threads = std::min(max_threads, (items + 31) / 32 * 32);
   constexpr size_t kStatic = 2 * kMaxTopK * 4;  // s_ids, s_w
   const int reg_max = c.regs_sm / (L.threads * regs), thread_max = c.threads_sm / L.threads;
+  if (reg_max < 1) return L;  // the CTA's registers exceed the SM's
   const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
   for (int want = want_max; want >= 1; --want) {
     const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(kStatic);
     for (int R : kLeanRings) {
       if (R > max_ring) continue;
-      const size_t smem = lean_ring_bytes(R, L.threads, part_floats) + fixed_bytes;
-      const size_t ring = size_t(R) * 64 * L.threads;
+      const size_t smem = lean_ring_bytes(R, L.threads, part_floats, V) + fixed_bytes;
+      const size_t ring = size_t(R) * V * 32 * L.threads;
       if (long(smem) <= budget && (want == 1 || R == top || want * ring >= size_t(c.smem_sm) / 4)) {
         L.ok = true;
         L.ring = R;
@@ -1171,14 +1198,14 @@ auto lean_gate_up_kernel(int R) {
     default: return stream_gate_up_kernel<T, kSym, 2>;
   }
 }
-template <bool kSym>
+template <bool kSym, int V = 2>
 auto lean_down_kernel(int R) {
   switch (R) {
-    case 8: return stream_down_kernel<kSym, 8>;
-    case 6: return stream_down_kernel<kSym, 6>;
-    case 4: return stream_down_kernel<kSym, 4>;
-    case 3: return stream_down_kernel<kSym, 3>;
-    default: return stream_down_kernel<kSym, 2>;
+    case 8: return stream_down_kernel<kSym, 8, V>;
+    case 6: return stream_down_kernel<kSym, 6, V>;
+    case 4: return stream_down_kernel<kSym, 4, V>;
+    case 3: return stream_down_kernel<kSym, 3, V>;
+    default: return stream_down_kernel<kSym, 2, V>;
   }
 }
 
@@ -1210,12 +1237,31 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
                                                int(grid_down.x * grid_down.y), kSRegisters, c);
     // FastDiv's range (the staging's element indices and the group index): rows·len·len < 2^32.
     const bool fast_div_ok = uint64_t(H) * H < (uint64_t(1) << 32) && uint64_t(k) * I * I < (uint64_t(1) << 32);
-    if (moe_decode_variant() == 2 && fast_div_ok) {
+    if (moe_decode_variant() >= 2 && fast_div_ok) {
       // The lean loop (same bits) where its preconditions hold; else stream_items below.
       const StreamLaunch lu = plan_lean_launch(8 * nblk_up, p.block_up, I, 2 * kRanges * kSCols, fixed_up,
                                                int(grid_up.x * grid_up.y), kSUpRegisters, c);
       const StreamLaunch ld = plan_lean_launch(4 * k * nblk_down, p.block_down, H, k * kRanges * kSCols, fixed_down,
                                                int(grid_down.x * grid_down.y), kSRegisters, c);
+      // Variant 3: when the down grid leaves SMs without a CTA (M·H/32 <= SMs: 96 CTAs at
+      // M = 1 on 132 SMs), single-vector down items: twice the threads per CTA (up to 512, one
+      // CTA per SM at <= 128 registers), each with half the words: more warps to hide the
+      // latency on the SMs that work, the same sums.
+      StreamLaunch ld1;
+      if (moe_decode_variant() == 3 && int(grid_down.x * grid_down.y) <= c.sms)
+        ld1 = plan_lean_launch(8 * k * nblk_down, p.block_down, H, k * kRanges * kSCols, fixed_down,
+                               int(grid_down.x * grid_down.y), kSRegisters, c, 1, 2 * kSMaxThreads);
+      if (lu.ok && ld1.ok) {
+        launch_pdl(true, ex.gate.sym ? lean_gate_up_kernel<T, true>(lu.ring) : lean_gate_up_kernel<T, false>(lu.ring),
+                   grid_up, dim3(unsigned(lu.threads)), lu.smem, stream, x, router_logits, s.num_experts, k,
+                   view_of(ex.gate), view_of(ex.up), p.block_up, 0, 0, ids, weights, act);
+        if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
+        launch_pdl(true, ex.down.sym ? lean_down_kernel<true, 1>(ld1.ring) : lean_down_kernel<false, 1>(ld1.ring),
+                   grid_down, dim3(unsigned(ld1.threads)), ld1.smem, stream, static_cast<const float*>(act),
+                   static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down),
+                   p.block_down, 0, 0, residual, shared_out, shared_gate_logit);
+        return;
+      }
       if (lu.ok && ld.ok) {
         launch_pdl(true, ex.gate.sym ? lean_gate_up_kernel<T, true>(lu.ring) : lean_gate_up_kernel<T, false>(lu.ring),
                    grid_up, dim3(unsigned(lu.threads)), lu.smem, stream, x, router_logits, s.num_experts, k,
@@ -1265,10 +1311,12 @@ template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, cons
 namespace moeserve::cuda {
 
 namespace {
-std::atomic<int> g_decode_variant{2};  // 2: the lean streaming loop, 1: the streaming kernels, 0: the previous ones
+// 2: the lean streaming loop, 3: the same with single-vector down items where the down grid
+// does not fill the SMs, 1: the streaming kernels, 0: the previous ones.
+std::atomic<int> g_decode_variant{2};
 }  // namespace
 
-void set_moe_decode_variant(int variant) { g_decode_variant.store(variant <= 0 ? 0 : variant == 1 ? 1 : 2); }
+void set_moe_decode_variant(int variant) { g_decode_variant.store(std::clamp(variant, 0, 3)); }
 
 int moe_decode_variant() { return g_decode_variant.load(); }
 
