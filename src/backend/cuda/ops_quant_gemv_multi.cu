@@ -478,6 +478,190 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// ---- Token tiles, second form: x in shared memory (row_gemv_f32_tiled_smem_kernel) ---------
+// Selected by set_row_gemv_tiled_variant(1) for every launch that would take
+// row_gemv_f32_kernel (M >= 3; gated M >= 2 with a tile of >= 2 tokens); the same bits.
+// Layout: as row_gemv_f32_kernel. Parallelisation: a CTA is 8 warps x R = 4 consecutive rows
+// of one job (32 rows) and one tile of MT tokens; each warp runs ALL of K for its rows, the
+// slices one after the other (each slice's lane chains, its xor tree, the slice sums added in
+// slice order, +0 for empty trailing slices: the arithmetic of the file header, as
+// stream_rows does), so no partial sums meet in shared memory. The 8 warps walk the K steps
+// in lockstep: x of the tile's step t ([MT][512] f32, 16 KB at MT = 8) is copied once per CTA
+// into a two-stage ring by 16-byte cp.async (issued one step ahead, one barrier per step) and
+// read by every warp (lane L: 16 bytes at 4L + 128i, a warp 512 contiguous bytes:
+// conflict-free). Gated: silu(g)·u of the tile for all of K is written to shared memory once
+// (fill_act) and read the same way. Weights: each warp keeps D = 2 steps x R rows of raw
+// weights in registers (bf16: 1), the refill of a slot issued right after the slot is used,
+// so the next step's loads are in flight while a step computes. FP8: the warp's 4 rows share
+// one 128-row scale block (one scale load per step). Why: the first form gives a CTA 8/S x R
+// rows (8 at K = 8192) and re-reads the whole x tile from L2 per CTA, with each x load right
+// before its FMAs; here a CTA reads it once per 32 rows, from shared memory, one step ahead.
+// Shared memory: non-gated 2 x MT x 2 KB (<= 32 KB), gated MT·K·4 <= kGatedSmem: no opt-in.
+// Roofline: the weight bytes once, x M·K·4 per 32 rows from L2, y; per weight and token one
+// fma, per 4 weights and R rows one 16-byte shared-memory x load per token (R = 4 balances
+// the shared-memory bandwidth, 128 B per clock per SM, with the FMA rate).
+constexpr int kTiledRows = 4;  // rows per warp of the second form
+
+template <int F, int MT, int R, bool kGated>
+__device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __restrict__ x,
+                                               const float* __restrict__ u, float* smem, int K, int n0, int m0,
+                                               int mt, int S, int T) {
+  static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
+  static_assert(R * MT <= 32, "one lane keeps each (row, token) sum");
+  namespace ac = async_copy;
+  constexpr int kElem = F == kBf16 ? 2 : 1;
+  constexpr int kStage = MT * kStep;  // floats per x stage
+  const int lane = threadIdx.x & 31;
+  const int kb = (K + 127) / 128;
+  const int steps = (K + kStep - 1) / kStep;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps still copy x and meet the barriers
+  const uint8_t* wp[R];            // this lane's first weight byte of each row
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int n = min(n0 + r, job.N - 1);  // rows past N repeat N - 1 and are not stored
+    wp[r] = job.w + size_t(n) * size_t(K) * kElem + 4 * kElem * lane;
+  }
+  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * kb : nullptr;
+  // One step of raw weights per row in registers. Group i of step t + 1 is requested as soon
+  // as group i of step t has been converted, so a whole step of compute covers each load.
+  StepRaw<F> raw[R];
+  float rs = 0.0f;  // FP8: the scale of block 4t + lane % 4 (block_scales' convention)
+  auto load_group = [&](int t, int i) {
+    if (t * kStep + 128 * i + 4 * lane < K) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = wp[r] + (t * kStep + 128 * i) * kElem;
+        if constexpr (F == kBf16) {
+          const uint2 v = ld_stream64(p);
+          raw[r].v[2 * i] = v.x, raw[r].v[2 * i + 1] = v.y;
+        } else {
+          raw[r].v[i] = ld_stream32(p);
+        }
+      }
+    }
+  };
+  auto load_scale = [&](int t) {
+    if constexpr (F == kFp8) rs = __ldg(sp + min(4 * t + (lane & 3), kb - 1));
+  };
+  // Step t of the tile's x into stage t % 2 (whole 16-byte chunks: K % 4 == 0), one commit group.
+  auto stage_x = [&](int t) {
+    float* st = smem + (t & 1) * kStage;
+    const float* xt = x + size_t(m0) * size_t(K) + size_t(t) * kStep;
+    const int width = min(kStep, K - t * kStep);
+#pragma unroll
+    for (int e0 = 0; e0 < MT * (kStep / 4); e0 += kThreads) {
+      const int e = e0 + int(threadIdx.x), m = e / (kStep / 4), c = 4 * (e % (kStep / 4));
+      if (m < mt && c < width) ac::cp_async16(st + m * kStep + c, xt + size_t(m) * K + c);
+    }
+    ac::cp_async_commit();
+  };
+  if (active) {  // step 0 in flight while the previous kernel finishes
+#pragma unroll
+    for (int i = 0; i < 4; ++i) load_group(0, i);
+    load_scale(0);
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+  if constexpr (kGated)
+    fill_act(x, u, K, m0, mt, smem);  // every thread: the barrier inside
+  else
+    stage_x(0);
+
+  float acc[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+  float tot = 0.0f;  // lane r·MT + m: the slice sums of (row r, token m)
+  bool first = true;
+  int left = T;  // steps left in the current slice
+  for (int t = 0; t < steps; ++t) {
+    if constexpr (!kGated) {
+      ac::cp_async_wait<0>();
+      __syncthreads();  // step t's x has landed; every warp is done with step t - 1's stage
+      if (t + 1 < steps) stage_x(t + 1);
+    }
+    if (!active) continue;  // warp-uniform; the barriers above are outside
+    const bool more = t + 1 < steps;
+    const float* xs = (kGated ? smem + t * kStep : smem + (t & 1) * kStage) + 4 * lane;
+    const int xstride = kGated ? K : kStep;
+    float bs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs, i) : 1.0f;
+    if (more) load_scale(t + 1);
+    const int kbase = t * kStep + 4 * lane;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (kbase + 128 * i >= K) break;  // per lane (K % 512 != 0: the last step, no refill)
+      float w[R][4];
+#pragma unroll
+      for (int r = 0; r < R; ++r) convert_group<F>(raw[r], i, bs[i], w[r]);
+      if (more) load_group(t + 1, i);  // group i's registers are free again
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= mt) break;
+        const float4 a = *reinterpret_cast<const float4*>(xs + m * xstride + 128 * i);
+        const float xv[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
+      }
+    }
+    if (--left == 0 || !more) {  // end of a slice (warp-uniform)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          float v = acc[r][m];
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+          if (lane == r * MT + m) tot = first ? v : __fadd_rn(tot, v);
+          acc[r][m] = 0.0f;
+        }
+      first = false;
+      left = T;
+    }
+  }
+  if (!active || lane >= R * MT) return;  // no barrier below
+  const int r = lane / MT, m = lane % MT, n = n0 + r;
+  if (m >= mt || n >= job.N) return;
+  // Slices past the last step add their +0 sums, as in the first form (x + 0 differs from x
+  // only for x = -0), then the INT8 row scale (once), then y (= or +=).
+  if ((steps + T - 1) / T < S) tot = __fadd_rn(tot, 0.0f);
+  const float v = F == kInt8 ? __fmul_rn(tot, __ldg(job.scale + n)) : tot;
+  float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+  *p = job.accumulate ? __fadd_rn(*p, v) : v;
+}
+
+template <int MT, bool kGated>
+__global__ void __launch_bounds__(kThreads, 2)
+    row_gemv_f32_tiled_smem_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
+                                   int S, int T, int tiles) {
+  pdl_launch_dependents();
+  extern __shared__ float4 tiled_smem_f4[];  // the x ring [2][MT][512] f32, or (gated) silu(g)·u [MT][K]
+  const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
+  Job job = jobs.job[0];  // static indices (a dynamic index would copy the parameters to local memory)
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  constexpr int R = kTiledRows;
+  const int warp = threadIdx.x >> 5;
+  const int n0 = ((rb - job.block_begin) * kWarps + warp) * R;
+  const int m0 = tile * MT, mt = min(MT, M - m0);
+  float* smem = reinterpret_cast<float*>(tiled_smem_f4);
+  switch (job.fmt) {  // CTA-uniform
+    case kFp8:
+      tile_rows_smem<kFp8, MT, R, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case kInt8:
+      tile_rows_smem<kInt8, MT, R, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    default:
+      tile_rows_smem<kBf16, MT, R, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+  }
+}
+
 // ---- One or two tokens: streaming warps (row_gemv_f32_stream_kernel) ----------------------
 // A warp owns R consecutive rows of one job over ALL of K: it runs the S slices one after the
 // other (each slice's lane chains, then its xor shuffle tree, then slice sums added in slice
@@ -1037,6 +1221,20 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
+// The second form of the token tiles (row_gemv_f32_tiled_smem_kernel): 8 warps x 4 rows per
+// CTA, tiles of MT tokens; x through a two-stage shared-memory ring (gated: silu(g)·u, all of K).
+template <int MT, bool kGated>
+void launch_tiled_smem(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+  const KSplit ks = k_split(K);
+  const int tiles = (M + MT - 1) / MT;
+  const unsigned grid = grid_blocks(jobs, kWarps * kTiledRows, tiles);
+  const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float)    // <= kGatedSmem (launch checks)
+                             : size_t(2) * MT * kStep * sizeof(float);  // <= 32 KB
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_tiled_smem_kernel<MT, kGated>, dim3(grid), dim3(kThreads), smem, stream,
+             x, u, M, jobs, K, ks.S, ks.T, tiles);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
 // The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
 template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters>
 void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
@@ -1116,6 +1314,9 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
 
 // Measurement override of the one-token kernel (set_row_gemv_one_token_variant): 0 = by shape.
 int g_one_token_variant = 0;
+// The token-tile kernel's form (set_row_gemv_tiled_variant): 0 = row_gemv_f32_kernel, 1 =
+// row_gemv_f32_tiled_smem_kernel. Read at launch time (a captured graph keeps its form).
+std::atomic<int> g_tiled_variant{0};
 
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
 void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
@@ -1141,9 +1342,13 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
       default: break;
     }
   }
+  const bool smem_tiles = g_tiled_variant.load(std::memory_order_relaxed) == 1;
   if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
     const size_t row_bytes = size_t(K) * sizeof(float);
     if (M == 1 || 2 * row_bytes > kGatedSmem) launch_small_m<1, true>(x, u, M, jobs, K, stream);
+    else if (smem_tiles && (M == 2 || 4 * row_bytes > kGatedSmem)) launch_tiled_smem<2, true>(x, u, M, jobs, K, stream);
+    else if (smem_tiles && (M <= 4 || 8 * row_bytes > kGatedSmem)) launch_tiled_smem<4, true>(x, u, M, jobs, K, stream);
+    else if (smem_tiles) launch_tiled_smem<8, true>(x, u, M, jobs, K, stream);
     else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 4, true>(x, u, M, jobs, K, stream);
     else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 4, true>(x, u, M, jobs, K, stream);
     else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
@@ -1153,6 +1358,9 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
     launch_small_m<1, false>(x, u, M, jobs, K, stream);
   } else if (M == 2) {
     launch_small_m<2, false>(x, u, M, jobs, K, stream);
+  } else if (smem_tiles) {
+    if (M <= 4) launch_tiled_smem<4, false>(x, u, M, jobs, K, stream);
+    else launch_tiled_smem<8, false>(x, u, M, jobs, K, stream);
   } else if (M <= 4) {
     launch_variant<4, 2, 4, false>(x, u, M, jobs, K, stream);
   } else {
@@ -1174,6 +1382,11 @@ std::atomic<int> g_row_gemv_feed{int(RowGemvFeed::Lean)};
 }  // namespace
 
 void set_row_gemv_one_token_variant(int v) { g_one_token_variant = v; }
+void set_row_gemv_tiled_variant(int v) {
+  if (v != 0 && v != 1) throw Error("set_row_gemv_tiled_variant: 0 (registers) or 1 (x in shared memory)");
+  g_tiled_variant.store(v, std::memory_order_relaxed);
+}
+int row_gemv_tiled_variant() { return g_tiled_variant.load(std::memory_order_relaxed); }
 void set_row_gemv_feed(RowGemvFeed feed) { g_row_gemv_feed.store(int(feed), std::memory_order_relaxed); }
 RowGemvFeed parse_row_gemv_feed(const std::string& name) {
   if (name == "registers") return RowGemvFeed::Registers;
