@@ -63,7 +63,11 @@
 // (4, 2, 4) (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for
 // long K, down to one token (then the streaming kernel, one tile per token). Many tokens per
 // weight load is what makes M = 8 fast; it needs the registers that one token spends on loads
-// in flight, hence two kernels.
+// in flight, hence two kernels. Second form of the token tiles (set_row_gemv_tiled_variant(1),
+// row_gemv_f32_tiled_smem_kernel, the same (MT) choice and the same bits): a CTA is 32 rows
+// (8 warps x 4) over all of K in the streaming kernel's slice-after-slice order, x staged once
+// per CTA through shared memory one step ahead, weights one step ahead in registers (its
+// section below).
 //
 // Both: the weights bypass L1, which keeps x. The grid is 1-D, CTA b = row block b / tiles and
 // token tile b % tiles, so the tiles that read one weight slice run together (the later ones
