@@ -834,8 +834,9 @@ struct TiledVariantGuard {
 
 }  // namespace
 
-// Form 1 (32 rows per CTA over all of K, x staged in shared memory) against form 0 (K slices
-// on separate warps, x through L1), bit for bit: FP8 / INT8 / bf16 at K = 1024, 3072, 8192 (1,
+// Form 1 (32 or 24 rows per CTA over all of K, x staged in shared memory; variant 1 picks the
+// warps per CTA by the launch's size, variant 2 always 8) against form 0 (K slices on separate
+// warps, x through L1), bit for bit: FP8 / INT8 / bf16 at K = 1024, 3072, 8192 (1,
 // 2 and 4 slices), 4608 (an empty last slice), 1040 and 1000 (a partial last step; 1000 also a
 // partial scale block, rows not 16-byte aligned), 72 and 200 (one partial step); N not a
 // multiple of 32 (warps past N, rows past N in a warp), N = 1; M = 3, 4, 5, 8, 9, 16, 64 (tiles
@@ -871,12 +872,15 @@ TEST(GpuOpsLinear, RowGemvF32TiledFormsBitIdentical) {
       cuda::set_row_gemv_tiled_variant(0);
       const auto want = row_gemv1(d, d_x.data(), M);
       const auto want_acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
-      cuda::set_row_gemv_tiled_variant(1);
-      const auto got = row_gemv1(d, d_x.data(), M);
-      const auto got_acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
-      EXPECT_EQ(count_diffs(got, want), 0u) << tag << ": form 1 differs from form 0";
-      EXPECT_EQ(count_diffs(got_acc, want_acc), 0u) << tag << " accumulate: form 1 differs from form 0";
-      EXPECT_EQ(count_diffs(rows(got, 1, N), one), 0u) << tag << ": token 0 differs from M=1";
+      for (int v : {1, 2}) {
+        cuda::set_row_gemv_tiled_variant(v);
+        const std::string vt = tag + " variant " + std::to_string(v);
+        const auto got = row_gemv1(d, d_x.data(), M);
+        const auto got_acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
+        EXPECT_EQ(count_diffs(got, want), 0u) << vt << ": form 1 differs from form 0";
+        EXPECT_EQ(count_diffs(got_acc, want_acc), 0u) << vt << " accumulate: form 1 differs from form 0";
+        EXPECT_EQ(count_diffs(rows(got, 1, N), one), 0u) << vt << ": token 0 differs from M=1";
+      }
     }
     if (cuda::row_gemv_gated_supported(d)) {
       for (int M : {2, 3, 5, 8, 13}) {
@@ -885,11 +889,13 @@ TEST(GpuOpsLinear, RowGemvF32TiledFormsBitIdentical) {
         cuda::set_row_gemv_tiled_variant(0);
         const auto want = row_gemv_gated1(d, d_g.data(), d_u.data(), M);
         const auto want_acc = row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init);
-        cuda::set_row_gemv_tiled_variant(1);
-        EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M), want), 0u)
-            << tag << ": form 1 differs from form 0";
-        EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init), want_acc), 0u)
-            << tag << " accumulate: form 1 differs from form 0";
+        for (int v : {1, 2}) {
+          cuda::set_row_gemv_tiled_variant(v);
+          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M), want), 0u)
+              << tag << " variant " << v << ": form 1 differs from form 0";
+          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init), want_acc), 0u)
+              << tag << " variant " << v << " accumulate: form 1 differs from form 0";
+        }
       }
     }
   }
@@ -921,9 +927,13 @@ TEST(GpuOpsLinear, RowGemvF32TiledFormsBitIdentical) {
       const std::vector<std::vector<float>> one{init[i]};
       alone.push_back(row_gemv({ptrs[i]}, d_x.data(), M, {acc[i]}, &one)[0]);
     }
-    cuda::set_row_gemv_tiled_variant(1);
-    const auto fused = row_gemv(ptrs, d_x.data(), M, acc, &init);
-    for (size_t i = 0; i < d.size(); ++i)
-      EXPECT_EQ(count_diffs(fused[i], alone[i]), 0u) << "form 1, set of " << d.size() << ", job " << i << ", M=" << M;
+    for (int v : {1, 2}) {
+      cuda::set_row_gemv_tiled_variant(v);
+      const auto fused = row_gemv(ptrs, d_x.data(), M, acc, &init);
+      for (size_t i = 0; i < d.size(); ++i)
+        EXPECT_EQ(count_diffs(fused[i], alone[i]), 0u)
+            << "variant " << v << ", set of " << d.size() << ", job " << i << ", M=" << M;
+    }
   }
+  EXPECT_THROW(cuda::set_row_gemv_tiled_variant(3), Error);
 }

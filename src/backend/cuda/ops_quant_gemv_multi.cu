@@ -63,11 +63,11 @@
 // (4, 2, 4) (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for
 // long K, down to one token (then the streaming kernel, one tile per token). Many tokens per
 // weight load is what makes M = 8 fast; it needs the registers that one token spends on loads
-// in flight, hence two kernels. Second form of the token tiles (set_row_gemv_tiled_variant(1),
+// in flight, hence two kernels. Second form of the token tiles (set_row_gemv_tiled_variant,
 // row_gemv_f32_tiled_smem_kernel, the same (MT) choice and the same bits): a CTA is 32 rows
-// (8 warps x 4) over all of K in the streaming kernel's slice-after-slice order, x staged once
-// per CTA through shared memory one step ahead, weights one step ahead in registers (its
-// section below).
+// (8 warps x 4; 24 where that balances a short launch) over all of K in the streaming
+// kernel's slice-after-slice order, x staged once per CTA through shared memory one step
+// ahead, weights one step ahead in registers (its section below).
 //
 // Both: the weights bypass L1, which keeps x. The grid is 1-D, CTA b = row block b / tiles and
 // token tile b % tiles, so the tiles that read one weight slice run together (the later ones
@@ -234,14 +234,15 @@ __device__ __forceinline__ void load_x4(const float* __restrict__ xt, size_t off
 }
 
 // Gated: act[m, k] = silu(g[m0 + m, k])·u[m0 + m, k] for the tile's mt tokens, all of K, into
-// shared memory, by the whole CTA (coalesced 16-byte loads), then a barrier.
+// shared memory, by the whole CTA of kN threads (coalesced 16-byte loads), then a barrier.
+template <int kN = kThreads>
 __device__ __forceinline__ void fill_act(const float* __restrict__ g, const float* __restrict__ u, int K, int m0,
                                          int mt, float* act) {
   const int q = K / 4;
   const float4* g4 = reinterpret_cast<const float4*>(g + size_t(m0) * K);
   const float4* u4 = reinterpret_cast<const float4*>(u + size_t(m0) * K);
   float4* a4 = reinterpret_cast<float4*>(act);
-  for (int e = threadIdx.x; e < mt * q; e += kThreads) {
+  for (int e = threadIdx.x; e < mt * q; e += kN) {
     const float4 a = __ldg(g4 + e), b = __ldg(u4 + e);
     a4[e] = make_float4(silu_mul_value(a.x, b.x), silu_mul_value(a.y, b.y), silu_mul_value(a.z, b.z),
                         silu_mul_value(a.w, b.w));
@@ -483,13 +484,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // ---- Token tiles, second form: x in shared memory (row_gemv_f32_tiled_smem_kernel) ---------
-// Selected by set_row_gemv_tiled_variant(1) for every launch that would take
+// Selected by set_row_gemv_tiled_variant(1 or 2) for every launch that would take
 // row_gemv_f32_kernel (M >= 3; gated M >= 2 with a tile of >= 2 tokens); the same bits.
-// Layout: as row_gemv_f32_kernel. Parallelisation: a CTA is 8 warps x R = 4 consecutive rows
-// of one job (32 rows) and one tile of MT tokens; each warp runs ALL of K for its rows, the
+// Layout: as row_gemv_f32_kernel. Parallelisation: a CTA is W = 8 (or 6: tiled_warps)
+// warps x R = 4 consecutive rows of one job and one tile of MT tokens; each warp runs ALL of K for its rows, the
 // slices one after the other (each slice's lane chains, its xor tree, the slice sums added in
 // slice order, +0 for empty trailing slices: the arithmetic of the file header, as
-// stream_rows does), so no partial sums meet in shared memory. The 8 warps walk the K steps
+// stream_rows does), so no partial sums meet in shared memory. The W warps walk the K steps
 // in lockstep: x of the tile's step t ([MT][512] f32, 16 KB at MT = 8) is copied once per CTA
 // into a two-stage ring by 16-byte cp.async (issued one step ahead, one barrier per step) and
 // read by every warp (lane L: 16 bytes at 4L + 128i, a warp 512 contiguous bytes:
@@ -499,14 +500,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 // so the next step's loads are in flight while a step computes. FP8: the warp's 4 rows share
 // one 128-row scale block (one scale load per step). Why: the first form gives a CTA 8/S x R
 // rows (8 at K = 8192) and re-reads the whole x tile from L2 per CTA, with each x load right
-// before its FMAs; here a CTA reads it once per 32 rows, from shared memory, one step ahead.
-// Shared memory: non-gated 2 x MT x 2 KB (<= 32 KB), gated MT·K·4 <= kGatedSmem: no opt-in.
-// Roofline: the weight bytes once, x M·K·4 per 32 rows from L2, y; per weight and token one
-// fma, per 4 weights and R rows one 16-byte shared-memory x load per token (R = 4 balances
-// the shared-memory bandwidth, 128 B per clock per SM, with the FMA rate).
+// before its FMAs; here a CTA reads it once per 32 (W = 6: 24) rows, from shared memory, one
+// step ahead. Shared memory: non-gated 2 x MT x 2 KB (<= 32 KB), gated MT·K·4 <= kGatedSmem:
+// no opt-in. Roofline: the weight bytes once, x M·K·4 per CTA (32 or 24 rows) from L2, y; per
+// weight and token one fma, per 4 weights and R rows one 16-byte shared-memory x load per
+// token (R = 4 balances the shared-memory bandwidth, 128 B per clock per SM, with the FMA rate).
 constexpr int kTiledRows = 4;  // rows per warp of the second form
 
-template <int F, int MT, int R, bool kGated>
+template <int F, int MT, int R, int W, bool kGated>
 __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __restrict__ x,
                                                const float* __restrict__ u, float* smem, int K, int n0, int m0,
                                                int mt, int S, int T) {
@@ -553,9 +554,9 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
     const float* xt = x + size_t(m0) * size_t(K) + size_t(t) * kStep;
     const int width = min(kStep, K - t * kStep);
 #pragma unroll
-    for (int e0 = 0; e0 < MT * (kStep / 4); e0 += kThreads) {
+    for (int e0 = 0; e0 < MT * (kStep / 4); e0 += W * 32) {
       const int e = e0 + int(threadIdx.x), m = e / (kStep / 4), c = 4 * (e % (kStep / 4));
-      if (m < mt && c < width) ac::cp_async16(st + m * kStep + c, xt + size_t(m) * K + c);
+      if (e < MT * (kStep / 4) && m < mt && c < width) ac::cp_async16(st + m * kStep + c, xt + size_t(m) * K + c);
     }
     ac::cp_async_commit();
   };
@@ -566,7 +567,7 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
   if constexpr (kGated)
-    fill_act(x, u, K, m0, mt, smem);  // every thread: the barrier inside
+    fill_act<W * 32>(x, u, K, m0, mt, smem);  // every thread: the barrier inside
   else
     stage_x(0);
 
@@ -637,8 +638,9 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
   *p = job.accumulate ? __fadd_rn(*p, v) : v;
 }
 
-template <int MT, bool kGated>
-__global__ void __launch_bounds__(kThreads, 2)
+// W warps per CTA (8, or 6 where fewer rows per CTA balance a short launch over the SMs).
+template <int MT, bool kGated, int W>
+__global__ void __launch_bounds__(W * 32, 2)
     row_gemv_f32_tiled_smem_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
                                    int S, int T, int tiles) {
   pdl_launch_dependents();
@@ -650,18 +652,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
   constexpr int R = kTiledRows;
   const int warp = threadIdx.x >> 5;
-  const int n0 = ((rb - job.block_begin) * kWarps + warp) * R;
+  const int n0 = ((rb - job.block_begin) * W + warp) * R;
   const int m0 = tile * MT, mt = min(MT, M - m0);
   float* smem = reinterpret_cast<float*>(tiled_smem_f4);
   switch (job.fmt) {  // CTA-uniform
     case kFp8:
-      tile_rows_smem<kFp8, MT, R, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      tile_rows_smem<kFp8, MT, R, W, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
       break;
     case kInt8:
-      tile_rows_smem<kInt8, MT, R, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      tile_rows_smem<kInt8, MT, R, W, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
       break;
     default:
-      tile_rows_smem<kBf16, MT, R, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      tile_rows_smem<kBf16, MT, R, W, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
       break;
   }
 }
@@ -1184,6 +1186,16 @@ int sm_count() {
   return n;
 }
 
+int device_major() {
+  static const int major = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev);
+    return v;
+  }();
+  return major;
+}
+
 int fmt_of(const DeviceLinear& w) {
   switch (w.format) {
     case quant::WeightFormat::Fp8Block:
@@ -1225,18 +1237,43 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-// The second form of the token tiles (row_gemv_f32_tiled_smem_kernel): 8 warps x 4 rows per
-// CTA, tiles of MT tokens; x through a two-stage shared-memory ring (gated: silu(g)·u, all of K).
-template <int MT, bool kGated>
-void launch_tiled_smem(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+// Warps per CTA of the second form: 8, or 6 when that spreads the launch more evenly over the
+// SMs. Each SM issues for about ceil(CTAs / SMs) x W warps of work: o_proj 3072 x 8192 at one
+// tile is 96 CTAs of 8 warps (36 of 132 SMs idle) or 128 of 6. Ties keep 8 (more warps per SM
+// hide more latency). The bits do not depend on W (every warp sums whole rows).
+int tiled_warps(const Jobs& jobs, int tiles) {
+  int best = 8;
+  long long best_cost = LLONG_MAX;
+  for (int w : {8, 6}) {
+    long long blocks = 0;
+    for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + w * kTiledRows - 1) / (w * kTiledRows);
+    const long long cost = (blocks * tiles + sm_count() - 1) / sm_count() * w;
+    if (cost < best_cost) best_cost = cost, best = w;
+  }
+  return best;
+}
+
+// The second form of the token tiles (row_gemv_f32_tiled_smem_kernel): W warps x 4 rows per
+// CTA, tiles of MT tokens; x through a two-stage shared-memory ring (gated: silu(g)·u, all of
+// K). W by tiled_warps (variant 1) or 8 (variant 2).
+template <int MT, bool kGated, int W>
+void launch_tiled_smem_w(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
   const KSplit ks = k_split(K);
   const int tiles = (M + MT - 1) / MT;
-  const unsigned grid = grid_blocks(jobs, kWarps * kTiledRows, tiles);
+  const unsigned grid = grid_blocks(jobs, W * kTiledRows, tiles);
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float)    // <= kGatedSmem (launch checks)
                              : size_t(2) * MT * kStep * sizeof(float);  // <= 32 KB
-  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_tiled_smem_kernel<MT, kGated>, dim3(grid), dim3(kThreads), smem, stream,
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_tiled_smem_kernel<MT, kGated, W>, dim3(grid), dim3(W * 32), smem, stream,
              x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+template <int MT, bool kGated>
+void launch_tiled_smem(const float* x, const float* u, int M, const Jobs& jobs, int K, int variant,
+                       cudaStream_t stream) {
+  if (variant == 1 && tiled_warps(jobs, (M + MT - 1) / MT) == 6)
+    launch_tiled_smem_w<MT, kGated, 6>(x, u, M, jobs, K, stream);
+  else
+    launch_tiled_smem_w<MT, kGated, 8>(x, u, M, jobs, K, stream);
 }
 
 // The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
@@ -1259,18 +1296,12 @@ int requested_feed(const Jobs& jobs, int K) {
   const int want = int(row_gemv_feed());
   if (want == kFeedRegisters) return kFeedRegisters;
   if (want == kFeedLean) return K % kStep == 0 ? kFeedLean : kFeedRegisters;  // whole steps only
-  static const int major = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev);
-    return v;
-  }();
-  if (major < 8) return kFeedRegisters;
+  if (device_major() < 8) return kFeedRegisters;
   for (int i = 0; i < jobs.count; ++i) {
     const size_t elem = jobs.job[i].fmt == kBf16 ? 2 : 1;
     if (reinterpret_cast<uintptr_t>(jobs.job[i].w) % 16 != 0 || (size_t(K) * elem) % 16 != 0) return kFeedRegisters;
   }
-  return want == kFeedBulk && major < 9 ? kFeedCpAsync : want;
+  return want == kFeedBulk && device_major() < 9 ? kFeedCpAsync : want;
 }
 
 // One streaming configuration (MT, R, kGated) in its three feeds: Bulk with DB slots, CpAsync
@@ -1319,7 +1350,8 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
 // Measurement override of the one-token kernel (set_row_gemv_one_token_variant): 0 = by shape.
 int g_one_token_variant = 0;
 // The token-tile kernel's form (set_row_gemv_tiled_variant): 0 = row_gemv_f32_kernel, 1 =
-// row_gemv_f32_tiled_smem_kernel. Read at launch time (a captured graph keeps its form).
+// row_gemv_f32_tiled_smem_kernel (warps per CTA by tiled_warps), 2 = the same with 8 warps
+// always. Read at launch time (a captured graph keeps its form).
 std::atomic<int> g_tiled_variant{0};
 
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
@@ -1346,13 +1378,15 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
       default: break;
     }
   }
-  const bool smem_tiles = g_tiled_variant.load(std::memory_order_relaxed) == 1;
+  // The second form of the token tiles stages x with cp.async (sm_80+); older devices keep the first.
+  const int tv = g_tiled_variant.load(std::memory_order_relaxed);
+  const bool smem_tiles = tv != 0 && device_major() >= 8;
   if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
     const size_t row_bytes = size_t(K) * sizeof(float);
     if (M == 1 || 2 * row_bytes > kGatedSmem) launch_small_m<1, true>(x, u, M, jobs, K, stream);
-    else if (smem_tiles && (M == 2 || 4 * row_bytes > kGatedSmem)) launch_tiled_smem<2, true>(x, u, M, jobs, K, stream);
-    else if (smem_tiles && (M <= 4 || 8 * row_bytes > kGatedSmem)) launch_tiled_smem<4, true>(x, u, M, jobs, K, stream);
-    else if (smem_tiles) launch_tiled_smem<8, true>(x, u, M, jobs, K, stream);
+    else if (smem_tiles && (M == 2 || 4 * row_bytes > kGatedSmem)) launch_tiled_smem<2, true>(x, u, M, jobs, K, tv, stream);
+    else if (smem_tiles && (M <= 4 || 8 * row_bytes > kGatedSmem)) launch_tiled_smem<4, true>(x, u, M, jobs, K, tv, stream);
+    else if (smem_tiles) launch_tiled_smem<8, true>(x, u, M, jobs, K, tv, stream);
     else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 4, true>(x, u, M, jobs, K, stream);
     else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 4, true>(x, u, M, jobs, K, stream);
     else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
@@ -1363,8 +1397,8 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
   } else if (M == 2) {
     launch_small_m<2, false>(x, u, M, jobs, K, stream);
   } else if (smem_tiles) {
-    if (M <= 4) launch_tiled_smem<4, false>(x, u, M, jobs, K, stream);
-    else launch_tiled_smem<8, false>(x, u, M, jobs, K, stream);
+    if (M <= 4) launch_tiled_smem<4, false>(x, u, M, jobs, K, tv, stream);
+    else launch_tiled_smem<8, false>(x, u, M, jobs, K, tv, stream);
   } else if (M <= 4) {
     launch_variant<4, 2, 4, false>(x, u, M, jobs, K, stream);
   } else {
@@ -1387,7 +1421,8 @@ std::atomic<int> g_row_gemv_feed{int(RowGemvFeed::Lean)};
 
 void set_row_gemv_one_token_variant(int v) { g_one_token_variant = v; }
 void set_row_gemv_tiled_variant(int v) {
-  if (v != 0 && v != 1) throw Error("set_row_gemv_tiled_variant: 0 (registers) or 1 (x in shared memory)");
+  if (v < 0 || v > 2)
+    throw Error("set_row_gemv_tiled_variant: 0 (x through L1), 1 (x in shared memory), 2 (1 with 8 warps per CTA)");
   g_tiled_variant.store(v, std::memory_order_relaxed);
 }
 int row_gemv_tiled_variant() { return g_tiled_variant.load(std::memory_order_relaxed); }
