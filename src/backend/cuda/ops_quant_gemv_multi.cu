@@ -507,7 +507,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 // token (R = 4 balances the shared-memory bandwidth, 128 B per clock per SM, with the FMA rate).
 constexpr int kTiledRows = 4;  // rows per warp of the second form
 
-template <int F, int MT, int R, int W, bool kGated>
+// kFull: the tile holds MT tokens (mt == MT), so the token loop has no exit tests.
+template <int F, int MT, int R, int W, bool kGated, bool kFull>
 __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __restrict__ x,
                                                const float* __restrict__ u, float* smem, int K, int n0, int m0,
                                                int mt, int S, int T) {
@@ -603,7 +604,7 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
       if (more) load_group(t + 1, i);  // group i's registers are free again
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
-        if (m >= mt) break;
+        if (!kFull && m >= mt) break;
         const float4 a = *reinterpret_cast<const float4*>(xs + m * xstride + 128 * i);
         const float xv[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
@@ -655,15 +656,25 @@ __global__ void __launch_bounds__(W * 32, 2)
   const int n0 = ((rb - job.block_begin) * W + warp) * R;
   const int m0 = tile * MT, mt = min(MT, M - m0);
   float* smem = reinterpret_cast<float*>(tiled_smem_f4);
-  switch (job.fmt) {  // CTA-uniform
-    case kFp8:
-      tile_rows_smem<kFp8, MT, R, W, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+  const int form = job.fmt * 2 + (mt == MT ? 1 : 0);  // CTA-uniform
+  switch (form) {
+    case 2 * kFp8 + 1:
+      tile_rows_smem<kFp8, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
       break;
-    case kInt8:
-      tile_rows_smem<kInt8, MT, R, W, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+    case 2 * kFp8:
+      tile_rows_smem<kFp8, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kInt8 + 1:
+      tile_rows_smem<kInt8, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kInt8:
+      tile_rows_smem<kInt8, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kBf16 + 1:
+      tile_rows_smem<kBf16, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
       break;
     default:
-      tile_rows_smem<kBf16, MT, R, W, kGated>(job, x, u, smem, K, n0, m0, mt, S, T);
+      tile_rows_smem<kBf16, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
       break;
   }
 }
