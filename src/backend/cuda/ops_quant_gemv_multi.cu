@@ -601,7 +601,9 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
       float w[R][4];
 #pragma unroll
       for (int r = 0; r < R; ++r) convert_group<F>(raw[r], i, bs[i], w[r]);
-      if (more) load_group(t + 1, i);  // group i's registers are free again
+      // Group i's registers are free again. bf16 (twice the registers) refills after the
+      // group's FMAs, so that its raw group and the converted weights are not live together.
+      if (F != kBf16 && more) load_group(t + 1, i);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (!kFull && m >= mt) break;
@@ -612,6 +614,7 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
 #pragma unroll
           for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
       }
+      if (F == kBf16 && more) load_group(t + 1, i);
     }
     if (--left == 0 || !more) {  // end of a slice (warp-uniform)
 #pragma unroll
