@@ -487,17 +487,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 // Selected by set_row_gemv_tiled_variant(1 or 2) for every launch that would take
 // row_gemv_f32_kernel (M >= 3; gated M >= 2 with a tile of >= 2 tokens); the same bits.
 // Layout: as row_gemv_f32_kernel. Parallelisation: a CTA is W = 8 (or 6: tiled_warps)
-// warps x R = 4 consecutive rows of one job and one tile of MT tokens; each warp runs ALL of K for its rows, the
-// slices one after the other (each slice's lane chains, its xor tree, the slice sums added in
+// warps x R = 4 consecutive rows of one job and one tile of MT tokens; each warp runs ALL of
+// K for its rows, the slices one after the other (each slice's lane chains, its xor tree, the slice sums added in
 // slice order, +0 for empty trailing slices: the arithmetic of the file header, as
 // stream_rows does), so no partial sums meet in shared memory. The W warps walk the K steps
 // in lockstep: x of the tile's step t ([MT][512] f32, 16 KB at MT = 8) is copied once per CTA
 // into a two-stage ring by 16-byte cp.async (issued one step ahead, one barrier per step) and
 // read by every warp (lane L: 16 bytes at 4L + 128i, a warp 512 contiguous bytes:
 // conflict-free). Gated: silu(g)·u of the tile for all of K is written to shared memory once
-// (fill_act) and read the same way. Weights: each warp keeps D = 2 steps x R rows of raw
-// weights in registers (bf16: 1), the refill of a slot issued right after the slot is used,
-// so the next step's loads are in flight while a step computes. FP8: the warp's 4 rows share
+// (fill_act) and read the same way. Weights: each warp keeps one step x R rows of raw weights
+// in registers; group i of step t + 1 is requested as soon as group i of step t is converted
+// (bf16: after its FMAs), so the next step's loads are in flight while a step computes. FP8: the warp's 4 rows share
 // one 128-row scale block (one scale load per step). Why: the first form gives a CTA 8/S x R
 // rows (8 at K = 8192) and re-reads the whole x tile from L2 per CTA, with each x load right
 // before its FMAs; here a CTA reads it once per 32 (W = 6: 24) rows, from shared memory, one
