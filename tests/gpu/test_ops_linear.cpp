@@ -821,3 +821,119 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
     }
   }
 }
+
+// ---- The token-tile kernel's two forms (set_row_gemv_tiled_variant) ------------------------
+
+namespace {
+
+// Puts the process-wide form back when the test ends (the other tests run the default).
+struct TiledVariantGuard {
+  int saved = cuda::row_gemv_tiled_variant();
+  ~TiledVariantGuard() { cuda::set_row_gemv_tiled_variant(saved); }
+};
+
+}  // namespace
+
+// Form 1 (32 or 24 rows per CTA over all of K, x staged in shared memory; variant 1 picks the
+// warps per CTA by the launch's size, variant 2 always 8) against form 0 (K slices on separate
+// warps, x through L1), bit for bit: FP8 / INT8 / bf16 at K = 1024, 3072, 8192 (1,
+// 2 and 4 slices), 4608 (an empty last slice), 1040 and 1000 (a partial last step; 1000 also a
+// partial scale block, rows not 16-byte aligned), 72 and 200 (one partial step); N not a
+// multiple of 32 (warps past N, rows past N in a warp), N = 1; M = 3, 4, 5, 8, 9, 16, 64 (tiles
+// of 4 and 8 tokens, partial tiles); plain and accumulating; gated at M = 2, 3, 5, 8, 13 (tiles
+// of 2, 4 and 8 tokens by K). Token 0's row also equals the streaming kernel's at M = 1. Then
+// one launch of mixed jobs (the in_proj and router sets together), some accumulating.
+TEST(GpuOpsLinear, RowGemvF32TiledFormsBitIdentical) {
+  MOESERVE_REQUIRE_GPU();
+  TiledVariantGuard guard;
+  Rng rng(25);
+  constexpr int kRows = 64;
+  std::vector<TestWeight> ws;
+  for (int64_t K : {1024, 3072, 8192, 4608, 1040, 1000}) {
+    ws.push_back(make_fp8_block(rng, K == 8192 ? 3072 : 300, K, 0.03f, K == 3072));
+    ws.push_back(make_int8_rowwise(rng, 263, K, 0.05f));
+    ws.push_back(make_dense_bf16(rng, 37, K, 0.05f));
+  }
+  ws.push_back(make_fp8_block(rng, 130, 72, 0.05f, false));
+  ws.push_back(make_int8_rowwise(rng, 1, 200, 0.05f));
+  for (const auto& t : ws) {
+    const int64_t N = t.weight.out_features, K = t.weight.in_features;
+    SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+    ASSERT_TRUE(cuda::row_gemv_supported(d));
+    const auto d_x = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 1.0f));
+    const auto d_g = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 3.0f));
+    const auto d_u = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 1.0f));
+    cuda::set_row_gemv_tiled_variant(0);
+    const auto one = row_gemv1(d, d_x.data(), 1);  // the streaming kernel
+    for (int M : {3, 4, 5, 8, 9, 16, 64}) {
+      const std::string tag = "M=" + std::to_string(M);
+      const std::vector<std::vector<float>> init{random_f32(rng, size_t(M) * size_t(N), 1.0f)};
+      cuda::set_row_gemv_tiled_variant(0);
+      const auto want = row_gemv1(d, d_x.data(), M);
+      const auto want_acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
+      for (int v : {1, 2}) {
+        cuda::set_row_gemv_tiled_variant(v);
+        const std::string vt = tag + " variant " + std::to_string(v);
+        const auto got = row_gemv1(d, d_x.data(), M);
+        const auto got_acc = row_gemv({&d}, d_x.data(), M, {true}, &init)[0];
+        EXPECT_EQ(count_diffs(got, want), 0u) << vt << ": form 1 differs from form 0";
+        EXPECT_EQ(count_diffs(got_acc, want_acc), 0u) << vt << " accumulate: form 1 differs from form 0";
+        EXPECT_EQ(count_diffs(rows(got, 1, N), one), 0u) << vt << ": token 0 differs from M=1";
+      }
+    }
+    if (cuda::row_gemv_gated_supported(d)) {
+      for (int M : {2, 3, 5, 8, 13}) {
+        const std::string tag = "gated M=" + std::to_string(M);
+        const std::vector<float> init = random_f32(rng, size_t(M) * size_t(N), 1.0f);
+        cuda::set_row_gemv_tiled_variant(0);
+        const auto want = row_gemv_gated1(d, d_g.data(), d_u.data(), M);
+        const auto want_acc = row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init);
+        for (int v : {1, 2}) {
+          cuda::set_row_gemv_tiled_variant(v);
+          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M), want), 0u)
+              << tag << " variant " << v << ": form 1 differs from form 0";
+          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init), want_acc), 0u)
+              << tag << " variant " << v << " accumulate: form 1 differs from form 0";
+        }
+      }
+    }
+  }
+
+  // Mixed jobs in one launch: form 1 gives each job the bits of its form-0 launch alone.
+  const int64_t K = 3072;
+  std::vector<TestWeight> set;
+  set.push_back(make_fp8_block(rng, 4096, K, 0.03f, false));
+  set.push_back(make_fp8_block(rng, 2048, K, 0.03f, false));
+  set.push_back(make_dense_bf16(rng, 64, K, 0.05f));
+  set.push_back(make_dense_bf16(rng, 1, K, 0.05f));
+  set.push_back(make_int8_rowwise(rng, 520, K, 0.05f));
+  set.push_back(make_fp8_block(rng, 1000, K, 0.03f, true));
+  std::vector<cuda::DeviceLinear> d;
+  for (const auto& t : set) d.push_back(cuda::upload_linear(t.weight, nullptr));
+  std::vector<const cuda::DeviceLinear*> ptrs;
+  for (const auto& w : d) ptrs.push_back(&w);
+  const auto d_x = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 1.0f));
+  for (int M : {3, 8, 9, 64}) {
+    std::vector<bool> acc(d.size());
+    std::vector<std::vector<float>> init;
+    for (size_t i = 0; i < d.size(); ++i) {
+      acc[i] = i % 2 == 1;
+      init.push_back(random_f32(rng, size_t(M) * size_t(d[i].N), 1.0f));
+    }
+    cuda::set_row_gemv_tiled_variant(0);
+    std::vector<std::vector<float>> alone;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const std::vector<std::vector<float>> one{init[i]};
+      alone.push_back(row_gemv({ptrs[i]}, d_x.data(), M, {acc[i]}, &one)[0]);
+    }
+    for (int v : {1, 2}) {
+      cuda::set_row_gemv_tiled_variant(v);
+      const auto fused = row_gemv(ptrs, d_x.data(), M, acc, &init);
+      for (size_t i = 0; i < d.size(); ++i)
+        EXPECT_EQ(count_diffs(fused[i], alone[i]), 0u)
+            << "variant " << v << ", set of " << d.size() << ", job " << i << ", M=" << M;
+    }
+  }
+  EXPECT_THROW(cuda::set_row_gemv_tiled_variant(3), Error);
+}

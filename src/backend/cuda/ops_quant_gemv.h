@@ -53,13 +53,19 @@ struct RowGemvJob {
 };
 bool row_gemv_supported(const DeviceLinear& w);
 // Measurement only (bench_kernels --gemv-variant): forces the kernel shape of one-token,
-// non-gated launches (0 = chosen by shape; 1..14: see launch() in ops_quant_gemv_multi.cu). Every
+// non-gated launches (0 = chosen by shape; 1..17: see launch() in ops_quant_gemv_multi.cu). Every
 // shape gives the same bits.
 void set_row_gemv_one_token_variant(int v);
-// Measurement only (bench_kernels --gemv-variant): forces the kernel shape of one-token,
-// non-gated launches (0 = chosen by shape; 1..8: see launch() in ops_quant_gemv_multi.cu). Every
-// shape gives the same bits.
-void set_row_gemv_one_token_variant(int v);
+// The form of the token-tile kernel (every launch of M >= 3, and gated M >= 2 whose tile holds
+// two or more tokens), process-wide, for A/B measurements; both give the same bits. 0 (the
+// default): row_gemv_f32_kernel (a CTA is 8/S row groups x S K-slices, x through L1). 1:
+// row_gemv_f32_tiled_smem_kernel (a CTA is 8 or 6 warps x 4 rows over all of K, x staged
+// once per CTA in shared memory, one step ahead; weights one step ahead in registers; 6 warps
+// where that spreads a short launch more evenly over the SMs). 2: form 1 with 8 warps always.
+// Throws on other values.
+// Read at launch time: a captured CUDA graph keeps the form it was captured with.
+void set_row_gemv_tiled_variant(int v);
+int row_gemv_tiled_variant();
 void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream);
 // y (+)= W · (silu(g) ⊙ u) with g, u f32 [M, K] (the shared expert's down projection without a
 // silu_mul launch): bit-identical to silu_mul_split(g, u) followed by row_gemv_f32. Needs

@@ -68,7 +68,11 @@
 // (4, 2, 4) (gated M = 2: (2, 2, 4)); else tiles of 8 tokens (8, 4, 1); gated tiles shrink for
 // long K, down to one token (then the streaming kernel, one tile per token). Many tokens per
 // weight load is what makes M = 8 fast; it needs the registers that one token spends on loads
-// in flight, hence two kernels.
+// in flight, hence two kernels. Second form of the token tiles (set_row_gemv_tiled_variant,
+// row_gemv_f32_tiled_smem_kernel, the same (MT) choice and the same bits): a CTA is 32 rows
+// (8 warps x 4; 24 where that balances a short launch) over all of K in the streaming
+// kernel's slice-after-slice order, x staged once per CTA through shared memory one step
+// ahead, weights one step ahead in registers (its section below).
 //
 // Both: the weights bypass L1, which keeps x. The grid is 1-D, CTA b = row block b / tiles and
 // token tile b % tiles, so the tiles that read one weight slice run together (the later ones
@@ -235,14 +239,15 @@ __device__ __forceinline__ void load_x4(const float* __restrict__ xt, size_t off
 }
 
 // Gated: act[m, k] = silu(g[m0 + m, k])·u[m0 + m, k] for the tile's mt tokens, all of K, into
-// shared memory, by the whole CTA (coalesced 16-byte loads), then a barrier.
+// shared memory, by the whole CTA of kN threads (coalesced 16-byte loads), then a barrier.
+template <int kN = kThreads>
 __device__ __forceinline__ void fill_act(const float* __restrict__ g, const float* __restrict__ u, int K, int m0,
                                          int mt, float* act) {
   const int q = K / 4;
   const float4* g4 = reinterpret_cast<const float4*>(g + size_t(m0) * K);
   const float4* u4 = reinterpret_cast<const float4*>(u + size_t(m0) * K);
   float4* a4 = reinterpret_cast<float4*>(act);
-  for (int e = threadIdx.x; e < mt * q; e += kThreads) {
+  for (int e = threadIdx.x; e < mt * q; e += kN) {
     const float4 a = __ldg(g4 + e), b = __ldg(u4 + e);
     a4[e] = make_float4(silu_mul_value(a.x, b.x), silu_mul_value(a.y, b.y), silu_mul_value(a.z, b.z),
                         silu_mul_value(a.w, b.w));
@@ -480,6 +485,205 @@ __global__ void __launch_bounds__(kThreads, 2)
       float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
       *p = job.accumulate ? __fadd_rn(*p, v) : v;
     }
+  }
+}
+
+// ---- Token tiles, second form: x in shared memory (row_gemv_f32_tiled_smem_kernel) ---------
+// Selected by set_row_gemv_tiled_variant(1 or 2) for every launch that would take
+// row_gemv_f32_kernel (M >= 3; gated M >= 2 with a tile of >= 2 tokens); the same bits.
+// Layout: as row_gemv_f32_kernel. Parallelisation: a CTA is W = 8 (or 6: tiled_warps)
+// warps x R = 4 consecutive rows of one job and one tile of MT tokens; each warp runs ALL of
+// K for its rows, the slices one after the other (each slice's lane chains, its xor tree, the slice sums added in
+// slice order, +0 for empty trailing slices: the arithmetic of the file header, as
+// stream_rows does), so no partial sums meet in shared memory. The W warps walk the K steps
+// in lockstep: x of the tile's step t ([MT][512] f32, 16 KB at MT = 8) is copied once per CTA
+// into a two-stage ring by 16-byte cp.async (issued one step ahead, one barrier per step) and
+// read by every warp (lane L: 16 bytes at 4L + 128i, a warp 512 contiguous bytes:
+// conflict-free). Gated: silu(g)·u of the tile for all of K is written to shared memory once
+// (fill_act) and read the same way. Weights: each warp keeps one step x R rows of raw weights
+// in registers; group i of step t + 1 is requested as soon as group i of step t is converted
+// (bf16: after its FMAs), so the next step's loads are in flight while a step computes. FP8: the warp's 4 rows share
+// one 128-row scale block (one scale load per step). Why: the first form gives a CTA 8/S x R
+// rows (8 at K = 8192) and re-reads the whole x tile from L2 per CTA, with each x load right
+// before its FMAs; here a CTA reads it once per 32 (W = 6: 24) rows, from shared memory, one
+// step ahead. Shared memory: non-gated 2 x MT x 2 KB (<= 32 KB), gated MT·K·4 <= kGatedSmem:
+// no opt-in. Roofline: the weight bytes once, x M·K·4 per CTA (32 or 24 rows) from L2, y; per
+// weight and token one fma, per 4 weights and R rows one 16-byte shared-memory x load per
+// token (R = 4 balances the shared-memory bandwidth, 128 B per clock per SM, with the FMA rate).
+constexpr int kTiledRows = 4;  // rows per warp of the second form
+
+// kFull: the tile holds MT tokens (mt == MT), so the token loop has no exit tests.
+template <int F, int MT, int R, int W, bool kGated, bool kFull>
+__device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __restrict__ x,
+                                               const float* __restrict__ u, float* smem, int K, int n0, int m0,
+                                               int mt, int S, int T) {
+  static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
+  static_assert(R * MT <= 32, "one lane keeps each (row, token) sum");
+  namespace ac = async_copy;
+  constexpr int kElem = F == kBf16 ? 2 : 1;
+  constexpr int kStage = MT * kStep;  // floats per x stage
+  const int lane = threadIdx.x & 31;
+  const int kb = (K + 127) / 128;
+  const int steps = (K + kStep - 1) / kStep;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps still copy x and meet the barriers
+  const uint8_t* wp[R];            // this lane's first weight byte of each row
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int n = min(n0 + r, job.N - 1);  // rows past N repeat N - 1 and are not stored
+    wp[r] = job.w + size_t(n) * size_t(K) * kElem + 4 * kElem * lane;
+  }
+  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * kb : nullptr;
+  // One step of raw weights per row in registers. Group i of step t + 1 is requested as soon
+  // as group i of step t has been converted, so a whole step of compute covers each load.
+  StepRaw<F> raw[R];
+  float rs = 0.0f;  // FP8: the scale of block 4t + lane % 4 (block_scales' convention)
+  auto load_group = [&](int t, int i) {
+    if (t * kStep + 128 * i + 4 * lane < K) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* p = wp[r] + (t * kStep + 128 * i) * kElem;
+        if constexpr (F == kBf16) {
+          const uint2 v = ld_stream64(p);
+          raw[r].v[2 * i] = v.x, raw[r].v[2 * i + 1] = v.y;
+        } else {
+          raw[r].v[i] = ld_stream32(p);
+        }
+      }
+    }
+  };
+  auto load_scale = [&](int t) {
+    if constexpr (F == kFp8) rs = __ldg(sp + min(4 * t + (lane & 3), kb - 1));
+  };
+  // Step t of the tile's x into stage t % 2 (whole 16-byte chunks: K % 4 == 0), one commit group.
+  auto stage_x = [&](int t) {
+    float* st = smem + (t & 1) * kStage;
+    const float* xt = x + size_t(m0) * size_t(K) + size_t(t) * kStep;
+    const int width = min(kStep, K - t * kStep);
+#pragma unroll
+    for (int e0 = 0; e0 < MT * (kStep / 4); e0 += W * 32) {
+      const int e = e0 + int(threadIdx.x), m = e / (kStep / 4), c = 4 * (e % (kStep / 4));
+      if (e < MT * (kStep / 4) && m < mt && c < width) ac::cp_async16(st + m * kStep + c, xt + size_t(m) * K + c);
+    }
+    ac::cp_async_commit();
+  };
+  if (active) {  // step 0 in flight while the previous kernel finishes
+#pragma unroll
+    for (int i = 0; i < 4; ++i) load_group(0, i);
+    load_scale(0);
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+  if constexpr (kGated)
+    fill_act<W * 32>(x, u, K, m0, mt, smem);  // every thread: the barrier inside
+  else
+    stage_x(0);
+
+  float acc[R][MT];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+  float tot = 0.0f;  // lane r·MT + m: the slice sums of (row r, token m)
+  bool first = true;
+  int left = T;  // steps left in the current slice
+  for (int t = 0; t < steps; ++t) {
+    if constexpr (!kGated) {
+      ac::cp_async_wait<0>();
+      __syncthreads();  // step t's x has landed; every warp is done with step t - 1's stage
+      if (t + 1 < steps) stage_x(t + 1);
+    }
+    if (!active) continue;  // warp-uniform; the barriers above are outside
+    const bool more = t + 1 < steps;
+    const float* xs = (kGated ? smem + t * kStep : smem + (t & 1) * kStage) + 4 * lane;
+    const int xstride = kGated ? K : kStep;
+    float bs[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs, i) : 1.0f;
+    if (more) load_scale(t + 1);
+    const int kbase = t * kStep + 4 * lane;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (kbase + 128 * i >= K) break;  // per lane (K % 512 != 0: the last step, no refill)
+      float w[R][4];
+#pragma unroll
+      for (int r = 0; r < R; ++r) convert_group<F>(raw[r], i, bs[i], w[r]);
+      // Group i's registers are free again. bf16 (twice the registers) refills after the
+      // group's FMAs, so that its raw group and the converted weights are not live together.
+      if (F != kBf16 && more) load_group(t + 1, i);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (!kFull && m >= mt) break;
+        const float4 a = *reinterpret_cast<const float4*>(xs + m * xstride + 128 * i);
+        const float xv[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
+      }
+      if (F == kBf16 && more) load_group(t + 1, i);
+    }
+    if (--left == 0 || !more) {  // end of a slice (warp-uniform)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          float v = acc[r][m];
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+          if (lane == r * MT + m) tot = first ? v : __fadd_rn(tot, v);
+          acc[r][m] = 0.0f;
+        }
+      first = false;
+      left = T;
+    }
+  }
+  if (!active || lane >= R * MT) return;  // no barrier below
+  const int r = lane / MT, m = lane % MT, n = n0 + r;
+  if (m >= mt || n >= job.N) return;
+  // Slices past the last step add their +0 sums, as in the first form (x + 0 differs from x
+  // only for x = -0), then the INT8 row scale (once), then y (= or +=).
+  if ((steps + T - 1) / T < S) tot = __fadd_rn(tot, 0.0f);
+  const float v = F == kInt8 ? __fmul_rn(tot, __ldg(job.scale + n)) : tot;
+  float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+  *p = job.accumulate ? __fadd_rn(*p, v) : v;
+}
+
+// W warps per CTA (8, or 6 where fewer rows per CTA balance a short launch over the SMs).
+template <int MT, bool kGated, int W>
+__global__ void __launch_bounds__(W * 32, 2)
+    row_gemv_f32_tiled_smem_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
+                                   int S, int T, int tiles) {
+  pdl_launch_dependents();
+  extern __shared__ float4 tiled_smem_f4[];  // the x ring [2][MT][512] f32, or (gated) silu(g)·u [MT][K]
+  const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
+  Job job = jobs.job[0];  // static indices (a dynamic index would copy the parameters to local memory)
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  constexpr int R = kTiledRows;
+  const int warp = threadIdx.x >> 5;
+  const int n0 = ((rb - job.block_begin) * W + warp) * R;
+  const int m0 = tile * MT, mt = min(MT, M - m0);
+  float* smem = reinterpret_cast<float*>(tiled_smem_f4);
+  const int form = job.fmt * 2 + (mt == MT ? 1 : 0);  // CTA-uniform
+  switch (form) {
+    case 2 * kFp8 + 1:
+      tile_rows_smem<kFp8, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kFp8:
+      tile_rows_smem<kFp8, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kInt8 + 1:
+      tile_rows_smem<kInt8, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kInt8:
+      tile_rows_smem<kInt8, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    case 2 * kBf16 + 1:
+      tile_rows_smem<kBf16, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
+    default:
+      tile_rows_smem<kBf16, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
+      break;
   }
 }
 
@@ -960,6 +1164,16 @@ int sm_count() {
   return n;
 }
 
+int device_major() {
+  static const int major = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev);
+    return v;
+  }();
+  return major;
+}
+
 int fmt_of(const DeviceLinear& w) {
   switch (w.format) {
     case quant::WeightFormat::Fp8Block:
@@ -1001,6 +1215,45 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
+// Warps per CTA of the second form: 8, or 6 when that spreads the launch more evenly over the
+// SMs. Each SM issues for about ceil(CTAs / SMs) x W warps of work: o_proj 3072 x 8192 at one
+// tile is 96 CTAs of 8 warps (36 of 132 SMs idle) or 128 of 6. Ties keep 8 (more warps per SM
+// hide more latency). The bits do not depend on W (every warp sums whole rows).
+int tiled_warps(const Jobs& jobs, int tiles) {
+  int best = 8;
+  long long best_cost = LLONG_MAX;
+  for (int w : {8, 6}) {
+    long long blocks = 0;
+    for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + w * kTiledRows - 1) / (w * kTiledRows);
+    const long long cost = (blocks * tiles + sm_count() - 1) / sm_count() * w;
+    if (cost < best_cost) best_cost = cost, best = w;
+  }
+  return best;
+}
+
+// The second form of the token tiles (row_gemv_f32_tiled_smem_kernel): W warps x 4 rows per
+// CTA, tiles of MT tokens; x through a two-stage shared-memory ring (gated: silu(g)·u, all of
+// K). W by tiled_warps (variant 1) or 8 (variant 2).
+template <int MT, bool kGated, int W>
+void launch_tiled_smem_w(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+  const KSplit ks = k_split(K);
+  const int tiles = (M + MT - 1) / MT;
+  const unsigned grid = grid_blocks(jobs, W * kTiledRows, tiles);
+  const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float)    // <= kGatedSmem (launch checks)
+                             : size_t(2) * MT * kStep * sizeof(float);  // <= 32 KB
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_tiled_smem_kernel<MT, kGated, W>, dim3(grid), dim3(W * 32), smem, stream,
+             x, u, M, jobs, K, ks.S, ks.T, tiles);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+template <int MT, bool kGated>
+void launch_tiled_smem(const float* x, const float* u, int M, const Jobs& jobs, int K, int variant,
+                       cudaStream_t stream) {
+  if (variant == 1 && tiled_warps(jobs, (M + MT - 1) / MT) == 6)
+    launch_tiled_smem_w<MT, kGated, 6>(x, u, M, jobs, K, stream);
+  else
+    launch_tiled_smem_w<MT, kGated, 8>(x, u, M, jobs, K, stream);
+}
+
 // The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
 template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters>
 void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
@@ -1021,18 +1274,12 @@ int requested_feed(const Jobs& jobs, int K) {
   const int want = int(row_gemv_feed());
   if (want == kFeedRegisters) return kFeedRegisters;
   if (want == kFeedLean) return K % kStep == 0 ? kFeedLean : kFeedRegisters;  // whole steps only
-  static const int major = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, dev);
-    return v;
-  }();
-  if (major < 8) return kFeedRegisters;
+  if (device_major() < 8) return kFeedRegisters;
   for (int i = 0; i < jobs.count; ++i) {
     const size_t elem = jobs.job[i].fmt == kBf16 ? 2 : 1;
     if (reinterpret_cast<uintptr_t>(jobs.job[i].w) % 16 != 0 || (size_t(K) * elem) % 16 != 0) return kFeedRegisters;
   }
-  return want == kFeedBulk && major < 9 ? kFeedCpAsync : want;
+  return want == kFeedBulk && device_major() < 9 ? kFeedCpAsync : want;
 }
 
 // One streaming configuration (MT, R, kGated) in its three feeds: Bulk with DB slots, CpAsync
@@ -1080,6 +1327,10 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
 
 // Measurement override of the one-token kernel (set_row_gemv_one_token_variant): 0 = by shape.
 int g_one_token_variant = 0;
+// The token-tile kernel's form (set_row_gemv_tiled_variant): 0 = row_gemv_f32_kernel, 1 =
+// row_gemv_f32_tiled_smem_kernel (warps per CTA by tiled_warps), 2 = the same with 8 warps
+// always. Read at launch time (a captured graph keeps its form).
+std::atomic<int> g_tiled_variant{0};
 
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
 void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
@@ -1105,9 +1356,15 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
       default: break;
     }
   }
+  // The second form of the token tiles stages x with cp.async (sm_80+); older devices keep the first.
+  const int tv = g_tiled_variant.load(std::memory_order_relaxed);
+  const bool smem_tiles = tv != 0 && device_major() >= 8;
   if (u) {  // gated: the tile's silu(g)·u in shared memory, MT·K·4 <= kGatedSmem bytes
     const size_t row_bytes = size_t(K) * sizeof(float);
     if (M == 1 || 2 * row_bytes > kGatedSmem) launch_small_m<1, true>(x, u, M, jobs, K, stream);
+    else if (smem_tiles && (M == 2 || 4 * row_bytes > kGatedSmem)) launch_tiled_smem<2, true>(x, u, M, jobs, K, tv, stream);
+    else if (smem_tiles && (M <= 4 || 8 * row_bytes > kGatedSmem)) launch_tiled_smem<4, true>(x, u, M, jobs, K, tv, stream);
+    else if (smem_tiles) launch_tiled_smem<8, true>(x, u, M, jobs, K, tv, stream);
     else if (M == 2 || 4 * row_bytes > kGatedSmem) launch_variant<2, 2, 4, true>(x, u, M, jobs, K, stream);
     else if (M <= 4 || 8 * row_bytes > kGatedSmem) launch_variant<4, 2, 4, true>(x, u, M, jobs, K, stream);
     else launch_variant<8, 4, 1, true>(x, u, M, jobs, K, stream);
@@ -1117,6 +1374,9 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
     launch_small_m<1, false>(x, u, M, jobs, K, stream);
   } else if (M == 2) {
     launch_small_m<2, false>(x, u, M, jobs, K, stream);
+  } else if (smem_tiles) {
+    if (M <= 4) launch_tiled_smem<4, false>(x, u, M, jobs, K, tv, stream);
+    else launch_tiled_smem<8, false>(x, u, M, jobs, K, tv, stream);
   } else if (M <= 4) {
     launch_variant<4, 2, 4, false>(x, u, M, jobs, K, stream);
   } else {
@@ -1138,6 +1398,12 @@ std::atomic<int> g_row_gemv_feed{int(RowGemvFeed::Lean)};
 }  // namespace
 
 void set_row_gemv_one_token_variant(int v) { g_one_token_variant = v; }
+void set_row_gemv_tiled_variant(int v) {
+  if (v < 0 || v > 2)
+    throw Error("set_row_gemv_tiled_variant: 0 (x through L1), 1 (x in shared memory), 2 (1 with 8 warps per CTA)");
+  g_tiled_variant.store(v, std::memory_order_relaxed);
+}
+int row_gemv_tiled_variant() { return g_tiled_variant.load(std::memory_order_relaxed); }
 void set_row_gemv_feed(RowGemvFeed feed) { g_row_gemv_feed.store(int(feed), std::memory_order_relaxed); }
 RowGemvFeed parse_row_gemv_feed(const std::string& name) {
   if (name == "registers") return RowGemvFeed::Registers;
