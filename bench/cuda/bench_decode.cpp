@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
   int moe_decode_kernels = 2, moe_grouped_max = 64;
   app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 2 lean streaming, 3 lean + narrow down items, 1 streaming, 0 previous");
   app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
-  int attention_decode_variant = 1;
+  int attention_decode_variant = 1, gemv_tiled = 0;
+  app.add_option("--gemv-tiled-variant", gemv_tiled,
+                 "row GEMV token tiles (M >= 3): 0 x via L1, 1 x in shared memory (6/8 warps by shape), 2 x in shared "
+                 "memory, 8 warps");
   app.add_option("--attention-decode-variant", attention_decode_variant,
                  "decode attention: 1 tile-parallel kernel for <= 8 tokens, 2 for <= 4, 0 the previous kernel");
   CLI11_PARSE(app, argc, argv);
@@ -94,6 +97,7 @@ int main(int argc, char** argv) {
     cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
     cuda::set_moe_decode_variant(moe_decode_kernels);
     cuda::set_attention_decode_variant(attention_decode_variant);
+    cuda::set_row_gemv_tiled_variant(gemv_tiled);
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     const auto batch_list = bench::parse_int_list(batches);
