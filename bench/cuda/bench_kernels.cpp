@@ -804,10 +804,10 @@ int main(int argc, char** argv) {
   app.add_option("--gemv-variant", gemv_variant,
                  "force the one-token row GEMV kernel shape (0 = by shape; see set_row_gemv_one_token_variant)");
   app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
-  int moe_decode_kernels = 2, moe_grouped_max = 64;
-  app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 2 lean streaming, 3 lean + narrow down items, 1 streaming, 0 previous");
+  int moe_decode_kernels = 1, moe_grouped_max = 64;
+  app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 2 lean streaming, 3 lean + narrow down items, 0 previous");
   app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
-  int attention_decode_variant = 1, gemv_tiled = 0;
+  int attention_decode_variant = 1, gemv_tiled = 2;
   app.add_option("--gemv-tiled-variant", gemv_tiled,
                  "row GEMV token tiles (M >= 3): 0 x via L1, 1 x in shared memory (6/8 warps by shape), 2 x in shared "
                  "memory, 8 warps");

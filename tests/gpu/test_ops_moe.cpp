@@ -538,7 +538,7 @@ TEST(GpuOpsMoe, LeanDecodeKernelsMatchPreviousBitForBit) {
     int saved = cuda::moe_decode_variant();
     ~VariantGuard() { cuda::set_moe_decode_variant(saved); }
   } guard;
-  EXPECT_EQ(cuda::moe_decode_variant(), 2) << "the lean kernels are the default";
+  EXPECT_EQ(cuda::moe_decode_variant(), 1) << "the streaming kernels are the default";
   for (const auto& c : cases) {
     const std::string name = std::string(c.sym ? "sym" : "asym") + " g" + std::to_string(c.group) +
                              " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) + " H=" + std::to_string(c.H) +

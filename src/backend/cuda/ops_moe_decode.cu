@@ -1311,9 +1311,10 @@ template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, cons
 namespace moeserve::cuda {
 
 namespace {
-// 2: the lean streaming loop, 3: the same with single-vector down items where the down grid
-// does not fill the SMs, 1: the streaming kernels, 0: the previous ones.
-std::atomic<int> g_decode_variant{2};
+// 1 (default): the streaming kernels; 2: the lean streaming loop, 3: the same with single-vector
+// down items where the down grid does not fill the SMs (both slower at batch 1 on the H200,
+// docs/PERF.md run S7: 34.5 / 34.0 us against 26.8); 0: the previous ones.
+std::atomic<int> g_decode_variant{1};
 }  // namespace
 
 void set_moe_decode_variant(int variant) { g_decode_variant.store(std::clamp(variant, 0, 3)); }

@@ -57,12 +57,13 @@ bool row_gemv_supported(const DeviceLinear& w);
 // shape gives the same bits.
 void set_row_gemv_one_token_variant(int v);
 // The form of the token-tile kernel (every launch of M >= 3, and gated M >= 2 whose tile holds
-// two or more tokens), process-wide, for A/B measurements; both give the same bits. 0 (the
-// default): row_gemv_f32_kernel (a CTA is 8/S row groups x S K-slices, x through L1). 1:
+// two or more tokens), process-wide, for A/B measurements; all give the same bits. 2 (the
+// default; docs/PERF.md run S7: q_proj at 8 tokens 36.9 us instead of 60.7, batch 64 decode
+// 866.6 tok/s instead of 621.6): form 1 with 8 warps always. 0: row_gemv_f32_kernel (a CTA is
+// 8/S row groups x S K-slices, x through L1). 1:
 // row_gemv_f32_tiled_smem_kernel (a CTA is 8 or 6 warps x 4 rows over all of K, x staged
 // once per CTA in shared memory, one step ahead; weights one step ahead in registers; 6 warps
-// where that spreads a short launch more evenly over the SMs). 2: form 1 with 8 warps always.
-// Throws on other values.
+// where that spreads a short launch more evenly over the SMs). Throws on other values.
 // Read at launch time: a captured CUDA graph keeps the form it was captured with.
 void set_row_gemv_tiled_variant(int v);
 int row_gemv_tiled_variant();

@@ -1330,7 +1330,7 @@ int g_one_token_variant = 0;
 // The token-tile kernel's form (set_row_gemv_tiled_variant): 0 = row_gemv_f32_kernel, 1 =
 // row_gemv_f32_tiled_smem_kernel (warps per CTA by tiled_warps), 2 = the same with 8 warps
 // always. Read at launch time (a captured graph keeps its form).
-std::atomic<int> g_tiled_variant{0};
+std::atomic<int> g_tiled_variant{2};
 
 // (MT, R, D) by M and by the launch's rows. Every variant computes each output identically.
 void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
