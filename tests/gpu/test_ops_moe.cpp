@@ -510,7 +510,7 @@ TEST(GpuOpsMoe, StreamingDecodeKernelsMatchPreviousBitForBit) {
   }
 }
 
-// The lean streaming loop (variant 2, the default) and its single-vector down items (variant 3:
+// The lean streaming loop (variant 2) and its single-vector down items (variant 3:
 // up to 512 threads per down CTA where M·H/32 <= SMs: M = 1 at H 3072, M <= 4 at H 1024 on an
 // H200; two
 // items per thread at k 6, g64) against the previous decode kernels (variant 0) and the

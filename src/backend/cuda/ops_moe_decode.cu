@@ -8,9 +8,10 @@
 // are one 128-byte line.
 //
 // Four forms with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h; default
-// 2): the streaming kernels with the lean loop (2), the same with single-vector down items where
-// the down grid does not fill the SMs (3, for an A/B: see below), with the general loop (1), and
-// the previous kernels (0), kept for an A/B.
+// 1): the streaming kernels with the general loop (1), with the lean loop (2), the same with
+// single-vector down items where the down grid does not fill the SMs (3), and the previous
+// kernels (0). 2 and 3 measured slower than 1 at batch 1 on the H200 (docs/PERF.md run S7: 34.5
+// and 34.0 us per layer against 26.8): fewer instructions per word did not pay there.
 //
 // Streaming kernels (stream_gate_up_kernel, stream_down_kernel), variants 1 and 2:
 //   Grid: gate/up one CTA per (slot, 32 columns of I): M·k·I/32 CTAs (256 at M = 1 for I 1024);
@@ -46,7 +47,7 @@
 //   Shared memory above 48 KB: the kernels are opted in to the device's per-block maximum on
 //   the first call per device (cudaFuncSetAttribute: not a stream operation, so also legal when
 //   that first call is inside CUDA-graph capture).
-// Lean loop (variant 2, the default; stream_items_lean, template argument kLeanR = R): the same
+// Lean loop (variant 2; stream_items_lean, template argument kLeanR = R): the same
 //   grid, items, threads, order and sums; what changes is the instruction count per weight
 //   word. The ring is compile-time (R in {8, 6, 4, 3, 2} steps of 2 rows, R <= the item's
 //   block / 2 steps: plan_lean_launch chooses as plan_stream_launch does, e.g. H200 122B-A10B:
@@ -59,7 +60,7 @@
 //   staging and the per-item (rank, block, group) indices use FastDiv (multiply-high) instead
 //   of integer divisions. Shapes outside these (odd blocks, block 2, N % 32 != 0, very large
 //   H or I for FastDiv) run the general loop (variant 1's kernels).
-// Variant 3 (experimental, not the default until measured): as 2, but when the down grid has no
+// Variant 3 (measured slower than 1): as 2, but when the down grid has no
 //   more CTAs than the device has SMs (M·H/32 <= SMs: 96 CTAs at M = 1 on the H200's 132),
 //   down items hold one vector (4 columns, it = 8·(k·blk + r) + c): 2·4·k·nblk items, up to
 //   512 threads per CTA (one CTA per SM at <= 128 registers), each thread half the words, so
@@ -622,7 +623,7 @@ __device__ __forceinline__ void stream_items_any(const Src& src, int items, int 
 }
 
 // ---------------------------------------------------------------------------------------------
-// The lean streaming loop (variant 2, the default; see the header comment): the streaming
+// The lean streaming loop (variant 2; see the header comment): the streaming
 // kernels' items, order and sums, with fewer instructions per weight word. Requires an even
 // block (S = 2 rows per step, NS = block / 2 steps per item), all vectors in range (N % 32 == 0)
 // and a compile-time ring of R <= NS steps:
