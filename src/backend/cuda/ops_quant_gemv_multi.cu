@@ -98,6 +98,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <type_traits>
 #include <cstdint>
 
 #include "backend/cuda/async_copy.cuh"
@@ -112,6 +113,23 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStep = 512;  // k per warp step: 32 lanes x 16
 enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
+
+// Calls body(std::integral_constant<int, F>{}) with the job's weight format F (CTA-uniform in
+// every kernel here: a CTA serves one job), so each kernel names its per-format code once.
+template <typename Body>
+__device__ __forceinline__ void with_format(int fmt, Body&& body) {
+  switch (fmt) {
+    case kFp8:
+      body(std::integral_constant<int, kFp8>{});
+      break;
+    case kInt8:
+      body(std::integral_constant<int, kInt8>{});
+      break;
+    default:
+      body(std::integral_constant<int, kBf16>{});
+      break;
+  }
+}
 // Gated: the tile's silu(g)·u in dynamic shared memory, at most this much, so that with the
 // static partial sums (<= 1 KB) a CTA stays within the 48 KB that need no opt-in.
 constexpr size_t kGatedSmem = 46 * 1024;
@@ -444,26 +462,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
   // CTA-uniform: the whole CTA belongs to one job. No early exit: all threads reach the barriers.
-  switch (job.fmt) {
-    case kFp8:
-      if constexpr (kLean)
-        warp_rows_lean<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
-      else
-        warp_rows<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
-      break;
-    case kInt8:
-      if constexpr (kLean)
-        warp_rows_lean<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
-      else
-        warp_rows<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
-      break;
-    default:
-      if constexpr (kLean)
-        warp_rows_lean<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
-      else
-        warp_rows<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
-      break;
-  }
+  with_format(job.fmt, [&](auto f) {
+    if constexpr (kLean)
+      warp_rows_lean<decltype(f)::value, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+    else
+      warp_rows<decltype(f)::value, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, t_begin, t_end, acc);
+  });
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -1113,45 +1117,16 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks<MT, R, kFeed>)
   const int n0 = ((rb - job.block_begin) * kWarps + warp) * R;
   const int m0 = tile * MT, mt = min(MT, M - m0);
   uint8_t* smem = reinterpret_cast<uint8_t*>(stream_smem_f4);
-  if constexpr (kFeed == kFeedLean) {
-    float* act = reinterpret_cast<float*>(smem);
-    switch (job.fmt) {  // CTA-uniform
-      case kFp8:
-        stream_rows_lean<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-        break;
-      case kInt8:
-        stream_rows_lean<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-        break;
-      default:
-        stream_rows_lean<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-        break;
-    }
-  } else if constexpr (kFeed == kFeedRegisters) {
-    float* act = reinterpret_cast<float*>(smem);
-    switch (job.fmt) {  // CTA-uniform
-      case kFp8:
-        stream_rows<kFp8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-        break;
-      case kInt8:
-        stream_rows<kInt8, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-        break;
-      default:
-        stream_rows<kBf16, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-        break;
-    }
-  } else {
-    switch (job.fmt) {  // CTA-uniform
-      case kFp8:
-        stream_rows_smem<kFp8, MT, R, D, kGated, kFeed>(job, x, u, smem, K, n0, m0, mt, S, T);
-        break;
-      case kInt8:
-        stream_rows_smem<kInt8, MT, R, D, kGated, kFeed>(job, x, u, smem, K, n0, m0, mt, S, T);
-        break;
-      default:
-        stream_rows_smem<kBf16, MT, R, D, kGated, kFeed>(job, x, u, smem, K, n0, m0, mt, S, T);
-        break;
-    }
-  }
+  float* act = reinterpret_cast<float*>(smem);  // Lean / Registers: the gated tile (no ring)
+  with_format(job.fmt, [&](auto f) {
+    constexpr int F = decltype(f)::value;
+    if constexpr (kFeed == kFeedLean)
+      stream_rows_lean<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
+    else if constexpr (kFeed == kFeedRegisters)
+      stream_rows<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
+    else
+      stream_rows_smem<F, MT, R, D, kGated, kFeed>(job, x, u, smem, K, n0, m0, mt, S, T);
+  });
 }
 
 int sm_count() {
