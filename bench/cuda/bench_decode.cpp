@@ -19,10 +19,8 @@
 #include <sstream>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/ops_attention.h"
-#include "backend/cuda/ops_moe.h"
-#include "backend/cuda/ops_quant_gemv.h"
 #include "bench_util.h"
+#include "kernel_variant_flags.h"
 #include "backend/cuda/qwen35_cuda.h"
 
 using namespace moeserve;
@@ -66,7 +64,6 @@ int main(int argc, char** argv) {
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
   bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true, host_logits = false, chunked_deltanet = true;
   int context = 512, steps = 32;
-  std::string gemv_feed = "lean";
   app.add_option("--config", config);
   app.add_option("--weights", weights);
   app.add_flag("--int8-lm-head", int8_head);
@@ -81,25 +78,12 @@ int main(int argc, char** argv) {
   app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
   app.add_flag("--tensor-core-decode", tensor_core_decode,
                "generated tokens on the tensor-core kernels too (default: the GEMVs)");
-  app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
-  int moe_decode_kernels = 1, moe_grouped_max = 64;
-  app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 2 lean streaming, 3 lean + narrow down items, 0 previous");
-  app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
-  int attention_decode_variant = 1, gemv_tiled = 2;
-  app.add_option("--gemv-tiled-variant", gemv_tiled,
-                 "row GEMV token tiles (M >= 3): 0 x via L1, 1 x in shared memory (6/8 warps by shape), 2 x in shared "
-                 "memory, 8 warps");
-  app.add_option("--attention-decode-variant", attention_decode_variant,
-                 "decode attention: 1 tile-parallel kernel for <= 8 tokens, 2 for <= 4, 0 the previous kernel");
+  bench::KernelVariantFlags variants;
+  variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout in a pipe
   try {
-    cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
-    cuda::set_moe_decode_variant(moe_decode_kernels);
-    cuda::set_attention_decode_variant(attention_decode_variant);
-    cuda::set_row_gemv_tiled_variant(gemv_tiled);
-    cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
-    if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
+    variants.apply();
     const auto batch_list = bench::parse_int_list(batches);
     const auto prefill_list = bench::parse_int_list(prefills);
     const int max_batch = *std::max_element(batch_list.begin(), batch_list.end());

@@ -50,6 +50,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "bench_util.h"
+#include "kernel_variant_flags.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_linear.h"
 #include "backend/cuda/dummy_fill.h"
@@ -791,7 +792,6 @@ int main(int argc, char** argv) {
   bool csv = false;
   double rotate_mb = 256;
   int gemv_variant = 0;
-  std::string gemv_feed = "lean";
   app.add_option("--config", config, "config.json of the model whose shapes to use");
   app.add_option("--weights", o.weights, "bf16, gptq-int4, fp8-block or hybrid-int4-fp8");
   app.add_option("--lm-head", o.lm_head, "auto (INT8 unless --weights bf16), bf16 or int8");
@@ -803,26 +803,13 @@ int main(int argc, char** argv) {
   app.add_flag("--csv", csv, "CSV output");
   app.add_option("--gemv-variant", gemv_variant,
                  "force the one-token row GEMV kernel shape (0 = by shape; see set_row_gemv_one_token_variant)");
-  app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
-  int moe_decode_kernels = 1, moe_grouped_max = 64;
-  app.add_option("--moe-decode-variant", moe_decode_kernels, "expert kernels for <= 8 tokens: 1 streaming, 2 lean streaming, 3 lean + narrow down items, 0 previous");
-  app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (0: off)");
-  int attention_decode_variant = 1, gemv_tiled = 2;
-  app.add_option("--gemv-tiled-variant", gemv_tiled,
-                 "row GEMV token tiles (M >= 3): 0 x via L1, 1 x in shared memory (6/8 warps by shape), 2 x in shared "
-                 "memory, 8 warps");
-  app.add_option("--attention-decode-variant", attention_decode_variant,
-                 "decode attention: 1 tile-parallel kernel for <= 8 tokens, 2 for <= 4, 0 the previous kernel");
+  bench::KernelVariantFlags variants;
+  variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
   set_row_gemv_one_token_variant(gemv_variant);
-  set_row_gemv_feed(parse_row_gemv_feed(gemv_feed));
-  set_moe_decode_variant(moe_decode_kernels);
-  set_attention_decode_variant(attention_decode_variant);
-  set_row_gemv_tiled_variant(gemv_tiled);
-  set_moe_grouped_enabled(moe_grouped_max > 8);
-  if (moe_grouped_max > 8) set_moe_grouped_max_tokens(moe_grouped_max);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
+    variants.apply();
     o.batches = bench::parse_int_list(batches);
     o.contexts = bench::parse_int_list(contexts);
     if (o.batches.empty()) throw Error("--batch is empty");

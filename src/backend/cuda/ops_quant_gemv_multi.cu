@@ -668,27 +668,14 @@ __global__ void __launch_bounds__(W * 32, 2)
   const int n0 = ((rb - job.block_begin) * W + warp) * R;
   const int m0 = tile * MT, mt = min(MT, M - m0);
   float* smem = reinterpret_cast<float*>(tiled_smem_f4);
-  const int form = job.fmt * 2 + (mt == MT ? 1 : 0);  // CTA-uniform
-  switch (form) {
-    case 2 * kFp8 + 1:
-      tile_rows_smem<kFp8, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
-      break;
-    case 2 * kFp8:
-      tile_rows_smem<kFp8, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
-      break;
-    case 2 * kInt8 + 1:
-      tile_rows_smem<kInt8, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
-      break;
-    case 2 * kInt8:
-      tile_rows_smem<kInt8, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
-      break;
-    case 2 * kBf16 + 1:
-      tile_rows_smem<kBf16, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
-      break;
-    default:
-      tile_rows_smem<kBf16, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
-      break;
-  }
+  const bool full = mt == MT;  // CTA-uniform: a full tile needs no per-token tests
+  with_format(job.fmt, [&](auto f) {
+    constexpr int F = decltype(f)::value;
+    if (full)
+      tile_rows_smem<F, MT, R, W, kGated, true>(job, x, u, smem, K, n0, m0, mt, S, T);
+    else
+      tile_rows_smem<F, MT, R, W, kGated, false>(job, x, u, smem, K, n0, m0, mt, S, T);
+  });
 }
 
 // ---- One or two tokens: streaming warps (row_gemv_f32_stream_kernel) ----------------------

@@ -1,0 +1,45 @@
+// The decode-kernel A/B switches shared by bench_decode and bench_kernels: each flag selects one
+// of several kernel forms that give the same bits (the setters in ops_quant_gemv.h, ops_moe.h,
+// ops_attention.h), so one binary can compare them. Defaults are the library's defaults.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_quant_gemv.h"
+
+namespace moeserve::bench {
+
+struct KernelVariantFlags {
+  std::string gemv_feed = "lean";
+  int gemv_tiled = 2;
+  int moe_decode = 1;
+  int moe_grouped_max = 64;
+  int attention_decode = 1;
+
+  void add_to(CLI::App& app) {
+    app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
+    app.add_option("--gemv-tiled-variant", gemv_tiled,
+                   "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
+                   "shape; 0 x via L1");
+    app.add_option("--moe-decode-variant", moe_decode,
+                   "expert kernels for <= 8 tokens: 1 streaming, 2 lean streaming, 3 lean + narrow down items, 0 "
+                   "previous");
+    app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (<= 8: off)");
+    app.add_option("--attention-decode-variant", attention_decode,
+                   "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");
+  }
+
+  // Sets the process-wide switches (before any graph is captured); throws on a bad value.
+  void apply() const {
+    cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
+    cuda::set_row_gemv_tiled_variant(gemv_tiled);
+    cuda::set_moe_decode_variant(moe_decode);
+    cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
+    if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
+    cuda::set_attention_decode_variant(attention_decode);
+  }
+};
+
+}  // namespace moeserve::bench
