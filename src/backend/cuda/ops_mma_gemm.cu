@@ -34,10 +34,10 @@
 //   Medium BM=64,  BN=64,  BK=64,  4 warps (2x2), warp tile 32x32  M <= 64, or when Large would
 //                                                                  launch fewer CTAs than SMs
 //   Large  BM=128, BN=128, BK=32,  8 warps (4x2), warp tile 32x64  otherwise, under variant 0
-//   LargePipelined: the same tile and warps, a 3-stage cp.async ring, x split in registers
+//   LargePipelined: the same tile and warps, a 4-stage cp.async ring, x split in registers
 //          (ops_mma_gemm_pipelined.cu)                              otherwise (variant 1, default)
 // Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB (Small / Medium /
-// Large); LargePipelined 94.2 KB (e4m3 / int8) or 92.2 KB (bf16).
+// Large); LargePipelined 98,304 B (96 KB) for every weight kind.
 //
 // Roofline. Useful work 2·M·N·K FLOP; the tensor cores execute twice that (hi and lo MMAs) plus
 // the zero rows of a partial M tile (a Small tile at M = 1 is 1/16 useful). Against the H200's

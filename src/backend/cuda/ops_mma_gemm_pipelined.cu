@@ -11,33 +11,36 @@
 //
 // Parallelisation. One CTA of 8 warps (4 x 2, warp tile 32 x 64: MI = 2 m16 x NI = 8 n8
 // fragments) per 128 x 128 output tile, the grouped raster of the register-staged kernels. K is
-// walked in tiles of BK = 32 through a ring of kStages = 3 shared-memory stages filled by
-// cp.async (16-byte chunks, zero-filled beyond M, N and K), two tiles in flight while one is
-// computed:
-//   - x stays f32 in its stage ([128][40] floats; pitch 40 ≡ 8 mod 32 words, so the 8-byte
-//     fragment loads of a half warp (rows g = 0..3, columns 2t) hit 32 distinct banks). Each warp
-//     builds its A fragments straight from it: four 8-byte loads per m16 fragment, split in
-//     registers into the bf16 hi and lo fragments (split2, the same function as the staged
-//     kernels). The split work is spread between the MMAs instead of a conversion phase between
-//     barriers, and no x hi/lo planes are stored (the two warps of a row split it twice).
-//   - bf16 W is copied straight into its stage in ldmatrix layout ([128][40] bf16, an 80-byte =
-//     odd-16-byte-unit pitch: conflict-free ldmatrix).
+// walked in tiles of BK = 32 through a ring of kStages = 4 shared-memory stages filled by
+// cp.async (16-byte chunks, zero-filled beyond M, N and K): while tile kt is computed, the copies
+// of tiles kt+1 .. kt+3 are in flight (about three tiles' compute time to cover HBM latency).
+//   - x stays f32 in its stage ([128][32] floats, 16-byte chunks XOR-swizzled per row, x_chunk:
+//     no padding, conflict-free). Each warp builds its A fragments straight from it: four 8-byte
+//     loads per m16 fragment, split in registers into the bf16 hi and lo fragments (split2, the
+//     function the staged kernels use). The split is spread between the MMAs instead of forming a
+//     conversion phase between barriers, and no x hi/lo planes are written (the price: the two
+//     warps of a row both split it).
+//   - bf16 W is copied straight into its stage in ldmatrix layout ([128][32] bf16, chunks
+//     swizzled by w_chunk: conflict-free ldmatrix).
 //   - e4m3 / int8 W arrives raw (chunk c of the tile at byte 16c; chunk c = row c/2, k half c%2,
 //     so a warp's copies read whole 32-byte sectors); after waiting for its own copies, each
 //     thread converts exactly the chunk it copied (no barrier needed in between) into one of two
-//     bf16 W buffers ([128][40], ldmatrix layout; 2-way bank conflict on these 2 stores).
-// One __syncthreads per k tile: after it, tile kt+1's stage and W buffer are complete and nobody
-// reads tile kt's any more, so the next iteration may refill them. Order of iteration kt:
-// issue the copies of tile kt+2 (into tile kt-1's stage), compute tile kt, wait for tile kt+1's
-// copies, convert its W, barrier.
+//     bf16 W buffers (the bf16 stage layout; conflict-free stores).
+// One __syncthreads per k tile. Iteration kt: issue the copies of tile kt+3 (into the stage of
+// tile kt-1), compute tile kt, wait for this thread's copies of tile kt+1, convert its W chunk of
+// tile kt+1 (into the W buffer of tile kt-1), barrier. Stage and W buffer of tile kt-1 were last
+// read before the previous barrier; after this barrier, tile kt+1 is complete for every warp.
 //
-// Shared memory: 3 stages x (20,480 B x + 4,096 B raw W) + 2 x 10,240 B bf16 W = 94,208 B
-// (e4m3 / int8); 3 x (20,480 + 10,240) = 92,160 B (bf16). 1 CTA per SM (registers).
+// Shared memory: 4 stages x (16,384 B x + 4,096 B raw W) + 2 x 8,192 B bf16 W = 98,304 B
+// (e4m3 / int8); 4 x (16,384 + 8,192) = 98,304 B (bf16): <= 99 KB (DGX Spark). 1 CTA per SM
+// (registers: the FP8 kernel holds C and acc, 128 registers of accumulators).
 //
 // Roofline. Useful 2·M·N·K FLOP, executed twice (hi and lo MMAs). HBM: W once + x once + y
-// (twice with accumulate); L2 -> SM per CTA and k tile: 16 KB of x + 4 KB (e4m3 / int8) or 8 KB
-// (bf16) of W for 128·128·32·4 executed FLOP, i.e. about 25 (e4m3) executed FLOP per L2 byte,
-// so the tile is tensor-bound on the H200 unless L2 bandwidth falls below ~1/25 of the MMA rate.
+// (twice with accumulate) at best; x and W tiles are re-read from L2 by the other CTAs of their
+// row / column. L2 -> SM per CTA and k tile: 16 KB of x + 4 KB (e4m3 / int8) or 8 KB (bf16) of W
+// for 128·128·32·4 = 2.1 M executed FLOP (~100 FLOP per byte, e4m3). Shared memory per k16
+// step and warp: 2 KB of A (f32) + 2 KB of B (bf16) read for 32 MMAs, the same as the staged
+// kernel's hi/lo ldmatrix reads, without its staging stores.
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -58,15 +61,12 @@ struct Pipe {
   static constexpr int kThreads = WM * WN * 32;
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // 32 x 64
   static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;   // 2 x 8
-  static constexpr int kStages = 3;
-  static constexpr int XP = BK + 8;                  // floats per x row in a stage
-  static constexpr int WS = BK + 8;                  // bf16 per W row (stage for bf16, W buffers otherwise)
-  static constexpr int kXBytes = BM * XP * 4;        // 20,480
-  static constexpr int kWBf16Bytes = BN * WS * 2;    // 10,240: one [BN][WS] bf16 W tile
-  static constexpr int kWRawBytes = BN * BK;         // 4,096: one raw e4m3 / int8 tile
-  static_assert(XP % 32 == 8, "conflict-free 8-byte A fragment loads");
-  static_assert(((WS * 2 / 16) & 1) == 1, "odd 16-byte units per W row: conflict-free ldmatrix");
-  static_assert(NI % 2 == 0 && BK % 16 == 0 && 128 % BN == 0, "tile shape");
+  static constexpr int kStages = 4;
+  static constexpr int kXBytes = BM * BK * 4;      // 16,384: [BM][32] f32, 16-byte chunks swizzled
+  static constexpr int kWBf16Bytes = BN * BK * 2;  // 8,192: [BN][32] bf16, 16-byte chunks swizzled
+  static constexpr int kWRawBytes = BN * BK;       // 4,096: one raw e4m3 / int8 tile
+  // The swizzles below assume 128-byte x rows (8 chunks) and 64-byte W rows (4 chunks).
+  static_assert(BK == 32 && NI % 2 == 0 && 128 % BN == 0, "tile shape");
   static_assert(BM * BK / 4 == 4 * kThreads, "x: four 16-byte chunks per thread and tile");
   static_assert(BN * BK / 16 == kThreads, "e4m3 / int8 W: one 16-byte chunk per thread and tile");
   static_assert(BN * BK / 8 == 2 * kThreads, "bf16 W: two 16-byte chunks per thread and tile");
@@ -83,12 +83,21 @@ struct Pipe {
 static_assert(Pipe::smem_bytes<WKind::Fp8>() <= 99 * 1024 && Pipe::smem_bytes<WKind::Bf16>() <= 99 * 1024,
               "DGX Spark: <= 99 KB of shared memory per block");
 
+// Physical 16-byte chunk of logical chunk q (0..7) in x row r: q ^ 2(r mod 4). The 8-byte A
+// fragment loads of a half warp (rows g = 0..3, logical chunks {c, c+1}, c even) then touch the
+// chunk pairs c ^ {0, 2, 4, 6}: all 32 banks once.
+__device__ __forceinline__ int x_chunk(int r, int q) { return q ^ ((r & 3) << 1); }
+// Physical 16-byte chunk of logical chunk q (0..3) in W row n: q ^ ((n / 2) mod 4). Rows n and
+// n+1 share a 128-byte line (halves 0 and 1), so the 8 rows of an ldmatrix 8x8 matrix (one chunk
+// each) land in 8 different 16-byte bank groups; so do the conversion stores of 8 threads.
+__device__ __forceinline__ int w_chunk(int n, int q) { return q ^ ((n >> 1) & 3); }
+
 template <WKind kKind>
 __global__ void __launch_bounds__(Pipe::kThreads, 1)
     mma_gemm_pipelined_kernel(const float* __restrict__ x, int M, const uint8_t* __restrict__ w,
                               const float* __restrict__ scale, int N, int K, float* __restrict__ y, bool accumulate) {
   using P = Pipe;
-  constexpr int BM = P::BM, BN = P::BN, BK = P::BK, MI = P::MI, NI = P::NI, XP = P::XP, WS = P::WS;
+  constexpr int BM = P::BM, BN = P::BN, BK = P::BK, MI = P::MI, NI = P::NI;
   constexpr int kStageBytes = P::stage_bytes<kKind>();
   constexpr bool kRawW = kKind != WKind::Bf16;
 
@@ -111,7 +120,7 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
       const int c = tid + i * P::kThreads, r = c >> 3, q = c & 7;
       const int m = m0 + r, k = k0 + q * 4;
       const bool ok = m < M && k < K;
-      cp_async16(sx + uint32_t((r * XP + q * 4) * 4), ok ? x + size_t(m) * K + k : x, ok ? 16 : 0);
+      cp_async16(sx + uint32_t(r * 128 + x_chunk(r, q) * 16), ok ? x + size_t(m) * K + k : x, ok ? 16 : 0);
     }
     if constexpr (kRawW) {  // chunk tid = row tid/2, bytes 16(tid%2) .. +15, stored at byte 16·tid
       const int r = tid >> 1, q = tid & 1, n = n0 + r, k = k0 + q * 16;
@@ -119,10 +128,10 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
       cp_async16(sw + uint32_t(tid * 16), ok ? w + size_t(n) * K + k : w, ok ? 16 : 0);
     } else {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {  // chunk c = row c/4, bf16 8(c%4) .. +7, into [BN][WS]
+      for (int i = 0; i < 2; ++i) {  // chunk c = row c/4, bf16 8(c%4) .. +7, into [BN][32] swizzled
         const int c = tid + i * P::kThreads, r = c >> 2, q = c & 3, n = n0 + r, k = k0 + q * 8;
         const bool ok = n < N && k < K;
-        cp_async16(sw + uint32_t((r * WS + q * 8) * 2), ok ? w + (size_t(n) * K + k) * 2 : w, ok ? 16 : 0);
+        cp_async16(sw + uint32_t(r * 64 + w_chunk(r, q) * 16), ok ? w + (size_t(n) * K + k) * 2 : w, ok ? 16 : 0);
       }
     }
   };
@@ -132,25 +141,35 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
       const uint4 raw = *reinterpret_cast<const uint4*>(smem + stage * kStageBytes + P::kXBytes + tid * 16);
       uint4 lo, hi;
       convert16<kKind>(raw, lo, hi);
-      unsigned char* dst = smem + kWBufOffset + buf * P::kWBf16Bytes + ((tid >> 1) * WS + (tid & 1) * 16) * 2;
-      *reinterpret_cast<uint4*>(dst) = lo;
-      *reinterpret_cast<uint4*>(dst + 16) = hi;
+      const int r = tid >> 1, q = tid & 1;  // row, k half: logical chunks 2q (lo) and 2q + 1 (hi)
+      unsigned char* row = smem + kWBufOffset + buf * P::kWBf16Bytes + r * 64;
+      *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q) * 16) = lo;
+      *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q + 1) * 16) = hi;
     }
   };
 
   // ---- per-lane fragment addresses ----
   // A: lane (g, t) = (lane/4, lane%4) holds rows g and g+8, columns 2t, 2t+1 and 2t+8, 2t+9 of the
   // m16 x k16 fragment (a0 = (g, 2t), a1 = (g+8, 2t), a2 = (g, 2t+8), a3 = (g+8, 2t+8); lower k in
-  // the low half), the layout ldmatrix gives the staged kernels. Float offset at k step 0:
-  int a_off[MI];
+  // the low half), the layout ldmatrix gives the staged kernels. Rows g and g+8 share the swizzle
+  // (r mod 4 = g mod 4); column 16·ks + 2t + 8h is logical chunk 4·ks + t/2 + 2h, float 2(t%2).
+  const int g = lane >> 2, t = lane & 3;
+  int a_row[MI], a_col[BK / 16][2];  // floats from the stage's start
 #pragma unroll
-  for (int mi = 0; mi < MI; ++mi) a_off[mi] = (warp_m * P::kWarpM + mi * 16 + (lane >> 2)) * XP + (lane & 3) * 2;
+  for (int mi = 0; mi < MI; ++mi) a_row[mi] = (warp_m * P::kWarpM + mi * 16 + g) * BK;
+#pragma unroll
+  for (int ks = 0; ks < BK / 16; ++ks)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) a_col[ks][h] = x_chunk(g, 4 * ks + (t >> 1) + 2 * h) * 4 + (t & 1) * 2;
   // B (x4 covers two n8 tiles): matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7),
-  // (n 8-15, k 8-15) = b0, b1 of the first tile, b0, b1 of the second. Bytes from the W tile.
-  uint32_t b_off[NI / 2];
+  // (n 8-15, k 8-15) = b0, b1 of the first tile, b0, b1 of the second; lane l addresses row
+  // n = (tile base, a multiple of 8) + l%8 (+8 for l >= 16), logical chunk 2·ks + (l/8)%2. The
+  // swizzle depends only on n%8 = l%8, so the chunk offset is the same for every j.
+  uint32_t b_row[NI / 2], b_col[BK / 16];  // bytes from the W tile's start
 #pragma unroll
-  for (int j = 0; j < NI / 2; ++j)
-    b_off[j] = uint32_t(((warp_n * P::kWarpN + j * 16 + (lane & 7) + (lane >> 4) * 8) * WS + ((lane >> 3) & 1) * 8) * 2);
+  for (int j = 0; j < NI / 2; ++j) b_row[j] = uint32_t((warp_n * P::kWarpN + j * 16 + (lane & 7) + (lane >> 4) * 8) * 64);
+#pragma unroll
+  for (int ks = 0; ks < BK / 16; ++ks) b_col[ks] = uint32_t(w_chunk(lane & 7, 2 * ks + ((lane >> 3) & 1)) * 16);
 
   float c[MI][NI][4];    // the running MMA accumulator (FP8: of the current 128-k block)
   float acc[MI][NI][4];  // FP8 only: the sum of scaled blocks
@@ -179,11 +198,11 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
       uint32_t ah[MI][4], al[MI][4], b[NI][2];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
-        const float* p = xs + a_off[mi] + ks * 16;
-        const float2 v0 = *reinterpret_cast<const float2*>(p);
-        const float2 v1 = *reinterpret_cast<const float2*>(p + 8 * XP);
-        const float2 v2 = *reinterpret_cast<const float2*>(p + 8);
-        const float2 v3 = *reinterpret_cast<const float2*>(p + 8 * XP + 8);
+        const float* p = xs + a_row[mi];
+        const float2 v0 = *reinterpret_cast<const float2*>(p + a_col[ks][0]);           // (g, 2t)
+        const float2 v1 = *reinterpret_cast<const float2*>(p + 8 * BK + a_col[ks][0]);  // (g+8, 2t)
+        const float2 v2 = *reinterpret_cast<const float2*>(p + a_col[ks][1]);           // (g, 2t+8)
+        const float2 v3 = *reinterpret_cast<const float2*>(p + 8 * BK + a_col[ks][1]);  // (g+8, 2t+8)
         split2(v0.x, v0.y, ah[mi][0], al[mi][0]);
         split2(v1.x, v1.y, ah[mi][1], al[mi][1]);
         split2(v2.x, v2.y, ah[mi][2], al[mi][2]);
@@ -192,7 +211,7 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
         uint32_t r[4];
-        ldmatrix_x4(wt + b_off[j] + ks * 32, r);
+        ldmatrix_x4(wt + b_row[j] + b_col[ks], r);
         b[2 * j][0] = r[0], b[2 * j][1] = r[1], b[2 * j + 1][0] = r[2], b[2 * j + 1][1] = r[3];
       }
       // Per output: the hi MMA of this k step, then its lo MMA (all hi first for ILP).
