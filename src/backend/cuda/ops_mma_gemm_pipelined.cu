@@ -27,9 +27,11 @@
 //     thread converts exactly the chunk it copied (no barrier needed in between) into one of two
 //     bf16 W buffers (the bf16 stage layout; conflict-free stores).
 // One __syncthreads per k tile. Iteration kt: issue the copies of tile kt+3 (into the stage of
-// tile kt-1), compute tile kt, wait for this thread's copies of tile kt+1, convert its W chunk of
-// tile kt+1 (into the W buffer of tile kt-1), barrier. Stage and W buffer of tile kt-1 were last
-// read before the previous barrier; after this barrier, tile kt+1 is complete for every warp.
+// tile kt-1), the MMAs of tile kt's first k16 step, load the second step's fragments, wait for
+// this thread's copies of tile kt+1, convert its W chunk of tile kt+1 (into the W buffer of tile
+// kt-1), barrier, the second step's MMAs. Stage and W buffer of tile kt-1 were last read before
+// the previous barrier; after this barrier, tile kt+1 is complete for every warp, and the MMAs
+// queued on either side of it keep the tensor pipe busy across it.
 //
 // Shared memory: 4 stages x (16,384 B x + 4,096 B raw W) + 2 x 8,192 B bf16 W = 98,304 B
 // (e4m3 / int8); 4 x (16,384 + 8,192) = 98,304 B (bf16): <= 99 KB (DGX Spark). 1 CTA per SM
@@ -183,7 +185,12 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
   const int kb_count = (K + 127) / 128;
   const float* scale_row = kKind == WKind::Fp8 ? scale + size_t(n0 / 128) * kb_count : scale;  // BN divides 128
 
-  auto compute_tile = [&](int stage, int buf, int k0) {
+  // Tile kt's MMAs. With `next` (tile kt+1 exists), after the last k step's fragments are in
+  // registers (every shared-memory read of tile kt done) and before its MMAs: wait for this
+  // thread's copies of tile kt+1, convert its W chunk, and the CTA barrier. The warps thus resume
+  // with 32 MMAs whose operands are ready while the tensor pipe still holds the ones queued before
+  // the barrier, instead of all restarting with shared-memory loads.
+  auto compute_tile = [&](int stage, int buf, int k0, bool next) {
     const float* xs = reinterpret_cast<const float*>(smem + stage * kStageBytes);
     const uint32_t wt = kRawW ? sbase + uint32_t(kWBufOffset + buf * P::kWBf16Bytes)
                               : sbase + uint32_t(stage * kStageBytes + P::kXBytes);
@@ -214,6 +221,12 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
         ldmatrix_x4(wt + b_row[j] + b_col[ks], r);
         b[2 * j][0] = r[0], b[2 * j][1] = r[1], b[2 * j + 1][0] = r[2], b[2 * j + 1][1] = r[3];
       }
+      if (ks == BK / 16 - 1 && next) {  // uniform; `next` implies a full tile, so this step runs
+        cp_async_wait<P::kStages - 2>();
+        // W buffer buf ^ 1 held tile kt-1, last read before the previous barrier.
+        convert_w((stage + 1) % P::kStages, buf ^ 1);
+        __syncthreads();
+      }
       // Per output: the hi MMA of this k step, then its lo MMA (all hi first for ILP).
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
@@ -229,6 +242,9 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
   // ---- main loop ----
   // Commit groups: one per tile (empty past the last), so wait<kStages - 2> after the group of
   // tile kt + kStages - 1 was committed means this thread's copies of tile kt + 1 are complete.
+  // The one barrier of iteration kt sits inside compute_tile (see there); after it, tile kt+1's
+  // stage and W buffer are complete, and tile kt's are no longer read (so iteration kt+1 refills
+  // tile kt's stage with tile kt+4 and converts tile kt+2 into tile kt's W buffer).
   constexpr int S = P::kStages;
   const int kt_count = (K + BK - 1) / BK;
 #pragma unroll
@@ -241,16 +257,10 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
   __syncthreads();
   for (int kt = 0; kt < kt_count; ++kt) {
     // Refill the stage of tile kt - 1: every thread finished reading it before the last barrier.
-    const int next = kt + S - 1;
-    if (next < kt_count) load_tile(next % S, next * BK);
+    const int ahead = kt + S - 1;
+    if (ahead < kt_count) load_tile(ahead % S, ahead * BK);
     cp_async_commit();
-    compute_tile(kt % S, kt & 1, kt * BK);
-    if (kt + 1 < kt_count) {  // uniform
-      cp_async_wait<S - 2>();
-      // W buffer (kt+1)&1 was last read while computing tile kt-1, before the last barrier.
-      convert_w((kt + 1) % S, (kt + 1) & 1);
-    }
-    __syncthreads();
+    compute_tile(kt % S, kt & 1, kt * BK, kt + 1 < kt_count);
   }
   cp_async_wait<0>();  // only empty groups can be left; keeps the kernel's exit clean
   if constexpr (kKind == WKind::Fp8) flush_fp8_block(c, acc, __ldg(scale_row + (kb_count - 1)));
