@@ -1,11 +1,13 @@
-// The decode-kernel A/B switches shared by bench_decode and bench_kernels: each flag selects one
-// of several kernel forms that give the same bits (the setters in ops_quant_gemv.h, ops_moe.h,
-// ops_attention.h), so one binary can compare them. Defaults are the library's defaults.
+// The kernel A/B switches shared by bench_decode and bench_kernels: each flag selects one of
+// several kernel forms that give the same bits (the setters in ops_quant_gemv.h, ops_moe.h,
+// ops_attention.h, ops_mma_gemm.h), so one binary can compare them. Defaults are the library's
+// defaults.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
 
@@ -17,6 +19,7 @@ struct KernelVariantFlags {
   int moe_decode = 1;
   int moe_grouped_max = 64;
   int attention_decode = 1;
+  int gemm_variant = 1;
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
@@ -29,6 +32,8 @@ struct KernelVariantFlags {
     app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (<= 8: off)");
     app.add_option("--attention-decode-variant", attention_decode,
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");
+    app.add_option("--gemm-variant", gemm_variant,
+                   "prompt-token dense GEMM (mma_gemm) 128x128 tiles: 1 cp.async-pipelined, 0 register-staged");
   }
 
   // Sets the process-wide switches (before any graph is captured); throws on a bad value.
@@ -39,6 +44,7 @@ struct KernelVariantFlags {
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     cuda::set_attention_decode_variant(attention_decode);
+    cuda::set_mma_gemm_variant(gemm_variant);
   }
 };
 

@@ -11,7 +11,8 @@
 //
 // Batch invariance (exact, bit for bit): every row of the M = 7, 16, 100 and 1024 results equals
 // the same x row run alone (M = 1) and in chunks of 7 rows; every forced tiling (Small, Medium,
-// Large) equals the automatic one; y += X·Wᵀ equals fl(y_old + y) of the plain run.
+// Large, LargePipelined) equals the automatic one, and so does Auto under either
+// set_mma_gemm_variant; y += X·Wᵀ equals fl(y_old + y) of the plain run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -198,6 +199,8 @@ const char* tiling_name(MmaTiling t) {
       return "medium";
     case MmaTiling::Large:
       return "large";
+    case MmaTiling::LargePipelined:
+      return "large-pipelined";
     default:
       return "auto";
   }
@@ -257,11 +260,34 @@ void check_weight(const TestWeight& t, Rng& rng) {
 
   // Every tiling gives the same bits.
   for (int M : {1, 100, kRows})
-    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large}) {
+    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large, MmaTiling::LargePipelined}) {
       run(M, 0, d_y.data(), tiling);
       EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " vs auto, M=" + std::to_string(M),
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
+
+  // Auto under each kernel variant (the 128x128 choice: register-staged or pipelined).
+  for (int variant : {0, 1}) {
+    cuda::set_mma_gemm_variant(variant);
+    for (int M : {100, kRows}) {
+      run(M, 0, d_y.data(), MmaTiling::Auto);
+      EXPECT_TRUE(same_bits("auto under variant " + std::to_string(variant) + " vs default, M=" + std::to_string(M),
+                            download(d_y, size_t(M) * size_t(N)), out[M], M, N));
+    }
+  }
+  cuda::set_mma_gemm_variant(1);
+
+  // The pipelined kernel with y += X·Wᵀ and a partial last row tile.
+  {
+    const int M = kRows - 5;
+    const std::vector<float> init = random_f32(rng, size_t(M) * size_t(N), 1.0f);
+    d_y.upload(init.data(), init.size());
+    run(M, 0, d_y.data(), MmaTiling::LargePipelined, /*accumulate=*/true);
+    std::vector<float> expect(init.size());
+    for (size_t i = 0; i < init.size(); ++i) expect[i] = init[i] + out[kRows][i];
+    EXPECT_TRUE(same_bits("accumulate, large-pipelined, M=" + std::to_string(M), download(d_y, init.size()), expect,
+                          M, N));
+  }
 
   // y += X·Wᵀ: exactly fl(y_old + y).
   for (int M : {7, 100}) {
@@ -310,6 +336,9 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   DeviceBuffer<float> x(size_t(4) * 128), y(size_t(4) * 64);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, odd_k, y.data(), false, nullptr), Error);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, gptq, y.data(), false, nullptr), Error);
+  EXPECT_THROW(cuda::set_mma_gemm_variant(2), Error);
+  EXPECT_THROW(cuda::set_mma_gemm_variant(-1), Error);
+  EXPECT_EQ(cuda::mma_gemm_variant(), 1);
 
   const cuda::DeviceLinear dense = cuda::upload_linear(make_dense_bf16(rng, 64, 128, 0.05f).weight, nullptr);
   const std::vector<float> sentinel(y.size(), 3.0f);

@@ -33,8 +33,11 @@
 //   Small  BM=16,  BN=32,  BK=128, 4 warps (1x4), warp tile 16x8   M <= 16
 //   Medium BM=64,  BN=64,  BK=64,  4 warps (2x2), warp tile 32x32  M <= 64, or when Large would
 //                                                                  launch fewer CTAs than SMs
-//   Large  BM=128, BN=128, BK=32,  8 warps (4x2), warp tile 32x64  otherwise
-// Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB.
+//   Large  BM=128, BN=128, BK=32,  8 warps (4x2), warp tile 32x64  otherwise, under variant 0
+//   LargePipelined: the same tile and warps, a 4-stage cp.async ring, x split in registers
+//          (ops_mma_gemm_pipelined.cu)                              otherwise (variant 1, default)
+// Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB (Small / Medium /
+// Large); LargePipelined 98,304 B (96 KB) for every weight kind.
 //
 // Roofline. Useful work 2·M·N·K FLOP; the tensor cores execute twice that (hi and lo MMAs) plus
 // the zero rows of a partial M tile (a Small tile at M = 1 is 1/16 useful). Against the H200's
@@ -54,15 +57,13 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_mma_gemm.h"
+#include "backend/cuda/ops_mma_gemm_common.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
-using namespace mma_frag;  // split2, the exact weight conversions, ldmatrix, mma_bf16
-
-enum class WKind { Bf16, Fp8, Int8 };
-
-constexpr int kGroupM = 8;  // row tiles per raster group
+using namespace mma_frag;         // split2, the exact weight conversions, ldmatrix, mma_bf16
+using namespace mma_gemm_detail;  // WKind, convert16, raster, store_fragments, flush_fp8_block
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int MinBlocks_>
 struct Tile {
@@ -88,27 +89,6 @@ using SmallTile = Tile<16, 32, 128, 1, 4, 4>;
 using MediumTile = Tile<64, 64, 64, 2, 2, 2>;
 using LargeTile = Tile<128, 128, 32, 4, 2, 1>;
 
-// ---- device helpers ---------------------------------------------------------------------------
-
-// 16 weight bytes (k ascending) -> 16 bf16 in two uint4 (k .. k+7, k+8 .. k+15).
-template <WKind kKind>
-__device__ __forceinline__ void convert16(uint4 raw, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t o[8];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    if constexpr (kKind == WKind::Fp8) {
-      o[2 * q] = fp8x2_to_bf16x2(w[q]);
-      o[2 * q + 1] = fp8x2_to_bf16x2(w[q] >> 16);
-    } else {
-      o[2 * q] = i8x2_to_bf16x2(w[q]);
-      o[2 * q + 1] = i8x2_to_bf16x2(w[q] >> 16);
-    }
-  }
-  lo = make_uint4(o[0], o[1], o[2], o[3]);
-  hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
-
 // ---- the kernel -------------------------------------------------------------------------------
 
 template <class T, WKind kKind>
@@ -131,13 +111,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / T::WN, warp_n = warp % T::WN;
 
-  // Grouped raster: kGroupM row tiles x all column tiles, row tile fastest inside a group.
-  const int mt = (M + BM - 1) / BM, nt = (N + BN - 1) / BN;
-  const int pid = int(blockIdx.x), per_group = kGroupM * nt;
-  const int first_m = (pid / per_group) * kGroupM;
-  const int gsize = min(mt - first_m, kGroupM);
-  const int m0 = (first_m + (pid % per_group) % gsize) * BM;
-  const int n0 = ((pid % per_group) / gsize) * BN;
+  int m0, n0;
+  raster(int(blockIdx.x), M, N, BM, BN, m0, n0);
 
   // ---- global -> registers -> shared memory (one k tile in flight) ----
   float4 xr[kXLoads];
@@ -211,16 +186,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   const int kb_count = (K + 127) / 128;
   auto flush_block = [&](int kb) {  // FP8: acc = fma(C, s, acc); C = 0
-    const float s = __ldg(scale + size_t(n0 / 128) * kb_count + kb);
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          acc[mi][ni][e] = __fmaf_rn(c[mi][ni][e], s, acc[mi][ni][e]);
-          c[mi][ni][e] = 0.f;
-        }
+    flush_fp8_block(c, acc, __ldg(scale + size_t(n0 / 128) * kb_count + kb));
   };
 
   auto compute_tile = [&](int buf, int k0) {
@@ -276,37 +242,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   }
   if constexpr (kKind == WKind::Fp8) flush_block(kb_count - 1);
 
-  // ---- epilogue: C fragment element e of (mi, ni) is row g (+8 for e >= 2), column 2t + (e & 1) ----
-  const bool vec2 = (N & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = m0 + warp_m * T::kWarpM + mi * 16 + (lane >> 2) + h * 8;
-        const int n = n0 + warp_n * T::kWarpN + ni * 8 + (lane & 3) * 2;
-        if (m >= M || n >= N) continue;
-        const bool two = n + 1 < N;
-        float v0 = kKind == WKind::Fp8 ? acc[mi][ni][2 * h] : c[mi][ni][2 * h];
-        float v1 = kKind == WKind::Fp8 ? acc[mi][ni][2 * h + 1] : c[mi][ni][2 * h + 1];
-        if constexpr (kKind == WKind::Int8) {
-          v0 = __fmul_rn(v0, __ldg(scale + n));
-          if (two) v1 = __fmul_rn(v1, __ldg(scale + n + 1));
-        }
-        float* p = y + size_t(m) * N + n;
-        if (two && vec2) {
-          float2 o = make_float2(v0, v1);
-          if (accumulate) {
-            const float2 old = *reinterpret_cast<const float2*>(p);
-            o = make_float2(__fadd_rn(old.x, v0), __fadd_rn(old.y, v1));
-          }
-          *reinterpret_cast<float2*>(p) = o;
-        } else {
-          p[0] = accumulate ? __fadd_rn(p[0], v0) : v0;
-          if (two) p[1] = accumulate ? __fadd_rn(p[1], v1) : v1;
-        }
-      }
+  store_fragments<kKind>(c, acc, m0 + warp_m * T::kWarpM, n0 + warp_n * T::kWarpN, lane, M, N, scale, y, accumulate);
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -378,12 +314,15 @@ void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool 
   }
 }
 
+std::atomic<int> g_variant{1};  // set_mma_gemm_variant
+
 MmaTiling pick_tiling(int M, int N) {
   if (M <= SmallTile::BM) return MmaTiling::Small;
   if (M <= MediumTile::BM) return MmaTiling::Medium;
   const long long large_tiles =
       (long long)((M + LargeTile::BM - 1) / LargeTile::BM) * ((N + LargeTile::BN - 1) / LargeTile::BN);
-  return large_tiles >= sm_count() ? MmaTiling::Large : MmaTiling::Medium;
+  if (large_tiles < sm_count()) return MmaTiling::Medium;
+  return g_variant.load(std::memory_order_relaxed) == 0 ? MmaTiling::Large : MmaTiling::LargePipelined;
 }
 
 }  // namespace
@@ -417,11 +356,22 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
     case MmaTiling::Medium:
       launch_format<MediumTile>(x, M, w, y, accumulate, stream);
       break;
-    default:
+    case MmaTiling::Large:
       launch_format<LargeTile>(x, M, w, y, accumulate, stream);
+      break;
+    default:
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream);
       break;
   }
 }
+
+void set_mma_gemm_variant(int variant) {
+  if (variant < 0 || variant > 1)
+    throw Error("mma_gemm: variant " + std::to_string(variant) + " (0 register-staged Large, 1 pipelined)");
+  g_variant.store(variant, std::memory_order_relaxed);
+}
+
+int mma_gemm_variant() { return g_variant.load(std::memory_order_relaxed); }
 
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
   mma_gemm(x, M, w, y, accumulate, stream, MmaTiling::Auto);
@@ -431,6 +381,7 @@ void mma_gemm_prepare() {
   ensure_smem_opt_in_all_kinds<SmallTile>();
   ensure_smem_opt_in_all_kinds<MediumTile>();
   ensure_smem_opt_in_all_kinds<LargeTile>();
+  mma_gemm_pipelined_prepare();
 }
 
 }  // namespace moeserve::cuda

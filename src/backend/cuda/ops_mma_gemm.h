@@ -34,9 +34,16 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
 void mma_gemm_prepare();
 
 // The CTA tilings (ops_mma_gemm.cu). Auto picks by M and N; the others force one, for the tests
-// (every tiling must give bit-identical results) and the benchmark.
-enum class MmaTiling { Auto, Small, Medium, Large };
+// (every tiling must give bit-identical results) and the benchmark. Large is the register-staged
+// 128x128 kernel, LargePipelined the cp.async-pipelined 128x128 kernel (ops_mma_gemm_pipelined.cu);
+// Auto's large-M choice runs one of the two by set_mma_gemm_variant.
+enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined };
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream,
               MmaTiling tiling);
+
+// Which kernel Auto runs where it picks the 128x128 tiling (process-wide, for A/B timing; both give
+// the same bits): 1 (default) LargePipelined, 0 the register-staged Large. Throws on another value.
+void set_mma_gemm_variant(int variant);
+int mma_gemm_variant();
 
 }  // namespace moeserve::cuda
