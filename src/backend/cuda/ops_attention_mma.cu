@@ -428,7 +428,8 @@ void paged_attention_prefill(const float* q, const float* gate, const AttentionS
   if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(out)) % 16)
     throw Error("paged_attention_prefill: q, gate and out must be 16-byte aligned");
   if (attention_prefill_variant() == 1 && detail::attention_prefill_wide_fits(hd)) {
-    detail::attention_prefill_wide(q, gate, shape, meta, cache, scale, seq_begin, seq_end, row_count, out, stream);
+    detail::attention_prefill_wide(q, gate, shape, meta, cache, scale, seq_begin, seq_end, row_begin, row_count,
+                                   out, stream);
     return;
   }
   PrefillArgs a{};

@@ -24,7 +24,8 @@
 // group are padding: zero q, position −1). Warp w owns rows 16w .. 16w+15 (S 16 x 32 and O 16 x hd
 // in registers, as in the 4-warp kernel). Grid: 1-D, ny = nkv·head_blocks CTAs per query tile,
 // tiles numbered from the last one of the last sequence backwards (longest first); the grid is an
-// upper bound (row_count / T + sequences) and the surplus CTAs exit.
+// upper bound (row_count / T + sequences) and the surplus CTAs exit. Registers (sm_90, no spills):
+// ~250 at hd 256 (one CTA, 8 warps per SM), 128 at hd 128 (two CTAs), ~113 at hd 64.
 // Shared memory (bf16, rows XOR-swizzled in 16-byte chunks as in the 4-warp kernel):
 //   Q hi [128][hd], Q lo [128][hd], 2 stages x (K [32][hd], V [32][hd])  = 768·hd bytes:
 //   192 KB at hd 256 (one CTA per SM on the H200; more than the DGX Spark's 99 KB, where
@@ -68,7 +69,7 @@ struct WideArgs {
   int heads_per_cta;  // H
   int head_blocks;    // ceil(group / H)
   int tile_tokens;    // T = 128 / H
-  int seq_begin, seq_end;
+  int seq_begin, seq_end, row_begin, row_end;
   int bs_shift;  // log2(block_size) when it is a power of two, else −1
   float scale_log2;
 };
@@ -158,11 +159,13 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
   const int y = int(blockIdx.x) % ny;
   int k = int(blockIdx.x) / ny;
   const int T = a.tile_tokens;
+  // A sequence's rows are [first, end) clamped to the call's row range (which, per the API, holds
+  // exactly the range's sequences: the clamp only guards the grid bound).
   int x = -1, seq = a.seq_end - 1, end = 0;
   for (; seq >= a.seq_begin; --seq) {  // CTA-uniform
-    const int first = meta.seq_token_start[seq];
-    end = meta.seq_token_start[seq + 1];
-    const int nt = (end - first + T - 1) / T;
+    const int first = max(meta.seq_token_start[seq], a.row_begin);
+    end = min(meta.seq_token_start[seq + 1], a.row_end);
+    const int nt = end > first ? (end - first + T - 1) / T : 0;
     if (k < nt) {
       x = first + (nt - 1 - k) * T;
       break;
@@ -187,13 +190,11 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
   // ---- K / V tile copies (positions > p_hi zero-filled: their blocks may not exist) ----
   // Thread tid copies chunk ld_ch of rows ld_row0 + i·kLdRowStep of both K and V; the rows share
   // their swizzle phase (kLdRowStep is a multiple of 8), so the destinations are immediates apart.
-  const int32_t* const table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
   const int ld_ch = tid % kChunks, ld_row0 = tid / kChunks;
   const uint32_t ld_dst = uint32_t(ld_row0) * kRowBytes + (uint32_t(ld_ch ^ (ld_row0 & 7)) << 4);
-  const size_t head_off = size_t(kvh) * cache.block_size * kHd + size_t(ld_ch) * 8;
-  const size_t block_stride = size_t(cache.num_kv_heads) * cache.block_size * kHd;
-  const bf16* const k_src = cache.k + head_off;
-  const bf16* const v_src = cache.v + head_off;
+  // (Few long-lived registers here: the cache pointers and strides are re-read from the kernel
+  // parameters, which live in the constant bank, so that hd 128 fits 128 registers.)
+  const int head_off = (kvh * cache.block_size) * kHd + ld_ch * 8;  // < 2^31: one block's elements
   auto load_tile = [&](int t) {
     const uint32_t dk = a_kv + uint32_t(t & 1) * 2u * kTileBytes + ld_dst, dv = dk + kTileBytes;
 #pragma unroll
@@ -209,9 +210,11 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
           blk = p / cache.block_size;
           in = p - blk * cache.block_size;
         }
-        const size_t off = size_t(table[blk]) * block_stride + size_t(in) * kHd;
-        cp_async16(dk + o, k_src + off, 16);
-        cp_async16(dv + o, v_src + off, 16);
+        const int32_t* const table = meta.block_tables + size_t(seq) * meta.max_blocks_per_seq;
+        const size_t off = size_t(table[blk]) * (size_t(cache.num_kv_heads) * cache.block_size * kHd) +
+                           size_t(in * kHd + head_off);
+        cp_async16(dk + o, cache.k + off, 16);
+        cp_async16(dv + o, cache.v + off, 16);
       } else {
         cp_async16(dk + o, cache.k, 0);
         cp_async16(dv + o, cache.v, 0);
@@ -224,14 +227,19 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
   cp_async_commit();
 
   // ---- Q: f32 -> ·scale·log2e -> hi / lo planes ----
-  for (int c = tid; c < kRows * (kHd / 4); c += kThreads) {
-    const int r = c / (kHd / 4), d = (c % (kHd / 4)) * 4;
+  // Thread tid converts columns qd .. qd+3 of rows q_row0 + i·kQRowStep (unrolled so that several
+  // loads are in flight: one CTA per SM at hd 256, nothing else hides this prologue).
+  constexpr int kQRowStep = kThreads / (kHd / 4);
+  static_assert(kThreads % (kHd / 4) == 0 && kRows % kQRowStep == 0, "Q conversion passes");
+  const int q_row0 = tid / (kHd / 4), qd = (tid % (kHd / 4)) * 4;
+#pragma unroll 4
+  for (int r = q_row0; r < kRows; r += kQRowStep) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row_valid(r)) v = *reinterpret_cast<const float4*>(a.q + row_oh(r) * kHd + d);
+    if (row_valid(r)) v = *reinterpret_cast<const float4*>(a.q + row_oh(r) * kHd + qd);
     uint2 hi, lo;
     split2(__fmul_rn(v.x, a.scale_log2), __fmul_rn(v.y, a.scale_log2), hi.x, lo.x);
     split2(__fmul_rn(v.z, a.scale_log2), __fmul_rn(v.w, a.scale_log2), hi.y, lo.y);
-    const int off = swz<kHd>(r, d >> 3) + (d & 7);
+    const int off = swz<kHd>(r, qd >> 3) + (qd & 7);
     *reinterpret_cast<uint2*>(sq_hi + off) = hi;
     *reinterpret_cast<uint2*>(sq_lo + off) = lo;
   }
@@ -289,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
     for (int n = 0; n < kSN; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-#pragma unroll
+#pragma unroll 4
     for (int ks = 0; ks < kHd / 16; ++ks) {
       const uint32_t qa = q_off[ks & 3] + 128u * uint32_t(ks >> 2);
       uint32_t ah[4], al[4];
@@ -422,8 +430,8 @@ void attention_prefill_wide_prepare() {
 }
 
 void attention_prefill_wide(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
-                            const KvCacheView& cache, float scale, int seq_begin, int seq_end, int row_count,
-                            float* out, cudaStream_t stream) {
+                            const KvCacheView& cache, float scale, int seq_begin, int seq_end, int row_begin,
+                            int row_count, float* out, cudaStream_t stream) {
   WideArgs a{};
   a.q = q;
   a.gate = gate;
@@ -438,13 +446,16 @@ void attention_prefill_wide(const float* q, const float* gate, const AttentionSh
   a.tile_tokens = kRows / a.heads_per_cta;
   a.seq_begin = seq_begin;
   a.seq_end = seq_end;
+  a.row_begin = row_begin;
+  a.row_end = row_begin + row_count;
   const int bs = cache.block_size;
   a.bs_shift = -1;
   if (bs > 0 && (bs & (bs - 1)) == 0)
     for (a.bs_shift = 0; (1 << a.bs_shift) < bs; ++a.bs_shift) {
     }
   a.scale_log2 = scale * kLog2e;
-  // Query tiles: at most ceil(n_s / T) per sequence <= row_count / T + 1 per sequence.
+  // Query tiles: ceil(n_s / T) per sequence, n_s its rows in the call's range (Σ n_s <= row_count):
+  // at most row_count / T + the number of sequences.
   const long long tiles = (long long)row_count / a.tile_tokens + (seq_end - seq_begin);
   const long long slots = tiles * a.nkv * a.head_blocks;
   if (slots > 0x7fffffffLL) throw Error("paged_attention_prefill: too many tokens for the launch grid");

@@ -16,7 +16,7 @@ void attention_prefill_wide_prepare();
 // paged_attention_prefill on the wide kernel; the caller has validated the arguments and checked
 // attention_prefill_wide_fits.
 void attention_prefill_wide(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
-                            const KvCacheView& cache, float scale, int seq_begin, int seq_end, int row_count,
-                            float* out, cudaStream_t stream);
+                            const KvCacheView& cache, float scale, int seq_begin, int seq_end, int row_begin,
+                            int row_count, float* out, cudaStream_t stream);
 
 }  // namespace moeserve::cuda::detail
