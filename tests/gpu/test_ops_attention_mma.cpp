@@ -7,6 +7,11 @@
 //   ChunkingAndBatchInvariant: one prompt in one pass == in chunks of 7 == in chunks of 64 ==
 //     token by token == sharing the step with two other sequences (seq_begin > 0, row_begin > 0,
 //     a decode-class row before the range that must stay untouched): bit-equal outputs.
+//   WideKernelMatchesFourWarpBitForBit: the wide kernel (prefill variant 1, the default where it
+//     fits) against the 4-warp kernel (variant 0) on the MatchesCpu step and on a sub-range of it
+//     (seq_begin > 0), at block sizes 16 and 12 (the shift and the division paths of the wide
+//     kernel's row addressing) and at one more shape (64 / 1, 64: group 64, two tokens per wide
+//     CTA): bit-equal outputs (same arithmetic contract), rows outside the range untouched.
 // q and gate are f32 (not bf16-representable: the hi/lo split is exercised); the cache is bf16.
 #include <gtest/gtest.h>
 
@@ -246,4 +251,68 @@ TEST(GpuOpsAttentionMma, ChunkingAndBatchInvariant) {
     for (size_t i = row; i < (1 + 45) * row; ++i) bad += !std::isfinite(shared[i]) || shared[i] == kSentinel;
     EXPECT_EQ(bad, 0u) << "the other prompt's rows in the shared step";
   }
+}
+
+TEST(GpuOpsAttentionMma, WideKernelMatchesFourWarpBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  struct VariantGuard {  // restores the process-wide switch
+    int saved = cuda::attention_prefill_variant();
+    ~VariantGuard() { cuda::set_attention_prefill_variant(saved); }
+  } guard;
+  std::vector<MmaCase> cases(std::begin(kMmaCases), std::end(kMmaCases));
+  cases.push_back({64, 1, 64});
+  for (const MmaCase& c : cases)
+    for (int block : {16, 12}) {
+      const std::string name = c.name() + " block=" + std::to_string(block);
+      SCOPED_TRACE(name);
+      Rng rng(73);
+      std::vector<SeqSpec> seqs{{0, 1, 0, {}},    {0, 17, 0, {}},    {0, 300, 0, {}},
+                                {0, 1100, 0, {}}, {650, 450, 0, {}}, {33, 7, 0, {}}};
+      const int blocks = assign_shuffled_blocks(rng, seqs, block);
+      // Random bf16 K / V everywhere (the kernels only read the positions the tables cover).
+      const size_t pool = size_t(blocks) * c.nkv * block * c.hd;
+      auto d_k = to_device_bf16(random_bf16(rng, pool, 1.0f)), d_v = to_device_bf16(random_bf16(rng, pool, 1.0f));
+      DeviceStepMeta meta(seqs, max_table(seqs));
+      const int M = meta.num_tokens();
+      const size_t row = size_t(c.nq) * c.hd;
+      auto d_q = to_device_f32(random_f32(rng, size_t(M) * row, 3.0f));
+      auto d_g = to_device_f32(random_f32(rng, size_t(M) * row, 2.0f));
+      const cuda::AttentionShape shape{c.nq, c.nkv, c.hd, c.hd / 4, 1e-6f};
+      const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, block, c.hd};
+      const float scale = 1.0f / std::sqrt(float(c.hd));
+      constexpr float kSentinel = 12345.0f;
+      auto run = [&](int variant, int seq_begin) {
+        cuda::set_attention_prefill_variant(variant);
+        const int row_begin = meta.seq_token_start[size_t(seq_begin)];
+        auto d_out = to_device_f32(std::vector<float>(size_t(M) * row, kSentinel));
+        cuda::paged_attention_prefill(d_q.data(), d_g.data(), shape, meta.meta(), view, scale, seq_begin,
+                                      int(seqs.size()), row_begin, M - row_begin, nullptr, 0, d_out.data(), nullptr);
+        sync_device();
+        return to_host(d_out);
+      };
+      for (int seq_begin : {0, 2}) {
+        const auto four = run(0, seq_begin), wide = run(1, seq_begin);
+        const size_t row_begin = size_t(meta.seq_token_start[size_t(seq_begin)]);
+        size_t differ = 0, untouched_bad = 0, nonfinite = 0;
+        std::string first;
+        for (size_t i = 0; i < wide.size(); ++i) {
+          if (i < row_begin * row) {
+            untouched_bad += (wide[i] != kSentinel) + (four[i] != kSentinel);
+            continue;
+          }
+          nonfinite += !std::isfinite(wide[i]);
+          uint32_t ua, ub;
+          std::memcpy(&ua, &wide[i], 4);
+          std::memcpy(&ub, &four[i], 4);
+          if (ua != ub && differ++ == 0)
+            first = "row " + std::to_string(i / row) + " head " + std::to_string(i % row / size_t(c.hd)) + " d " +
+                    std::to_string(i % size_t(c.hd)) + ": wide " + std::to_string(wide[i]) + " vs 4-warp " +
+                    std::to_string(four[i]);
+        }
+        std::printf("  [%s] seq_begin %d: %zu values differ (wide vs 4-warp)\n", name.c_str(), seq_begin, differ);
+        EXPECT_EQ(differ, 0u) << "seq_begin " << seq_begin << ": first: " << first;
+        EXPECT_EQ(untouched_bad, 0u) << "rows before row_begin were written";
+        EXPECT_EQ(nonfinite, 0u) << "non-finite outputs";
+      }
+    }
 }

@@ -99,8 +99,15 @@ size_t paged_attention_prefill_workspace_bytes(const AttentionShape& shape, int 
 // Whether paged_attention_prefill takes this shape (head_dim 64, 128 or 256; nq a multiple of
 // nkv); callers fall back to paged_attention for the others.
 bool paged_attention_prefill_supported(const AttentionShape& shape);
-// Does the first-call set-up (the shared-memory opt-in) for the current device now, so that a
+// Does the first-call set-up (the shared-memory opt-ins) for the current device now, so that a
 // later first call may happen inside CUDA-graph capture.
 void paged_attention_prefill_prepare();
+// Which tensor-core kernel runs paged_attention_prefill; a process-wide switch for A/B
+// measurements: both give the same bits. 1 (the default): the wide kernel (8 warps, 128 rows per
+// CTA, double-buffered K / V; ops_attention_mma_wide.cu) where its shared memory fits the device
+// (hd 256 needs 192 KB: not on the DGX Spark), else the 4-warp kernel; 0: the 4-warp kernel
+// (ops_attention_mma.cu). Throws on other values. Set it before graphs are captured.
+void set_attention_prefill_variant(int variant);
+int attention_prefill_variant();
 
 }  // namespace moeserve::cuda

@@ -1,6 +1,10 @@
 // paged_attention_prefill (ops_attention.h): gated causal attention of prompt-class tokens over the
-// paged bf16 KV cache on tensor cores (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 and
-// ldmatrix; sm_80+, no wgmma / TMA, <= 99 KB of shared memory: H200 (sm_90) and DGX Spark (sm_121)).
+// paged bf16 KV cache on tensor cores. This file holds the 4-warp kernel (variant 0, and the
+// fallback where the wide kernel does not fit: hd 256 on the DGX Spark) and the dispatch; the
+// wide 8-warp kernel (variant 1, the default) is in ops_attention_mma_wide.cu and gives the same
+// bits under the arithmetic contract below. The 4-warp kernel uses
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 and ldmatrix (sm_80+, no wgmma / TMA,
+// <= 99 KB of shared memory: H200 (sm_90) and DGX Spark (sm_121)).
 //
 // Data layout. q, gate, out: f32 [M, nq·hd] row-major (16-byte aligned), q head h at columns
 // [h·hd, (h+1)·hd); q head h reads kv head h / (nq/nkv). KV cache: bf16 [num_blocks][nkv][block_size][hd]
@@ -65,6 +69,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_attention_mma_wide.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 
 namespace moeserve::cuda {
@@ -376,12 +381,24 @@ void launch(const PrefillArgs& args, unsigned grid, cudaStream_t stream) {
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
+// The prefill variant (set_attention_prefill_variant).
+std::atomic<int> g_prefill_variant{1};
+
 }  // namespace
+
+void set_attention_prefill_variant(int variant) {
+  if (variant < 0 || variant > 1)
+    throw Error("attention: prefill variant must be 0 or 1, got " + std::to_string(variant));
+  g_prefill_variant.store(variant, std::memory_order_relaxed);
+}
+
+int attention_prefill_variant() { return g_prefill_variant.load(std::memory_order_relaxed); }
 
 void paged_attention_prefill_prepare() {
   opt_in<64>();
   opt_in<128>();
   opt_in<256>();
+  detail::attention_prefill_wide_prepare();
 }
 
 size_t paged_attention_prefill_workspace_bytes(const AttentionShape&, int, int) {
@@ -410,6 +427,11 @@ void paged_attention_prefill(const float* q, const float* gate, const AttentionS
     throw Error("paged_attention_prefill: token or sequence range outside the step");
   if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(out)) % 16)
     throw Error("paged_attention_prefill: q, gate and out must be 16-byte aligned");
+  if (attention_prefill_variant() == 1 && detail::attention_prefill_wide_fits(hd)) {
+    detail::attention_prefill_wide(q, gate, shape, meta, cache, scale, seq_begin, seq_end, row_begin, row_count,
+                                   out, stream);
+    return;
+  }
   PrefillArgs a{};
   a.q = q;
   a.gate = gate;
