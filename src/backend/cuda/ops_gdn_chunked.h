@@ -28,6 +28,14 @@ namespace moeserve::cuda {
 
 bool gated_delta_net_chunked_supported(const GdnShape& shape);
 
+// The intra-chunk kernel (process-wide, for A/B benchmarks; set before any graph capture):
+// 1 (default) the tensor-core kernel (ops_gdn_chunked_intra_tc.cu: one CTA per (chunk,
+// v-head), T = (I + A)^{-1} and 3xTF32 products), 0 the CUDA-core kernel (one CTA per (chunk,
+// k-head), forward substitution per column). They differ by f32-level rounding, not bit for
+// bit; each is batch and chunk invariant. Throws on another value.
+void set_gdn_chunked_variant(int variant);
+int gdn_chunked_variant();
+
 // Scratch for up to max_tokens prompt rows (f32, each region rounded up to 64 floats):
 // max_tokens · (conv_dim + 3·nv + 2·nv·dk + nv·dv) floats.
 size_t gated_delta_net_chunked_workspace_bytes(const GdnShape& shape, int max_tokens);
