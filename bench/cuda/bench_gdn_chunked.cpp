@@ -3,7 +3,10 @@
 // config's shapes; time per layer of each and the whole model's linear layers
 // (x num_linear_attention_layers).
 //
-//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192
+//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192 [--gdn-variant 0|1]
+//
+// --gdn-variant picks the intra-chunk kernel (set_gdn_chunked_variant): 1 (default) the
+// tensor-core kernel (ops_gdn_chunked_intra_tc.cu), 0 the CUDA-core kernel.
 //
 // Roofline (see ops_gdn_chunked.cu): per token and layer nv·(3·dk·dv + 64·dv) FMAs in the
 // state pass and nk·128·dk + nv·32·(dk + dv) in the intra-chunk pass (executed, triangular
@@ -53,10 +56,12 @@ int main(int argc, char** argv) {
   std::string tokens_arg = "1024,8192";
   int reps = 5;
   bool skip_sequential = false;
+  int gdn_variant = gdn_chunked_variant();
   app.add_option("--config", config);
   app.add_option("--tokens", tokens_arg, "prompt lengths (tokens of one sequence in one step)");
   app.add_option("--reps", reps, "timed runs per length (median reported)");
   app.add_flag("--skip-sequential", skip_sequential, "time the chunked op only");
+  app.add_option("--gdn-variant", gdn_variant, "intra-chunk kernel: 1 tensor cores (3xTF32), 0 CUDA cores");
   CLI11_PARSE(app, argc, argv);
   try {
     const io::Qwen35Config c = io::parse_qwen35_config(nlohmann::json::parse(std::ifstream(config)), config);
@@ -66,9 +71,10 @@ int main(int argc, char** argv) {
     const int layers = c.num_linear_attention_layers();
     cudaStream_t s;
     MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    set_gdn_chunked_variant(gdn_variant);
     gated_delta_net_chunked_prepare();
-    std::printf("config %s: nk %d, nv %d, dk %d, dv %d, %d linear-attention layers\n", config.c_str(),
-                gs.num_k_heads, gs.num_v_heads, gs.k_head_dim, gs.v_head_dim, layers);
+    std::printf("config %s: nk %d, nv %d, dk %d, dv %d, %d linear-attention layers; intra variant %d\n",
+                config.c_str(), gs.num_k_heads, gs.num_v_heads, gs.k_head_dim, gs.v_head_dim, layers, gdn_variant);
     std::printf("%-8s %-14s %-14s %-10s %-12s %-16s %-16s\n", "tokens", "chunked ms", "sequential ms", "speedup",
                 "GFLOP/s", "chunked ms (all)", "sequential (all)");
     const double nk = gs.num_k_heads, nv = gs.num_v_heads, dk = gs.k_head_dim, dv = gs.v_head_dim;
