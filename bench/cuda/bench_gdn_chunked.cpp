@@ -3,10 +3,10 @@
 // config's shapes; time per layer of each and the whole model's linear layers
 // (x num_linear_attention_layers).
 //
-//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192 [--gdn-variant 0|1]
+//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192 [--gdn-variant 0|1|2]
 //
-// --gdn-variant picks the intra-chunk kernel (set_gdn_chunked_variant): 1 (default) the
-// tensor-core kernel (ops_gdn_chunked_intra_tc.cu), 0 the CUDA-core kernel.
+// --gdn-variant picks the kernels (set_gdn_chunked_variant): 2 (default) tensor-core intra-chunk
+// kernel and state pass, 1 tensor-core intra-chunk kernel only, 0 both on CUDA cores.
 //
 // Roofline (see ops_gdn_chunked.cu): per token and layer nv·(3·dk·dv + 64·dv) FMAs in the
 // state pass and nk·128·dk + nv·32·(dk + dv) in the intra-chunk pass (executed, triangular
@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", tokens_arg, "prompt lengths (tokens of one sequence in one step)");
   app.add_option("--reps", reps, "timed runs per length (median reported)");
   app.add_flag("--skip-sequential", skip_sequential, "time the chunked op only");
-  app.add_option("--gdn-variant", gdn_variant, "intra-chunk kernel: 1 tensor cores (3xTF32), 0 CUDA cores");
+  app.add_option("--gdn-variant", gdn_variant,
+                 "2 tensor-core (3xTF32) intra + state kernels, 1 tensor-core intra only, 0 CUDA cores");
   CLI11_PARSE(app, argc, argv);
   try {
     const io::Qwen35Config c = io::parse_qwen35_config(nlohmann::json::parse(std::ifstream(config)), config);
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     set_gdn_chunked_variant(gdn_variant);
     gated_delta_net_chunked_prepare();
-    std::printf("config %s: nk %d, nv %d, dk %d, dv %d, %d linear-attention layers; intra variant %d\n",
+    std::printf("config %s: nk %d, nv %d, dk %d, dv %d, %d linear-attention layers; kernel variant %d\n",
                 config.c_str(), gs.num_k_heads, gs.num_v_heads, gs.k_head_dim, gs.v_head_dim, layers, gdn_variant);
     std::printf("%-8s %-14s %-14s %-10s %-12s %-16s %-16s\n", "tokens", "chunked ms", "sequential ms", "speedup",
                 "GFLOP/s", "chunked ms (all)", "sequential (all)");

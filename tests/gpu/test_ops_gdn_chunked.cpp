@@ -11,9 +11,10 @@
 //   - the 122B-A10B shape (16 / 64 heads of 128) against the sequential GPU kernel.
 // Shapes: nk 2, nv 4, dk = dv = 32 and 128; nk 1, nv 2, dk 96 (a 64-wide and a 32-wide product
 // stage in the state pass), dv 64, conv kernel 3.
-// Every test runs for both intra-chunk variants (set_gdn_chunked_variant: 0 the CUDA-core
-// kernel, 1 the tensor-core kernel), and the two are compared with each other at the 122B
-// shape (VariantsAgree122B).
+// Every test runs for each kernel variant (set_gdn_chunked_variant: 0 CUDA-core intra-chunk
+// kernel and state pass, 1 tensor-core intra-chunk kernel, 2 tensor-core intra-chunk kernel
+// and state pass), and variants 1 and 2 are compared with 0 at the 122B shape
+// (VariantsAgree122B).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,7 +41,7 @@ const cuda::GdnShape kSmallShapes[] = {
 const cuda::GdnShape kShape122B{16, 64, 128, 128, 4, 1e-6f};
 constexpr float kSentinel = 12345.0f;  // out rows the op must not write
 
-constexpr int kVariants[] = {0, 1};
+constexpr int kVariants[] = {0, 1, 2};
 
 // Sets the intra-chunk variant for a scope, restoring the previous one after.
 struct VariantScope {
@@ -227,7 +228,7 @@ TEST(GpuOpsGdnChunked, MatchesCpuRecurrence) {
   MOESERVE_REQUIRE_GPU();
   for (int variant : kVariants) {
     VariantScope vs(variant);
-    SCOPED_TRACE("intra variant " + std::to_string(variant));
+    SCOPED_TRACE("variant " + std::to_string(variant));
     Rng rng(71);
     const std::pair<int, int> cases[] = {{0, 1}, {0, 63}, {0, 64}, {0, 65}, {0, 200}, {0, 1000}, {37, 200}, {100, 65},
                                          {64, 1}, {127, 2}};
@@ -253,7 +254,7 @@ TEST(GpuOpsGdnChunked, GeneratedRowsFirstAndTwoSequences) {
   MOESERVE_REQUIRE_GPU();
   for (int variant : kVariants) {
     VariantScope vs(variant);
-    SCOPED_TRACE("intra variant " + std::to_string(variant));
+    SCOPED_TRACE("variant " + std::to_string(variant));
     Rng rng(72);
     for (const auto& shape : kSmallShapes) {
       SCOPED_TRACE(name_of(shape));
@@ -302,7 +303,7 @@ TEST(GpuOpsGdnChunked, SplitAtMultiplesOf64EqualsOnePass) {
   MOESERVE_REQUIRE_GPU();
   for (int variant : kVariants) {
     VariantScope vs(variant);
-    SCOPED_TRACE("intra variant " + std::to_string(variant));
+    SCOPED_TRACE("variant " + std::to_string(variant));
     Rng rng(73);
     for (const auto& shape : kSmallShapes) {
       SCOPED_TRACE(name_of(shape));
@@ -352,7 +353,7 @@ TEST(GpuOpsGdnChunked, Shape122BMatchesSequentialKernel) {
   MOESERVE_REQUIRE_GPU();
   for (int variant : kVariants) {
     VariantScope vs(variant);
-    SCOPED_TRACE("intra variant " + std::to_string(variant));
+    SCOPED_TRACE("variant " + std::to_string(variant));
     Rng rng(74);
     const auto& shape = kShape122B;
     const int slots = 3;
@@ -378,41 +379,38 @@ TEST(GpuOpsGdnChunked, Shape122BMatchesSequentialKernel) {
   }
 }
 
-// Variant 0 (CUDA-core intra kernel) vs variant 1 (tensor-core intra kernel) at the 122B shape:
-// a 1000-token prompt from position 0 and a 150-token slice from position 40 (a partial first
-// chunk), from carried states. The two differ by f32-level rounding (other sum orders, the
-// 3xTF32 products' ~2^-21 relative error, T = (I + A)^{-1} instead of a substitution per
-// column), so the bounds are those of the comparisons with the recurrence; a wrong index,
-// mask or head in either kernel is O(1).
+// Variants 1 (tensor-core intra kernel) and 2 (tensor-core intra kernel and state pass) vs 0
+// (CUDA cores) at the 122B shape: a 1000-token prompt from position 0 and a 150-token slice
+// from position 40 (a partial first chunk), from carried states. They differ by f32-level
+// rounding (other sum orders, the 3xTF32 products' ~2^-21 relative error, T = (I + A)^{-1}
+// instead of a substitution per column), so the bounds are those of the comparisons with the
+// recurrence; a wrong index, mask or head in any kernel is O(1).
 TEST(GpuOpsGdnChunked, VariantsAgree122B) {
   MOESERVE_REQUIRE_GPU();
-  Rng rng(75);
   const auto& shape = kShape122B;
   const int slots = 3;
-  Rng rng_copy = rng;
-  Problem p0(rng, shape, slots);
-  Problem p1(rng_copy, shape, slots);
   const std::vector<SeqSpec> seqs{{0, 1000, 2, {}}, {40, 150, 0, {}}};
   const int M = 1150;
-  const Inputs in = random_inputs(rng, shape, M);
-  std::vector<float> out0, out1;
-  {
-    VariantScope vs(0);
-    out0 = run_chunked(p0, in, seqs, 0);
+  std::vector<float> out[3], rec[3], conv[3], bound;
+  for (int variant : kVariants) {
+    Rng rng(75);
+    Problem p(rng, shape, slots);
+    const Inputs in = random_inputs(rng, shape, M);
+    VariantScope vs(variant);
+    out[variant] = run_chunked(p, in, seqs, 0);
+    rec[variant] = to_host(p.d_rec_state);
+    conv[variant] = to_host(p.d_conv_state);
+    if (variant == 0) bound = out_bound(p, in.z);
   }
-  {
-    VariantScope vs(1);
-    out1 = run_chunked(p1, in, seqs, 0);
+  const double smax = error_stats(rec[0], rec[0]).max_ref;
+  for (int variant : {1, 2}) {
+    const std::string what = "gdn chunked variant " + std::to_string(variant) + " vs 0";
+    EXPECT_TRUE(all_close(what + ".out " + name_of(shape), out[variant], out[0],
+                          {M, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 0, 1e-4, &bound));
+    EXPECT_TRUE(all_close(what + ".conv_state " + name_of(shape), conv[variant], conv[0],
+                          {slots, shape.conv_dim(), shape.conv_kernel - 1}, {"slot", "channel", "tap"}, 0, 0));
+    EXPECT_TRUE(all_close(what + ".recurrent_state " + name_of(shape), rec[variant], rec[0],
+                          {slots, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim},
+                          {"slot", "v_head", "i", "j"}, 1e-4 * smax, 1e-4));
   }
-  const auto bound = out_bound(p0, in.z);
-  EXPECT_TRUE(all_close("gdn chunked variant 1 vs 0.out " + name_of(shape), out1, out0,
-                        {M, shape.num_v_heads, shape.v_head_dim}, {"token", "v_head", "j"}, 0, 1e-4, &bound));
-  EXPECT_TRUE(all_close("gdn chunked variant 1 vs 0.conv_state " + name_of(shape), to_host(p1.d_conv_state),
-                        to_host(p0.d_conv_state), {slots, shape.conv_dim(), shape.conv_kernel - 1},
-                        {"slot", "channel", "tap"}, 0, 0));
-  const auto rec0 = to_host(p0.d_rec_state);
-  const double smax = error_stats(rec0, rec0).max_ref;
-  EXPECT_TRUE(all_close("gdn chunked variant 1 vs 0.recurrent_state " + name_of(shape), to_host(p1.d_rec_state), rec0,
-                        {slots, shape.num_v_heads, shape.k_head_dim, shape.v_head_dim}, {"slot", "v_head", "i", "j"},
-                        1e-4 * smax, 1e-4));
 }

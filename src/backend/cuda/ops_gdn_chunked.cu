@@ -658,21 +658,23 @@ void prepare_device() {
       cudaFuncSetAttribute(chunk_intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kIntraSmemMax)));
   MOESERVE_CUDA_CHECK(
       cudaFuncSetAttribute(chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStateSmemMax)));
-  if (size_t(optin) < gdn_chunked::intra_tc_smem_bytes_max())
-    throw Error("gated_delta_net_chunked: the tensor-core intra kernel needs " +
-                std::to_string(gdn_chunked::intra_tc_smem_bytes_max()) + " B of shared memory per block");
+  const size_t tc_max = std::max(gdn_chunked::intra_tc_smem_bytes_max(), gdn_chunked::state_tc_smem_bytes_max());
+  if (size_t(optin) < tc_max)
+    throw Error("gated_delta_net_chunked: the tensor-core kernels need " + std::to_string(tc_max) +
+                " B of shared memory per block, the device allows " + std::to_string(optin));
   gdn_chunked::intra_tc_prepare();
+  gdn_chunked::state_tc_prepare();
   done[dev].store(true, std::memory_order_release);
 }
 
-// The intra-chunk variant (set_gdn_chunked_variant).
-std::atomic<int> g_variant{1};
+// The kernel variant (set_gdn_chunked_variant).
+std::atomic<int> g_variant{2};
 
 }  // namespace
 
 void set_gdn_chunked_variant(int variant) {
-  if (variant < 0 || variant > 1)
-    throw Error("gated_delta_net_chunked: variant must be 0 or 1, got " + std::to_string(variant));
+  if (variant < 0 || variant > 2)
+    throw Error("gated_delta_net_chunked: variant must be 0, 1 or 2, got " + std::to_string(variant));
   g_variant.store(variant, std::memory_order_relaxed);
 }
 
@@ -718,7 +720,8 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
 
   // Every sequence has at most ceil(n/64) + 1 chunks: P/64 + 2S bounds the total.
   const unsigned chunk_bound = unsigned((P + kC - 1) / kC + 2 * S);
-  if (gdn_chunked_variant() == 1) {
+  const int variant = gdn_chunked_variant();
+  if (variant >= 1) {
     gdn_chunked::launch_intra_tc(s, meta, first_seq, first_row, w, chunk_bound, stream);
   } else {
     const size_t intra_smem = size_t(intra_smem_floats(s.k_head_dim)) * sizeof(float);
@@ -728,10 +731,14 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
   }
   mark(2);
 
-  const size_t state_smem = size_t(state_smem_floats(s.k_head_dim)) * sizeof(float);
-  chunk_state_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kBN)), kThreads, state_smem,
-                       stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  if (variant >= 2) {
+    gdn_chunked::launch_state_tc(qkv, s, layer, meta, first_seq, first_row, w, stream);
+  } else {
+    const size_t state_smem = size_t(state_smem_floats(s.k_head_dim)) * sizeof(float);
+    chunk_state_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kBN)), kThreads,
+                         state_smem, stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
   mark(3);
 
   const long long norm_warps = (long long)P * s.num_v_heads;

@@ -28,11 +28,12 @@ namespace moeserve::cuda {
 
 bool gated_delta_net_chunked_supported(const GdnShape& shape);
 
-// The intra-chunk kernel (process-wide, for A/B benchmarks; set before any graph capture):
-// 1 (default) the tensor-core kernel (ops_gdn_chunked_intra_tc.cu: one CTA per (chunk,
-// v-head), T = (I + A)^{-1} and 3xTF32 products), 0 the CUDA-core kernel (one CTA per (chunk,
-// k-head), forward substitution per column). They differ by f32-level rounding, not bit for
-// bit; each is batch and chunk invariant. Throws on another value.
+// The kernel variant (process-wide, for A/B benchmarks; set before any graph capture):
+// 2 (default) tensor-core intra-chunk kernel and tensor-core state pass; 1 tensor-core
+// intra-chunk kernel, CUDA-core state pass; 0 both on CUDA cores (the previous kernels). The
+// tensor-core kernels (ops_gdn_chunked_intra_tc.cu, ops_gdn_chunked_state_tc.cu) use 3xTF32
+// products (f32 operands split into tf32 hi + lo); the variants differ by f32-level rounding,
+// not bit for bit; each is batch and chunk invariant. Throws on another value.
 void set_gdn_chunked_variant(int variant);
 int gdn_chunked_variant();
 

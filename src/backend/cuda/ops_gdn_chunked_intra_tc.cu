@@ -51,67 +51,12 @@ namespace {
 constexpr int kTcThreads = 256;
 constexpr int kLdM = kC + 4;  // row stride of A, P, T, M (≡ 4 mod 32)
 
-__host__ __device__ inline int tc_region_floats(int dk, int dv) {
+__host__ __device__ constexpr int tc_region_floats(int dk, int dv) {
   const int a = kC * (dk + 4), b = 2 * kC * kLdM, c = kC * ((dk > dv ? dk : dv) + 8);
   return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
-__host__ __device__ inline int tc_smem_floats(int dk, int dv) { return 2 * tc_region_floats(dk, dv) + 4 * kC; }
-
-// f32 -> tf32 (round to nearest, ties away), as the bit pattern of an f32 with 13 zero low bits.
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-// hi = tf32(x), lo = tf32(x − hi) (x − hi is exact in f32).
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  hi = to_tf32(x);
-  lo = to_tf32(__fsub_rn(x, __uint_as_float(hi)));
-}
-
-// c += a · b over one 16x8x8 TF32 step, f32 accumulate.
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// A fragment of the 16x8 tile at (row m0, column k0) of a row-major f32 matrix X [.][ld], split:
-// registers 0..3 = (m0+g, k0+q), (m0+g+8, k0+q), (m0+g, k0+q+4), (m0+g+8, k0+q+4), g = lane/4,
-// q = lane%4 (PTX m16n8k8 .tf32 A layout).
-struct FragA {
-  uint32_t hi[4], lo[4];
-};
-__device__ __forceinline__ void load_a(FragA& f, const float* X, int ld, int m0, int k0, int lane) {
-  const int g = lane >> 2, q = lane & 3;
-  const float* p = X + (m0 + g) * ld + k0 + q;
-  split_tf32(p[0], f.hi[0], f.lo[0]);
-  split_tf32(p[8 * ld], f.hi[1], f.lo[1]);
-  split_tf32(p[4], f.hi[2], f.lo[2]);
-  split_tf32(p[8 * ld + 4], f.hi[3], f.lo[3]);
-}
-// B fragment (k 8 × n 8) at (k0, n0): registers 0, 1 = B(k0+q, n0+g), B(k0+q+4, n0+g).
-// From an [n][k] matrix (B = Xᵀ, e.g. K̂ for K̂ᵀ) or from a [k][n] matrix.
-struct FragB {
-  uint32_t hi[2], lo[2];
-};
-__device__ __forceinline__ void load_b_nk(FragB& f, const float* X, int ld, int k0, int n0, int lane) {
-  const float* p = X + (n0 + (lane >> 2)) * ld + k0 + (lane & 3);
-  split_tf32(p[0], f.hi[0], f.lo[0]);
-  split_tf32(p[4], f.hi[1], f.lo[1]);
-}
-__device__ __forceinline__ void load_b_kn(FragB& f, const float* X, int ld, int k0, int n0, int lane) {
-  const float* p = X + (k0 + (lane & 3)) * ld + n0 + (lane >> 2);
-  split_tf32(p[0], f.hi[0], f.lo[0]);
-  split_tf32(p[4 * ld], f.hi[1], f.lo[1]);
-}
-// c += a · b with the split operands: lo·hi, hi·lo, then hi·hi (small terms first).
-__device__ __forceinline__ void mma3(float (&c)[4], const FragA& a, const FragB& b) {
-  mma_tf32(c, a.lo, b.hi[0], b.hi[1]);
-  mma_tf32(c, a.hi, b.lo[0], b.lo[1]);
-  mma_tf32(c, a.hi, b.hi[0], b.hi[1]);
-}
+__host__ __device__ constexpr int tc_smem_floats(int dk, int dv) { return 2 * tc_region_floats(dk, dv) + 4 * kC; }
+static_assert(tc_smem_floats(kMaxD, kMaxD) * sizeof(float) <= 99 * 1024, "sm_121 allows 99 KB per block");
 
 // [X ; Y] · B for the 8 warps: warp w owns rows 16(w%4).. of X (w < 4) or Y (w >= 4), both
 // [64][kLdM] and lower triangular (k runs to the tile's diagonal only: entries past it are
