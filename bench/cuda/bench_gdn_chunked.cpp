@@ -11,7 +11,8 @@
 // Roofline (see ops_gdn_chunked.cu): per token and layer nv·(3·dk·dv + 64·dv) FMAs in the
 // state pass and nk·128·dk + nv·32·(dk + dv) in the intra-chunk pass (executed, triangular
 // products as full squares), on f32 CUDA cores; `GFLOP/s` is 2 × that count over the
-// measured time, to hold against the GPU's f32 FMA peak. The sequential kernel's floor is the
+// measured time, to hold against the GPU's f32 FMA peak (for every --gdn-variant, though the
+// tensor-core kernels execute other counts: see their headers). The sequential kernel's floor is the
 // chain of T recurrence steps instead.
 // Both ops start from the same carried states, which each run updates in place; the timed
 // runs therefore start from different states (the time does not depend on the values).

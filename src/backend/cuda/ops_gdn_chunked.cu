@@ -17,6 +17,12 @@
 // ending inside a chunk) runs the same math on its L < 64 tokens; rows t >= L are zero in
 // shared memory and contribute exact zeros.
 //
+// Variants (set_gdn_chunked_variant, ops_gdn_chunked.h): kernels 2 and 3 below are the
+// CUDA-core forms (variant 0); variant 1 replaces kernel 2 with the tensor-core kernel of
+// ops_gdn_chunked_intra_tc.cu (one CTA per (chunk, v-head), T = (I + A)^{-1}, 3xTF32
+// products), variant 2 (default) also kernel 3 with ops_gdn_chunked_state_tc.cu (the same
+// pass with 3xTF32 products). Their headers give their layouts and work counts.
+//
 // Kernels (stream order, plain launches; one job each):
 // 1. chunk_prep_kernel: conv + SiLU (the slot's conv state before a sequence's first new
 //    token), l2norm(q)/sqrt(dk), l2norm(k), g and β, for the prompt rows. Grid (ceil(P/8),
