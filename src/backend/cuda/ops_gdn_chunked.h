@@ -41,7 +41,7 @@ int gdn_chunked_variant();
 // max_tokens · (conv_dim + 3·nv + 2·nv·dk + nv·dv) floats.
 size_t gated_delta_net_chunked_workspace_bytes(const GdnShape& shape, int max_tokens);
 
-// Opts the kernels in to more than 48 KB of shared memory (at most 95 KB, under the 99 KB of
+// Opts the kernels in to more than 48 KB of shared memory (at most 98 KB, under the 99 KB of
 // sm_121) on the current device. The first call of gated_delta_net_chunked per device does it
 // too; call this first when that call may happen inside CUDA-graph capture.
 void gated_delta_net_chunked_prepare();
