@@ -3,12 +3,16 @@
 // config's shapes; time per layer of each and the whole model's linear layers
 // (x num_linear_attention_layers).
 //
-//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192
+//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192 [--gdn-variant 0|1|2]
+//
+// --gdn-variant picks the kernels (set_gdn_chunked_variant): 2 (default) tensor-core intra-chunk
+// kernel and state pass, 1 tensor-core intra-chunk kernel only, 0 both on CUDA cores.
 //
 // Roofline (see ops_gdn_chunked.cu): per token and layer nv·(3·dk·dv + 64·dv) FMAs in the
 // state pass and nk·128·dk + nv·32·(dk + dv) in the intra-chunk pass (executed, triangular
 // products as full squares), on f32 CUDA cores; `GFLOP/s` is 2 × that count over the
-// measured time, to hold against the GPU's f32 FMA peak. The sequential kernel's floor is the
+// measured time, to hold against the GPU's f32 FMA peak (for every --gdn-variant, though the
+// tensor-core kernels execute other counts: see their headers). The sequential kernel's floor is the
 // chain of T recurrence steps instead.
 // Both ops start from the same carried states, which each run updates in place; the timed
 // runs therefore start from different states (the time does not depend on the values).
@@ -53,10 +57,13 @@ int main(int argc, char** argv) {
   std::string tokens_arg = "1024,8192";
   int reps = 5;
   bool skip_sequential = false;
+  int gdn_variant = gdn_chunked_variant();
   app.add_option("--config", config);
   app.add_option("--tokens", tokens_arg, "prompt lengths (tokens of one sequence in one step)");
   app.add_option("--reps", reps, "timed runs per length (median reported)");
   app.add_flag("--skip-sequential", skip_sequential, "time the chunked op only");
+  app.add_option("--gdn-variant", gdn_variant,
+                 "2 tensor-core (3xTF32) intra + state kernels, 1 tensor-core intra only, 0 CUDA cores");
   CLI11_PARSE(app, argc, argv);
   try {
     const io::Qwen35Config c = io::parse_qwen35_config(nlohmann::json::parse(std::ifstream(config)), config);
@@ -66,9 +73,10 @@ int main(int argc, char** argv) {
     const int layers = c.num_linear_attention_layers();
     cudaStream_t s;
     MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    set_gdn_chunked_variant(gdn_variant);
     gated_delta_net_chunked_prepare();
-    std::printf("config %s: nk %d, nv %d, dk %d, dv %d, %d linear-attention layers\n", config.c_str(),
-                gs.num_k_heads, gs.num_v_heads, gs.k_head_dim, gs.v_head_dim, layers);
+    std::printf("config %s: nk %d, nv %d, dk %d, dv %d, %d linear-attention layers; kernel variant %d\n",
+                config.c_str(), gs.num_k_heads, gs.num_v_heads, gs.k_head_dim, gs.v_head_dim, layers, gdn_variant);
     std::printf("%-8s %-14s %-14s %-10s %-12s %-16s %-16s\n", "tokens", "chunked ms", "sequential ms", "speedup",
                 "GFLOP/s", "chunked ms (all)", "sequential (all)");
     const double nk = gs.num_k_heads, nv = gs.num_v_heads, dk = gs.k_head_dim, dv = gs.v_head_dim;

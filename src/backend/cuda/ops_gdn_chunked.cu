@@ -17,6 +17,12 @@
 // ending inside a chunk) runs the same math on its L < 64 tokens; rows t >= L are zero in
 // shared memory and contribute exact zeros.
 //
+// Variants (set_gdn_chunked_variant, ops_gdn_chunked.h): kernels 2 and 3 below are the
+// CUDA-core forms (variant 0); variant 1 replaces kernel 2 with the tensor-core kernel of
+// ops_gdn_chunked_intra_tc.cu (one CTA per (chunk, v-head), T = (I + A)^{-1}, 3xTF32
+// products), variant 2 (default) also kernel 3 with ops_gdn_chunked_state_tc.cu (the same
+// pass with 3xTF32 products). Their headers give their layouts and work counts.
+//
 // Kernels (stream order, plain launches; one job each):
 // 1. chunk_prep_kernel: conv + SiLU (the slot's conv state before a sequence's first new
 //    token), l2norm(q)/sqrt(dk), l2norm(k), g and β, for the prompt rows. Grid (ceil(P/8),
@@ -80,28 +86,23 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/ops_gdn_chunked.h"
+#include "backend/cuda/ops_gdn_chunked_internal.cuh"
 
 namespace moeserve::cuda {
 namespace {
 
-constexpr int kC = 64;             // chunk length (positions)
-constexpr int kMaxD = 128;         // dk, dv limit
+using gdn_chunked::chunk_range;
+using gdn_chunked::find_chunk;
+using gdn_chunked::kC;
+using gdn_chunked::kMaxD;
+using gdn_chunked::num_chunks;
+using gdn_chunked::Work;
+
 constexpr int kMaxConvK = 8;
 constexpr int kPrepTT = 8;         // prep: tokens per CTA
 constexpr int kThreads = 256;      // intra and state kernels
 constexpr int kBN = 32;            // state pass: columns of S per CTA
 constexpr int kNormWarps = 8;
-
-// Workspace regions (f32), each rounded up to 64 floats (256-B aligned).
-struct Work {
-  float* conv_out;  // [P][conv_dim]: q̂ | k̂ | v
-  float* g;         // [P][nv] log decay
-  float* beta;      // [P][nv]
-  float* gam;       // [P][nv] γ (cumulative g within the chunk)
-  float* qt;        // [P][nv][dk] Q̃ = e^γ q̂ − P W
-  float* w;         // [P][nv][dk] W
-  float* u;         // [P][nv][dv] U
-};
 
 size_t round_region(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -133,17 +134,6 @@ Work carve(void* ws, const GdnShape& s, size_t P) {
 using gdn_math::block_sums;
 using gdn_math::silu;
 using gdn_math::warp_sum;
-
-// Number of 64-position chunks that the slice [p0, p0 + n) touches.
-__device__ __forceinline__ int num_chunks(int p0, int n) { return n <= 0 ? 0 : (p0 + n - 1) / kC - p0 / kC + 1; }
-
-// Chunk q of the slice [p0, p0 + n): its offset in the slice and its length.
-__device__ __forceinline__ void chunk_range(int p0, int n, int q, int& off, int& len) {
-  const int start = q == 0 ? p0 : (p0 / kC + q) * kC;
-  const int end = min(p0 + n, (p0 / kC + q + 1) * kC);
-  off = start - p0;
-  len = end - start;
-}
 
 // ---- 1. prep ---------------------------------------------------------------------------
 
@@ -222,26 +212,6 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
       w.beta[wi] = gdn_math::gdn_beta(b[gi]);
     }
   }
-}
-
-// Finds chunk `idx` of the step's prompt sequences (in sequence order, chunks in position
-// order). Returns false when idx is past the last chunk.
-__device__ __forceinline__ bool find_chunk(const StepMeta& meta, int first_seq, int idx, int& seq, int& row0,
-                                           int& len) {
-  for (int sq = first_seq; sq < meta.num_seqs; ++sq) {
-    const int t0 = meta.seq_token_start[sq], n = meta.seq_token_start[sq + 1] - t0;
-    const int p0 = meta.seq_start_pos[sq];
-    const int nc = num_chunks(p0, n);
-    if (idx < nc) {
-      int off;
-      chunk_range(p0, n, idx, off, len);
-      seq = sq;
-      row0 = t0 + off;
-      return true;
-    }
-    idx -= nc;
-  }
-  return false;
 }
 
 // ---- 2. intra-chunk --------------------------------------------------------------------
@@ -694,10 +664,27 @@ void prepare_device() {
       cudaFuncSetAttribute(chunk_intra_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kIntraSmemMax)));
   MOESERVE_CUDA_CHECK(
       cudaFuncSetAttribute(chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStateSmemMax)));
+  const size_t tc_max = std::max(gdn_chunked::intra_tc_smem_bytes_max(), gdn_chunked::state_tc_smem_bytes_max());
+  if (size_t(optin) < tc_max)
+    throw Error("gated_delta_net_chunked: the tensor-core kernels need " + std::to_string(tc_max) +
+                " B of shared memory per block, the device allows " + std::to_string(optin));
+  gdn_chunked::intra_tc_prepare();
+  gdn_chunked::state_tc_prepare();
   done[dev].store(true, std::memory_order_release);
 }
 
+// The kernel variant (set_gdn_chunked_variant).
+std::atomic<int> g_variant{2};
+
 }  // namespace
+
+void set_gdn_chunked_variant(int variant) {
+  if (variant < 0 || variant > 2)
+    throw Error("gated_delta_net_chunked: variant must be 0, 1 or 2, got " + std::to_string(variant));
+  g_variant.store(variant, std::memory_order_relaxed);
+}
+
+int gdn_chunked_variant() { return g_variant.load(std::memory_order_relaxed); }
 
 bool gated_delta_net_chunked_supported(const GdnShape& s) {
   return s.num_k_heads > 0 && s.num_v_heads > 0 && s.num_v_heads % s.num_k_heads == 0 && s.k_head_dim > 0 &&
@@ -739,16 +726,25 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
 
   // Every sequence has at most ceil(n/64) + 1 chunks: P/64 + 2S bounds the total.
   const unsigned chunk_bound = unsigned((P + kC - 1) / kC + 2 * S);
-  const size_t intra_smem = size_t(intra_smem_floats(s.k_head_dim)) * sizeof(float);
-  chunk_intra_kernel<<<dim3(chunk_bound, unsigned(s.num_k_heads)), kThreads, intra_smem, stream>>>(s, meta, first_seq,
-                                                                                                  first_row, w);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  const int variant = gdn_chunked_variant();
+  if (variant >= 1) {
+    gdn_chunked::launch_intra_tc(s, meta, first_seq, first_row, w, chunk_bound, stream);
+  } else {
+    const size_t intra_smem = size_t(intra_smem_floats(s.k_head_dim)) * sizeof(float);
+    chunk_intra_kernel<<<dim3(chunk_bound, unsigned(s.num_k_heads)), kThreads, intra_smem, stream>>>(
+        s, meta, first_seq, first_row, w);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
   mark(2);
 
-  const size_t state_smem = size_t(state_smem_floats(s.k_head_dim)) * sizeof(float);
-  chunk_state_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kBN)), kThreads, state_smem,
-                       stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
-  MOESERVE_CUDA_CHECK_LAUNCH();
+  if (variant >= 2) {
+    gdn_chunked::launch_state_tc(qkv, s, layer, meta, first_seq, first_row, w, stream);
+  } else {
+    const size_t state_smem = size_t(state_smem_floats(s.k_head_dim)) * sizeof(float);
+    chunk_state_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kBN)), kThreads,
+                         state_smem, stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
   mark(3);
 
   const long long norm_warps = (long long)P * s.num_v_heads;

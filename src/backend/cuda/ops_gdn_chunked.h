@@ -28,11 +28,20 @@ namespace moeserve::cuda {
 
 bool gated_delta_net_chunked_supported(const GdnShape& shape);
 
+// The kernel variant (process-wide, for A/B benchmarks; set before any graph capture):
+// 2 (default) tensor-core intra-chunk kernel and tensor-core state pass; 1 tensor-core
+// intra-chunk kernel, CUDA-core state pass; 0 both on CUDA cores (the previous kernels). The
+// tensor-core kernels (ops_gdn_chunked_intra_tc.cu, ops_gdn_chunked_state_tc.cu) use 3xTF32
+// products (f32 operands split into tf32 hi + lo); the variants differ by f32-level rounding,
+// not bit for bit; each is batch and chunk invariant. Throws on another value.
+void set_gdn_chunked_variant(int variant);
+int gdn_chunked_variant();
+
 // Scratch for up to max_tokens prompt rows (f32, each region rounded up to 64 floats):
 // max_tokens · (conv_dim + 3·nv + 2·nv·dk + nv·dv) floats.
 size_t gated_delta_net_chunked_workspace_bytes(const GdnShape& shape, int max_tokens);
 
-// Opts the kernels in to more than 48 KB of shared memory (at most 95 KB, under the 99 KB of
+// Opts the kernels in to more than 48 KB of shared memory (at most 98 KB, under the 99 KB of
 // sm_121) on the current device. The first call of gated_delta_net_chunked per device does it
 // too; call this first when that call may happen inside CUDA-graph capture.
 void gated_delta_net_chunked_prepare();
