@@ -4,6 +4,7 @@
 //
 //   bench_moe_mma                          (M = 1,8,64,512,1024,2048)
 //   bench_moe_mma --m 1024 --iters 50
+//   bench_moe_mma --m 1024,8192 --moe-mma-variant 0     (the previous tensor-core kernels, A/B)
 //
 // Timing: two warm-up launches, then --iters launches of each entry point, each between two CUDA
 // events with a synchronisation after it; the median is reported. The router logits rotate over
@@ -60,9 +61,14 @@ int main(int argc, char** argv) {
   CLI::App app{"moe_routed_experts vs moe_routed_experts_mma (122B-A10B experts, INT4 GPTQ sym g128)"};
   std::string m_list = "1,8,64,512,1024,2048";
   int iters = 20;
+  int variant = moe_mma_variant();
   app.add_option("--m", m_list, "token counts, comma-separated");
+  app.add_option("--moe-mma-variant", variant,
+                 "tensor-core kernel form: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same "
+                 "with 32- / 64-slot tiles at every size above 4 slots per expert, 0 previous (same bits)");
   app.add_option("--iters", iters, "timed launches per entry point");
   CLI11_PARSE(app, argc, argv);
+  set_moe_mma_variant(variant);
 
   const int E = 256, k = 8, H = 3072, I = 1024, g = 128;
   constexpr int kSets = 8;

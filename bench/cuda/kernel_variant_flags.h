@@ -20,6 +20,7 @@ struct KernelVariantFlags {
   int moe_grouped_max = 64;
   int attention_decode = 1;
   int gemm_variant = 1;
+  int moe_mma = cuda::moe_mma_variant();
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
@@ -32,6 +33,9 @@ struct KernelVariantFlags {
     app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (<= 8: off)");
     app.add_option("--attention-decode-variant", attention_decode,
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");
+    app.add_option("--moe-mma-variant", moe_mma,
+                   "prompt-token expert kernels: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same with "
+                   "32- / 64-slot tiles above 4 slots per expert, 0 previous");
     app.add_option("--gemm-variant", gemm_variant,
                    "prompt-token dense GEMM (mma_gemm) 128x128 tiles: 1 cp.async-pipelined, 0 register-staged");
   }
@@ -45,6 +49,7 @@ struct KernelVariantFlags {
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     cuda::set_attention_decode_variant(attention_decode);
     cuda::set_mma_gemm_variant(gemm_variant);
+    cuda::set_moe_mma_variant(moe_mma);
   }
 };
 

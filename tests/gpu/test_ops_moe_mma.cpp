@@ -1,7 +1,8 @@
 // The tensor-core routed-expert block (ops_moe.h moe_routed_experts_mma, ops_moe_mma.cu) against
 // the CPU MoE (cpu::moe_forward with a zero shared expert, as tests/gpu/test_ops_moe.cpp), its
 // batch invariance (a token's bits alone, among 63 and among 299 other tokens, at different
-// positions) and its refusal of GPTQ act-order experts.
+// positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit,
+// and its refusal of GPTQ act-order experts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -91,6 +92,12 @@ std::vector<float> run_mma(const cuda::DeviceExperts& d, const std::vector<float
 
 bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
+// Restores the default kernel form when a test ends (also on a failed ASSERT).
+struct VariantGuard {
+  int saved = cuda::moe_mma_variant();
+  ~VariantGuard() { cuda::set_moe_mma_variant(saved); }
+};
+
 }  // namespace
 
 // Every supported format at the 122B-A10B expert shape (E reduced to 16, top-8: at M = 300 each
@@ -151,9 +158,12 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 // 32-slot tiles (16 / 32 slots per expert: partial, full and several tiles per expert, tiles of
 // <= 16 slots whose second m16 fragment is skipped) and M = 300 on 64-slot tiles; E = 8, k = 3
 // the same; E = 64 runs M = 1 and M = 32 (256 slots) on 16-slot tiles and M = 64 / 300 on
-// 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits.
+// 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. The
+// batches run with every kernel form (set_moe_mma_variant 0 .. 3), the token alone with the
+// default form.
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
   cuda::moe_mma_prepare();  // the model's construction-time opt-ins (MatchesCpuMoe relies on the first call's)
   Rng rng(72);
   const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
@@ -181,12 +191,63 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
       std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
       std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
       std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
-      const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
+      for (int v : {0, 1, 2, 3}) {
+        cuda::set_moe_mma_variant(v);
+        const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
+        ASSERT_TRUE(ran);
+        int diffs = 0;
+        for (int h = 0; h < c.H; ++h) diffs += !bits_equal(alone[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
+        EXPECT_EQ(diffs, 0) << "form " << v << ", token at " << pos << " of " << M << ": " << diffs << " of " << c.H
+                            << " outputs differ from the token alone";
+      }
+      cuda::set_moe_mma_variant(guard.saved);
+    }
+  }
+}
+
+// The kernel forms of set_moe_mma_variant (1: PRMT GPTQ dequantisation and the 1 x 8 64-slot
+// tiling; 2 / 3: the same with 32- / 64-slot tiles above 4 slots per expert) against the previous
+// kernels (0), bit for bit, for every format (GPTQ sym / asym with groups 32 / 64 / 128, FP8,
+// bf16) and M = 1, 5 (16-slot tiles), 64 (32-slot tiles; form 3: 64-slot), 300 and 1024 (64-slot
+// tiles; form 2: 32-slot),
+// at the 122B-A10B expert shape (E reduced to 16) and at small odd shapes (partial column blocks,
+// partial tiles, FP8 edge blocks). Any wrong B value, row, column or group scale changes bits.
+TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(74);
+  const std::vector<ExpertCase> cases{
+      {16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"}, {16, 8, 1024, 512, "gptq-sym-g64"},
+      {16, 8, 1024, 512, "gptq-asym-g64"},  {16, 8, 1024, 512, "gptq-sym-g32"},   {16, 8, 1024, 512, "gptq-asym-g32"},
+      {16, 8, 1024, 512, "fp8"},            {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
+      {6, 2, 384, 64, "gptq-sym-g64"},      {8, 3, 256, 128, "gptq-asym-g128"},   {10, 4, 208, 48, "fp8"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 5, 64, 300, 1024}) {
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      bool ran = false;
+      cuda::set_moe_mma_variant(0);
+      const auto ref = run_mma(d, x, logits, residual, M, c, &ran);
       ASSERT_TRUE(ran);
-      int diffs = 0;
-      for (int h = 0; h < c.H; ++h) diffs += !bits_equal(alone[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
-      EXPECT_EQ(diffs, 0) << "token at " << pos << " of " << M << ": " << diffs << " of " << c.H
-                          << " outputs differ from the token alone";
+      int changed = 0;  // the experts did add something (a guard against comparing two no-ops)
+      for (size_t i = 0; i < ref.size(); ++i) changed += !bits_equal(ref[i], residual[i]);
+      EXPECT_GT(changed, int(ref.size() / 2)) << "M=" << M;
+      for (int v : {1, 2, 3}) {
+        cuda::set_moe_mma_variant(v);
+        const auto got = run_mma(d, x, logits, residual, M, c, &ran);
+        ASSERT_TRUE(ran);
+        int diffs = 0;
+        size_t first = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+          if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+        EXPECT_EQ(diffs, 0) << "form " << v << " M=" << M << ": " << diffs << " of " << got.size()
+                            << " outputs differ from the previous kernels; first at token " << first / size_t(c.H)
+                            << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+      }
     }
   }
 }

@@ -83,6 +83,22 @@ __device__ __forceinline__ uint32_t gptq_pair_to_bf16x2(uint32_t word, int j, ui
   return bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&zz)));
 }
 
+// gptq_pair_to_bf16x2_prmt's per-thread byte selector for nibble pair j (k = 2j, 2j+1 of a word):
+// result byte 0 <- byte j of the word (q0 in its low nibble), byte 2 <- byte j of word >> 4 (q1 in
+// its low nibble); bytes 1 and 3 take byte 0 of the word (masked away).
+__host__ __device__ constexpr uint32_t gptq_pair_selector(int j) { return uint32_t(j) | (uint32_t(4 + j) << 8); }
+
+// The same bits as gptq_pair_to_bf16x2(word, j, zz) with sel = gptq_pair_selector(j): it builds the
+// same bf16 pair v = (128 + q0, 128 + q1) (low half first) and subtracts the same zz with the same
+// __hsub2, but in three integer instructions (SHF word >> 4, PRMT, LOP3 (x & 0x000F000F) |
+// 0x43004300) instead of the variable shifts and masks of the per-nibble form. (One PRMT cannot do
+// it without the shift: q1 sits in bits 7..4 of its byte, and bit 7 of a bf16's low byte is an
+// exponent bit, so the nibble must move down into the mantissa.)
+__device__ __forceinline__ uint32_t gptq_pair_to_bf16x2_prmt(uint32_t word, uint32_t sel, uint32_t zz) {
+  const uint32_t v = (__byte_perm(word, word >> 4, sel) & 0x000F000Fu) | 0x43004300u;
+  return bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&zz)));
+}
+
 // cp.async (sm_80+): 16 bytes (L2 only) or 4 bytes global -> shared, asynchronously; a commit
 // closes a group, wait_group<N> waits until at most N of this thread's groups are pending.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {

@@ -98,6 +98,15 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
                             float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                             const float* shared_gate_logit = nullptr);
 size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= max_tokens (up to 2048+)
+// The kernel form moe_routed_experts_mma launches (ops_moe_mma.cu): 1 (default) GPTQ nibble pairs
+// converted with one PRMT + one LOP3 (+ a shift), and the 64-slot tiling's 8 warps 1 x 8 (each
+// GPTQ / FP8 weight word converted once per CTA), 0 the previous kernels, for an A/B in one binary
+// (bench flag --moe-mma-variant); 2 / 3 the variant-1 kernels with 32-slot / 64-slot tiles at
+// every step above 4 slots per expert on average (A/B switches of the tile size; by default
+// 32-slot tiles up to 40 slots per expert, 64-slot above). All give every output the same bits. Read on
+// the host at launch (a captured CUDA graph keeps the kernels it captured).
+void set_moe_mma_variant(int variant);
+int moe_mma_variant();
 // Opts the kernels of moe_routed_experts_mma in to their (> 48 KB) dynamic shared memory on the
 // current device, so that a later first call may happen inside CUDA-graph capture (the first call
 // does it too when this was not called). Call once per device at model construction, not inside

@@ -26,7 +26,8 @@
 // is local; the column blocks of one tile are adjacent CTAs, so they share its A rows in L2); CTAs
 // with t >= *num_tiles exit at once. Tilings (Tiling below):
 //   prefill (BM 64): gate_up BN 128 + 128, down BN 256; 8 warps 2 (rows) x 4 (columns), warp tile
-//                    32 x 32 (+ 32) / 32 x 64; 1 CTA per SM (the GPTQ / FP8 accumulators: C and
+//                    32 x 32 (+ 32) / 32 x 64 (kernel form 1, GPTQ / FP8: 1 x 8, warp tile
+//                    64 x 16 (+ 16) / 64 x 32); 1 CTA per SM (the GPTQ / FP8 accumulators: C and
 //                    the scaled sum, 128 registers per thread).
 //                    Used above 40 slots per expert on average (tiles mostly full).
 //   32-slot (BM 32): gate_up BN 128 + 128, down BN 256 (the prefill tiling's weight tile); 8 warps
@@ -50,6 +51,21 @@
 // never copied (zeroed once); m16 row fragments at or past the slot count are skipped
 // (warp-uniform).
 //
+// Kernel forms (set_moe_mma_variant, ops_moe.h; all give the same bits):
+//   0: the previous kernels: GPTQ B pairs by gptq_pair_to_bf16x2 (variable shifts and masks per
+//      nibble, ~6 integer instructions + HSUB2 per pair); the 64-slot tiling 2 x 4 warps, so each
+//      B fragment (weight word) is loaded and converted by both rows of warps.
+//   1 (default): GPTQ B pairs by gptq_pair_to_bf16x2_prmt (SHF, PRMT with a per-lane selector,
+//      LOP3 + the same HSUB2: the same bf16 pair (128 + q) minus the same (128 + zero)); the
+//      64-slot tiling (GPTQ, FP8) 1 x 8 warps, each warp all 64 rows of 16 (+16) / 32 columns:
+//      per k16 step and warp 4 x 2 A ldmatrix.x4 (was 2 x 2) and half the B loads and
+//      conversions (gate_up: 8 pairs per 32 MMAs, was 16), the A registers loaded per m16
+//      fragment next to its MMAs.
+//   2, 3: form 1 with 32-slot (2) or 64-slot (3) tiles at every size above 4 slots per expert (A/B
+//      switches of the tile size: 32-slot tiles run 2 CTAs per SM but read and convert each
+//      weight word once per 32 slots, and an expert with 33-40 slots takes 2 tiles; 64-slot tiles
+//      skip their m16 fragments past the slot count, so a 33-slot tile costs 3 of 4 fragments).
+//
 // Arithmetic of one output (slot, n), fixed by K and the format only (never by the tiling, the
 // tile, the slot's row in it, M or the other slots: an MMA computes each C element from its own A
 // row, B column and old value), for each k16 step in ascending k: C = mma(hi, B, C), C = mma(lo, B, C);
@@ -71,9 +87,10 @@
 // the 32-slot tiling 32·4 against the same 128 (an expert with 33-64 slots has 2 tiles there, so
 // its weights are read twice, the second time mostly from L2: one expert's tiles are adjacent in
 // the grid). Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
-// words per n8 tile per warp (GPTQ), so ~1 wavefront per MMA (32-slot: ~1.5, its warps cover
-// all 32 rows but half the columns). At decode-like sizes the weight stream is the
-// bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs per SM.
+// words per n8 tile per warp (GPTQ), so ~1 wavefront per MMA (32-slot and form 1's 64-slot
+// 1 x 8: ~1.25-1.5, their warps cover all rows but fewer columns). At decode-like sizes the
+// weight stream is the bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs
+// per SM.
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -99,18 +116,23 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 
 // One CTA shape: kMats = 2 (gate and up: B rows [0, BN) gate, [BN, 2·BN) up) or 1 (down); BM slots
 // x BN columns per matrix; WM x WN warps; the k tile and the stage layout of weight format F.
-template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F>
+// V: the kernel form (set_moe_mma_variant): 0 the previous kernels, 1 GPTQ pairs dequantised with
+// one PRMT (gptq_pair_to_bf16x2_prmt) and, for the 64-slot tiling, 1 x 8 warps (each weight word
+// converted once per CTA instead of once per row of warps). Same bits.
+template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F, int V_ = 0>
 struct Tiling {
-  static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_;
+  static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_, V = V_;
   // k tile: prefill 64 (GPTQ) / 32; 32-slot 32 (GPTQ too: with BK 64 its gate_up spills at the
   // 128-register cap of 2 CTAs per SM); small 128. The arithmetic does not depend on it.
   static constexpr int BK = BM == 64 ? (F == BFmt::Gptq ? 64 : 32) : BM == 32 ? 32 : 128;
-  // Load each m16 fragment's A registers next to its MMAs (one fragment's 8 registers live, not
-  // MI's): the 2-CTA tilings, under the 128-register cap. Same MMAs per output, same order.
-  static constexpr bool kAPerFragment = kMinBlocks >= 2;
   static constexpr int kThreads = WM * WN * 32;
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // warp tile (columns per matrix)
   static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
+  // Load each m16 fragment's A registers next to its MMAs (one fragment's 8 registers live, not
+  // MI's): the 2-CTA tilings, under the 128-register cap, and the 4-fragment (1 x 8 warps, 64-row)
+  // warp tiles, whose 4 x 8 A registers would not fit next to their 128 accumulators. Same MMAs
+  // per output, same order.
+  static constexpr bool kAPerFragment = kMinBlocks >= 2 || MI >= 4;
   static constexpr int BR = kMats * BN;                      // B rows (columns of the output)
   static constexpr int AS = BK + 8;                          // bf16 per A row in shared memory
   static constexpr int kAPlane = BM * AS * 2;                // bytes of one A plane (hi or lo)
@@ -132,15 +154,20 @@ struct Tiling {
   static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
   static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
   static_assert(kStages >= 2, "at least double buffering");
+  static_assert(V == 0 || V == 1, "kernel forms 0 and 1");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
-template <BFmt F> using GateUpLarge = Tiling<2, kLargeBM, 128, 2, 4, 1, 4, F>;
-template <BFmt F> using DownLarge = Tiling<1, kLargeBM, 256, 2, 4, 1, 4, F>;
-template <BFmt F> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, 4, F>;
-template <BFmt F> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, 4, F>;
-template <BFmt F> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F>;
-template <BFmt F> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F>;
+// Variant 0: the 64-slot tiling's 8 warps 2 x 4; variant 1: 1 x 8 (64 rows x 16 (+16) / 32
+// columns per warp). Bf16 experts (nothing to convert) always take variant 0.
+template <BFmt F, int V>
+using GateUpLarge = Tiling<2, kLargeBM, 128, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
+template <BFmt F, int V>
+using DownLarge = Tiling<1, kLargeBM, 256, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
+template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, 4, F, V>;
+template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, 4, F, V>;
+template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
+template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
 
 __device__ __forceinline__ float silu_mul_rn(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
@@ -293,6 +320,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   // GPTQ: bf16 pair (128 + zero) of this lane's column per (mat, ni), for the current group.
   uint32_t zz[kMats][NI];
+  const uint32_t psel = gptq_pair_selector(t4);  // variant 1: this lane's nibble pair (byte t4 of a word)
 #pragma unroll
   for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
@@ -365,8 +393,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           const int row = brow(mat, ni);
           if constexpr (F == BFmt::Gptq) {
             const unsigned char* p = st + T::kBOff + ((ks * 2) * BR + row) * 4;
-            b[mat][ni][0] = gptq_pair_to_bf16x2(*reinterpret_cast<const uint32_t*>(p), t4, zz[mat][ni]);
-            b[mat][ni][1] = gptq_pair_to_bf16x2(*reinterpret_cast<const uint32_t*>(p + BR * 4), t4, zz[mat][ni]);
+            const uint32_t w0 = *reinterpret_cast<const uint32_t*>(p);
+            const uint32_t w1 = *reinterpret_cast<const uint32_t*>(p + BR * 4);
+            if constexpr (T::V >= 1) {
+              b[mat][ni][0] = gptq_pair_to_bf16x2_prmt(w0, psel, zz[mat][ni]);
+              b[mat][ni][1] = gptq_pair_to_bf16x2_prmt(w1, psel, zz[mat][ni]);
+            } else {
+              b[mat][ni][0] = gptq_pair_to_bf16x2(w0, t4, zz[mat][ni]);
+              b[mat][ni][1] = gptq_pair_to_bf16x2(w1, t4, zz[mat][ni]);
+            }
           } else if constexpr (F == BFmt::Fp8) {
             const unsigned char* p = st + T::kBOff + row * T::kWRow + ks * 16;
             b[mat][ni][0] = fp8x2_to_bf16x2(*reinterpret_cast<const uint16_t*>(p + 2 * t4));
@@ -566,14 +601,26 @@ void ensure_opt_in() {
   }
 }
 
+// The kernel form each tiling of format F takes for variant V: variant 1 changes the GPTQ
+// conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8); anything else runs the
+// variant-0 kernels (no duplicate instantiations).
+template <BFmt F> constexpr int large_form(int v) { return F == BFmt::Bf16 ? 0 : v; }
+template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? v : 0; }
+
+template <BFmt F, int V>
+void opt_in_variant() {
+  constexpr int L = large_form<F>(V), S = small_form<F>(V);
+  ensure_opt_in<GateUpLarge<F, L>, F>();
+  ensure_opt_in<DownLarge<F, L>, F>();
+  ensure_opt_in<GateUpMid<F, S>, F>();
+  ensure_opt_in<DownMid<F, S>, F>();
+  ensure_opt_in<GateUpSmall<F, S>, F>();
+  ensure_opt_in<DownSmall<F, S>, F>();
+}
 template <BFmt F>
 void opt_in_all() {
-  ensure_opt_in<GateUpLarge<F>, F>();
-  ensure_opt_in<DownLarge<F>, F>();
-  ensure_opt_in<GateUpMid<F>, F>();
-  ensure_opt_in<DownMid<F>, F>();
-  ensure_opt_in<GateUpSmall<F>, F>();
-  ensure_opt_in<DownSmall<F>, F>();
+  opt_in_variant<F, 0>();
+  opt_in_variant<F, 1>();
 }
 
 template <class T, BFmt F>
@@ -598,20 +645,38 @@ void launch_pair(const MoeShape& s, const DeviceExperts& ex, const TileList& til
   launch_one<DN, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, tiles, grid_tiles, d, d, nullptr, nullptr, w.y, stream);
 }
 
-template <BFmt F>
+template <BFmt F, int V>
 void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
                     const Workspace& w, cudaStream_t stream) {
+  constexpr int L = large_form<F>(V), S = small_form<F>(V);
   if (bm == kSmallBM)
-    launch_pair<GateUpSmall<F>, DownSmall<F>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpSmall<F, S>, DownSmall<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
   else if (bm == kMidBM)
-    launch_pair<GateUpMid<F>, DownMid<F>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpMid<F, S>, DownMid<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
   else
-    launch_pair<GateUpLarge<F>, DownLarge<F>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpLarge<F, L>, DownLarge<F, L>, F>(s, ex, tiles, grid_tiles, w, stream);
 }
+
+template <BFmt F>
+void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles,
+                    int grid_tiles, const Workspace& w, cudaStream_t stream) {
+  if (variant == 0)  // 2, 3: the variant-1 kernels (with other tiles)
+    launch_experts<F, 0>(bm, s, ex, tiles, grid_tiles, w, stream);
+  else
+    launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
+}
+
+std::atomic<int> g_variant{1};
 
 }  // namespace
 
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
+
+void set_moe_mma_variant(int variant) {
+  if (variant < 0 || variant > 3) throw Error("moe_mma: variant must be 0 (previous kernels), 1, 2 or 3");
+  g_variant.store(variant);
+}
+int moe_mma_variant() { return g_variant.load(); }
 
 void moe_mma_prepare() {
   opt_in_all<BFmt::Gptq>();
@@ -644,8 +709,11 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   //   <= 40 32-slot tiles (the 64-slot tiling's second row of warps would mostly idle on tiles
   //         of ~32 slots; 2 CTAs per SM);
   //   else  64-slot tiles.
-  // All give the same bits.
-  const int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
+  // All give the same bits. Variants 2 and 3 (A/B switches) take 32-slot (2) or 64-slot (3)
+  // tiles at every size above 4.
+  const int variant = g_variant.load();
+  int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
+  if (bm != kSmallBM && variant >= 2) bm = variant == 2 ? kMidBM : kLargeBM;
   const long long grid_tiles = (slots + bm - 1) / bm + std::min<long long>(slots, s.num_experts);
   if (grid_tiles > 65535) throw Error("moe_mma: too many tokens for one launch");
   Workspace w;
@@ -662,13 +730,13 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
   switch (f) {
     case quant::WeightFormat::GptqInt4:
-      launch_experts<BFmt::Gptq>(bm, s, ex, tiles, int(grid_tiles), w, stream);
+      launch_experts<BFmt::Gptq>(variant, bm, s, ex, tiles, int(grid_tiles), w, stream);
       break;
     case quant::WeightFormat::Fp8Block:
-      launch_experts<BFmt::Fp8>(bm, s, ex, tiles, int(grid_tiles), w, stream);
+      launch_experts<BFmt::Fp8>(variant, bm, s, ex, tiles, int(grid_tiles), w, stream);
       break;
     default:
-      launch_experts<BFmt::Bf16>(bm, s, ex, tiles, int(grid_tiles), w, stream);
+      launch_experts<BFmt::Bf16>(variant, bm, s, ex, tiles, int(grid_tiles), w, stream);
       break;
   }
   combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
