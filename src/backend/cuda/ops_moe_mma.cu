@@ -57,6 +57,7 @@
 //      B fragment (weight word) is loaded and converted by both rows of warps.
 //   1 (default): GPTQ B pairs by gptq_pair_to_bf16x2_prmt (SHF, PRMT with a per-lane selector,
 //      LOP3 + the same HSUB2: the same bf16 pair (128 + q) minus the same (128 + zero)); the
+//      group tests and indices (k % g, k / g) by mask and shift instead of integer divisions; the
 //      64-slot tiling (GPTQ, FP8) 1 x 8 warps, each warp all 64 rows of 16 (+16) / 32 columns:
 //      per k16 step and warp 4 x 2 A ldmatrix.x4 (was 2 x 2) and half the B loads and
 //      conversions (gate_up: 8 pairs per 32 MMAs, was 16), the A registers loaded per m16
@@ -229,6 +230,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int gsize = w0.group;  // GPTQ group (32 / 64 / 128)
   const int groups = F == BFmt::Gptq ? K / gsize : 1;
   const int nslots = F == BFmt::Gptq ? (gsize >= BK ? 1 : BK / gsize) : 0;  // groups per k tile
+  // k % gsize and k / gsize (k >= 0). Form 1: a mask and a shift (gsize is 32, 64 or 128), not
+  // the integer division by a runtime value that % and / compile to (tens of instructions, twice
+  // per k16 step). The same values.
+  const int gshift = F == BFmt::Gptq ? 31 - __clz(gsize) : 0;
+  auto gmod = [&](int k) { return T::V >= 1 ? k & (gsize - 1) : k % gsize; };
+  auto gdiv = [&](int k) { return T::V >= 1 ? k >> gshift : k / gsize; };
   const bool sym0 = w0.sym, sym1 = kMats == 2 ? w1.sym : w0.sym;
 
   auto load_tile = [&](int stage, int k0) {
@@ -266,7 +273,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         const bool m1 = kMats == 2 && col >= BN;
         const int n = n0 + col - (m1 ? BN : 0);
         if (s < nslots && kk < K && n < N) {
-          const size_t grow = size_t(e) * groups + kk / gsize;
+          const size_t grow = size_t(e) * groups + gdiv(kk);
           cp_async16(st + uint32_t(T::kScaleOff + (s * BR + col) * 2), (m1 ? w1.scales : w0.scales) + grow * N + n);
           if (!(m1 ? sym1 : sym0))  // the zero word of these 8 columns
             cp_async4(st + uint32_t(T::kZeroOff + (s * (BR / 8) + col / 8) * 4),
@@ -360,8 +367,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const int k = k0 + ks * 16;
       if (k >= K) break;  // uniform over the CTA
       if constexpr (F == BFmt::Gptq) {
-        if (k % gsize == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
-          const int slot = (k - k0) / gsize;
+        if (gmod(k) == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
+          const int slot = gdiv(k - k0);
 #pragma unroll
           for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
@@ -455,8 +462,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           }
       }
       if constexpr (F == BFmt::Gptq) {
-        if ((k + 16) % gsize == 0) {
-          const int slot = (k - k0) / gsize;
+        if (gmod(k + 16) == 0) {
+          const int slot = gdiv(k - k0);
           const __half* sc = reinterpret_cast<const __half*>(st + T::kScaleOff) + slot * BR;
           flush([&](int mat, int ni, int j) {
             return __half2float(sc[mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4 + j]);
