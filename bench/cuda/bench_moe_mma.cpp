@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--m", m_list, "token counts, comma-separated");
   app.add_option("--moe-mma-variant", variant,
                  "tensor-core kernel form: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same "
-                 "with 32- / 64-slot tiles at every size above 4 slots per expert, 0 previous (same bits)");
+                 "with 32- / 64-slot tiles at every size above 4 slots per expert, 4 1 with an 8-stage ring in the "
+                 "32-slot GPTQ kernels, 0 previous (same bits)");
   app.add_option("--iters", iters, "timed launches per entry point");
   CLI11_PARSE(app, argc, argv);
   set_moe_mma_variant(variant);

@@ -35,7 +35,7 @@ struct KernelVariantFlags {
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");
     app.add_option("--moe-mma-variant", moe_mma,
                    "prompt-token expert kernels: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same with "
-                   "32- / 64-slot tiles above 4 slots per expert, 0 previous");
+                   "32- / 64-slot tiles above 4 slots per expert, 4 1 with an 8-stage 32-slot GPTQ ring, 0 previous");
     app.add_option("--gemm-variant", gemm_variant,
                    "prompt-token dense GEMM (mma_gemm) 128x128 tiles: 1 cp.async-pipelined, 0 register-staged");
   }

@@ -159,7 +159,7 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 // <= 16 slots whose second m16 fragment is skipped) and M = 300 on 64-slot tiles; E = 8, k = 3
 // the same; E = 64 runs M = 1 and M = 32 (256 slots) on 16-slot tiles and M = 64 / 300 on
 // 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. The
-// batches run with every kernel form (set_moe_mma_variant 0 .. 3), the token alone with the
+// batches run with every kernel form (set_moe_mma_variant 0 .. 4), the token alone with the
 // default form.
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
@@ -191,7 +191,7 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
       std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
       std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
       std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
-      for (int v : {0, 1, 2, 3}) {
+      for (int v : {0, 1, 2, 3, 4}) {
         cuda::set_moe_mma_variant(v);
         const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
         ASSERT_TRUE(ran);
@@ -206,11 +206,11 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
 }
 
 // The kernel forms of set_moe_mma_variant (1: PRMT GPTQ dequantisation and the 1 x 8 64-slot
-// tiling; 2 / 3: the same with 32- / 64-slot tiles above 4 slots per expert) against the previous
-// kernels (0), bit for bit, for every format (GPTQ sym / asym with groups 32 / 64 / 128, FP8,
-// bf16) and M = 1, 5 (16-slot tiles), 64 (32-slot tiles; form 3: 64-slot), 300 and 1024 (64-slot
-// tiles; form 2: 32-slot),
-// at the 122B-A10B expert shape (E reduced to 16) and at small odd shapes (partial column blocks,
+// tiling; 2 / 3: the same with 32- / 64-slot tiles above 4 slots per expert; 4: a deeper ring in
+// the GPTQ 32-slot kernels, on the H200) against the previous kernels (0), bit for bit, for every
+// format (GPTQ sym / asym with groups 32 / 64 / 128, FP8, bf16) and M = 1, 5 (16-slot tiles), 64
+// (32-slot tiles; form 3: 64-slot), 300 and 1024 (64-slot tiles; form 2: 32-slot), at the
+// 122B-A10B expert shape (E reduced to 16) and at small odd shapes (partial column blocks,
 // partial tiles, FP8 edge blocks). Any wrong B value, row, column or group scale changes bits.
 TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
   MOESERVE_REQUIRE_GPU();
@@ -236,7 +236,7 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
       int changed = 0;  // the experts did add something (a guard against comparing two no-ops)
       for (size_t i = 0; i < ref.size(); ++i) changed += !bits_equal(ref[i], residual[i]);
       EXPECT_GT(changed, int(ref.size() / 2)) << "M=" << M;
-      for (int v : {1, 2, 3}) {
+      for (int v : {1, 2, 3, 4}) {
         cuda::set_moe_mma_variant(v);
         const auto got = run_mma(d, x, logits, residual, M, c, &ran);
         ASSERT_TRUE(ran);

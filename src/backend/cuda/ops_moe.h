@@ -103,7 +103,9 @@ size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= 
 // GPTQ / FP8 weight word converted once per CTA), 0 the previous kernels, for an A/B in one binary
 // (bench flag --moe-mma-variant); 2 / 3 the variant-1 kernels with 32-slot / 64-slot tiles at
 // every step above 4 slots per expert on average (A/B switches of the tile size; by default
-// 32-slot tiles up to 40 slots per expert, 64-slot above). All give every output the same bits. Read on
+// 32-slot tiles up to 40 slots per expert, 64-slot above), 4 variant 1 with an 8-stage cp.async
+// ring in the GPTQ 32-slot kernels where 2 CTAs of 77 KB fit an SM (H200; elsewhere variant 1).
+// All give every output the same bits. Read on
 // the host at launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_mma_variant(int variant);
 int moe_mma_variant();

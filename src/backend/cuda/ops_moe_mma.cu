@@ -66,6 +66,9 @@
 //      switches of the tile size: 32-slot tiles run 2 CTAs per SM but read and convert each
 //      weight word once per 32 slots, and an expert with 33-40 slots takes 2 tiles; 64-slot tiles
 //      skip their m16 fragments past the slot count, so a 33-slot tile costs 3 of 4 fragments).
+//   4: form 1 with an 8-stage cp.async ring (7 k tiles in flight, 77 KB) in the GPTQ 32-slot
+//      tiling instead of 4 (39 KB), where 2 such CTAs fit an SM (the H200's 228 KB; not the DGX
+//      Spark, which keeps form 1): more weight / A latency hidden behind each CTA's barriers.
 //
 // Arithmetic of one output (slot, n), fixed by K and the format only (never by the tiling, the
 // tile, the slot's row in it, M or the other slots: an MMA computes each C element from its own A
@@ -117,9 +120,10 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 
 // One CTA shape: kMats = 2 (gate and up: B rows [0, BN) gate, [BN, 2·BN) up) or 1 (down); BM slots
 // x BN columns per matrix; WM x WN warps; the k tile and the stage layout of weight format F.
-// V: the kernel form (set_moe_mma_variant): 0 the previous kernels, 1 GPTQ pairs dequantised with
-// one PRMT (gptq_pair_to_bf16x2_prmt) and, for the 64-slot tiling, 1 x 8 warps (each weight word
-// converted once per CTA instead of once per row of warps). Same bits.
+// V: the kernel form: 0 the previous kernels, 1 GPTQ pairs dequantised with one PRMT
+// (gptq_pair_to_bf16x2_prmt), group indices by shifts and, for the 64-slot tiling, 1 x 8 warps
+// (each weight word converted once per CTA instead of once per row of warps); 2 form 1 with a
+// deeper cp.async ring (32-slot tiling). Same bits.
 template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F, int V_ = 0>
 struct Tiling {
   static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_, V = V_;
@@ -155,7 +159,7 @@ struct Tiling {
   static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
   static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(V == 0 || V == 1, "kernel forms 0 and 1");
+  static_assert(V >= 0 && V <= 2, "kernel forms 0, 1 and 2");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
@@ -165,8 +169,10 @@ template <BFmt F, int V>
 using GateUpLarge = Tiling<2, kLargeBM, 128, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
 template <BFmt F, int V>
 using DownLarge = Tiling<1, kLargeBM, 256, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
-template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, 4, F, V>;
-template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, 4, F, V>;
+// Form 2 (GPTQ): the 32-slot tiling with an 8-stage ring (77 KB; 2 CTAs per SM need 156 KB of
+// an SM's shared memory: the H200, not the DGX Spark, whose launches keep form 1).
+template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 2 ? 8 : 4, F, V>;
+template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 ? 8 : 4, F, V>;
 template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
 template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
 
@@ -478,10 +484,16 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // ---- the cp.async ring: kStages − 1 k tiles in flight while one is computed ----
   __syncthreads();  // the zeroing above is done before any copy lands
   const int kt_count = (K + BK - 1) / BK;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  auto prologue = [&](int s) {
     if (s < kt_count) load_tile(s, s * BK);
     cp_async_commit();  // always commit (possibly empty): the group count stays uniform
+  };
+  if constexpr (T::V == 2) {  // the deep ring: a loop (7 inlined tile loads push the 128-register cap)
+#pragma unroll 1
+    for (int s = 0; s < kStages - 1; ++s) prologue(s);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) prologue(s);
   }
   for (int kt = 0; kt < kt_count; ++kt) {
     cp_async_wait<kStages - 2>();  // this thread's copies of tile kt have landed
@@ -603,24 +615,28 @@ void ensure_opt_in() {
     if (!bit || !(done.load() & bit)) {
       MOESERVE_CUDA_CHECK(
           cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+      if constexpr (T::V == 2)  // the deep ring: all of the SM's L1 as shared memory (2 CTAs of 77 KB)
+        MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 int(cudaSharedmemCarveoutMaxShared)));
       done.fetch_or(bit);
     }
   }
 }
 
-// The kernel form each tiling of format F takes for variant V: variant 1 changes the GPTQ
-// conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8); anything else runs the
-// variant-0 kernels (no duplicate instantiations).
-template <BFmt F> constexpr int large_form(int v) { return F == BFmt::Bf16 ? 0 : v; }
-template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? v : 0; }
+// The kernel form each tiling of format F takes for form V (0, 1, 2): form 1 changes the GPTQ
+// conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8), form 2 also the GPTQ
+// 32-slot ring; anything else runs the form-0 / form-1 kernels (no duplicate instantiations).
+template <BFmt F> constexpr int large_form(int v) { return F == BFmt::Bf16 ? 0 : cmin(v, 1); }
+template <BFmt F> constexpr int mid_form(int v) { return F == BFmt::Gptq ? v : 0; }
+template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? cmin(v, 1) : 0; }
 
 template <BFmt F, int V>
 void opt_in_variant() {
-  constexpr int L = large_form<F>(V), S = small_form<F>(V);
+  constexpr int L = large_form<F>(V), M = mid_form<F>(V), S = small_form<F>(V);
   ensure_opt_in<GateUpLarge<F, L>, F>();
   ensure_opt_in<DownLarge<F, L>, F>();
-  ensure_opt_in<GateUpMid<F, S>, F>();
-  ensure_opt_in<DownMid<F, S>, F>();
+  ensure_opt_in<GateUpMid<F, M>, F>();
+  ensure_opt_in<DownMid<F, M>, F>();
   ensure_opt_in<GateUpSmall<F, S>, F>();
   ensure_opt_in<DownSmall<F, S>, F>();
 }
@@ -628,6 +644,18 @@ template <BFmt F>
 void opt_in_all() {
   opt_in_variant<F, 0>();
   opt_in_variant<F, 1>();
+  opt_in_variant<F, 2>();
+}
+
+// Whether two CTAs of the deep-ring 32-slot kernels fit one SM's shared memory on this device
+// (plus the per-block reservation); otherwise variant 4 launches form 1.
+bool deep_ring_fits() {
+  int per_sm = 0, reserved = 0;
+  const int dev = current_device();
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  constexpr int kBytes = std::max(GateUpMid<BFmt::Gptq, 2>::kSmemBytes, DownMid<BFmt::Gptq, 2>::kSmemBytes);
+  return per_sm >= 2 * (kBytes + reserved);
 }
 
 template <class T, BFmt F>
@@ -655,11 +683,11 @@ void launch_pair(const MoeShape& s, const DeviceExperts& ex, const TileList& til
 template <BFmt F, int V>
 void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles, int grid_tiles,
                     const Workspace& w, cudaStream_t stream) {
-  constexpr int L = large_form<F>(V), S = small_form<F>(V);
+  constexpr int L = large_form<F>(V), M = mid_form<F>(V), S = small_form<F>(V);
   if (bm == kSmallBM)
     launch_pair<GateUpSmall<F, S>, DownSmall<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
   else if (bm == kMidBM)
-    launch_pair<GateUpMid<F, S>, DownMid<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpMid<F, M>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
   else
     launch_pair<GateUpLarge<F, L>, DownLarge<F, L>, F>(s, ex, tiles, grid_tiles, w, stream);
 }
@@ -667,9 +695,11 @@ void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const Ti
 template <BFmt F>
 void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts& ex, const TileList& tiles,
                     int grid_tiles, const Workspace& w, cudaStream_t stream) {
-  if (variant == 0)  // 2, 3: the variant-1 kernels (with other tiles)
+  if (variant == 0)
     launch_experts<F, 0>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else
+  else if (variant == 4 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
+    launch_experts<F, 2>(bm, s, ex, tiles, grid_tiles, w, stream);
+  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply
     launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
 }
 
@@ -680,7 +710,7 @@ std::atomic<int> g_variant{1};
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 3) throw Error("moe_mma: variant must be 0 (previous kernels), 1, 2 or 3");
+  if (variant < 0 || variant > 4) throw Error("moe_mma: variant must be 0 (previous kernels) .. 4");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -720,7 +750,7 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   // tiles at every size above 4.
   const int variant = g_variant.load();
   int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
-  if (bm != kSmallBM && variant >= 2) bm = variant == 2 ? kMidBM : kLargeBM;
+  if (bm != kSmallBM && (variant == 2 || variant == 3)) bm = variant == 2 ? kMidBM : kLargeBM;
   const long long grid_tiles = (slots + bm - 1) / bm + std::min<long long>(slots, s.num_experts);
   if (grid_tiles > 65535) throw Error("moe_mma: too many tokens for one launch");
   Workspace w;
