@@ -1,12 +1,13 @@
 // The kernel A/B switches shared by bench_decode and bench_kernels: each flag selects one of
 // several kernel forms that give the same bits (the setters in ops_quant_gemv.h, ops_moe.h,
-// ops_attention.h, ops_mma_gemm.h), so one binary can compare them. Defaults are the library's
+// ops_attention.h, ops_mma_gemm.h; the chunked DeltaNet forms of ops_gdn_chunked.h differ in f32 rounding), so one binary can compare them. Defaults are the library's
 // defaults.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
 
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_gdn_chunked.h"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
@@ -21,6 +22,8 @@ struct KernelVariantFlags {
   int attention_decode = 1;
   int gemm_variant = 1;
   int moe_mma = cuda::moe_mma_variant();
+  int attention_prefill = cuda::attention_prefill_variant();
+  int gdn_chunked = cuda::gdn_chunked_variant();
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
@@ -38,6 +41,10 @@ struct KernelVariantFlags {
                    "32- / 64-slot tiles above 4 slots per expert, 4 1 with an 8-stage 32-slot GPTQ ring, 0 previous");
     app.add_option("--gemm-variant", gemm_variant,
                    "prompt-token dense GEMM (mma_gemm) 128x128 tiles: 1 cp.async-pipelined, 0 register-staged");
+    app.add_option("--attention-prefill-variant", attention_prefill,
+                   "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
+    app.add_option("--gdn-chunked-variant", gdn_chunked,
+                   "chunked DeltaNet: 2 tensor-core intra + state, 1 tensor-core intra only, 0 CUDA cores");
   }
 
   // Sets the process-wide switches (before any graph is captured); throws on a bad value.
@@ -50,6 +57,8 @@ struct KernelVariantFlags {
     cuda::set_attention_decode_variant(attention_decode);
     cuda::set_mma_gemm_variant(gemm_variant);
     cuda::set_moe_mma_variant(moe_mma);
+    cuda::set_attention_prefill_variant(attention_prefill);
+    cuda::set_gdn_chunked_variant(gdn_chunked);
   }
 };
 
