@@ -32,7 +32,11 @@
 //    nk + nv), block round32(max(dk, dv)): a key-head CTA does q and k of 8 tokens (thread =
 //    channel, block reductions in a fixed warp order), a value-head CTA v and the gates.
 //    Writes conv_out [P][conv_dim] (q̂ | k̂ | v), g and β [P][nv]. P = prompt rows.
-//    Bytes: P·conv_dim·(4 + 4) + P·nv·16.
+//    Bytes: P·conv_dim·(4 + 4) + P·nv·16. Latency-bound: each tap is a separate global load
+//    in a runtime-length loop, so a thread's loads issue nearly one at a time.
+// 1b. chunk_prep2_kernel (variant 3): the same outputs bit for bit, 16 tokens per CTA, each
+//    thread's conv window (16 + K − 1 rows of its channel) loaded in one burst into registers
+//    first (see its comment). Same bytes, loads in flight together: bandwidth-bound.
 // 2. chunk_intra_kernel: everything inside a chunk that does not need S, all chunks of all
 //    heads at once. Grid (chunk bound, nk), 256 threads; a CTA finds its chunk by walking the
 //    sequences' chunk counts (surplus CTAs exit). Per (chunk, k-head): K̂ and Q̂ in shared

@@ -33,6 +33,27 @@
 // cores; bytes per chunk and CTA (L2): 64·(3·dk + 2·32)·4 in, 64·32·4 out; the state once.
 // The sequence's chain is T/64 dependent chunks per CTA, as before: the tensor cores shorten
 // each link (fewer issue slots per MAC than f32 FMAs with their shared-memory loads).
+//
+// Variant 3 (template kAhead): the same kernel, arithmetic and bits, plus an L2 prefetch ring
+// across chunks. Without it a chain link is latency-bound: the grid walks the chunks in step,
+// so every stage is one burst of DRAM reads by all CTAs at once (W, Q̃, U, P U of every head,
+// K̂ of every k-head: 64·nv·(2·dk + 2·dv)·4 + 64·nk·dk·4 B = 8.9 MB per chunk at the 122B shape,
+// O written back 2 MB), issued only one stage (of nA + 1 per link) before it is needed; U and
+// P U are plain loads into registers. Shared memory cannot hold a deeper ring (the two stage
+// buffers are 68 KB of the 98 KB; a third would pass the 99 KB of sm_121, and halving the
+// stages to fit more of them keeps the same bytes in flight). So when chunk c starts, the CTA
+// prefetches chunk c + 2 into L2 (cp.async.bulk.prefetch.L2 on sm_90+: one instruction per
+// row segment, nothing to wait for): its W and Q̃ rows of this head (dk floats each; rows
+// split over the head's dv/32 column-block CTAs), the k-head's K̂ rows (split over the group's
+// v-heads and column blocks) and its own 32 columns of U and P U; chunk 1 before the loop.
+// The stage copies of a link then hit L2 and the link's DRAM traffic is spread over the two
+// links before it. L2 footprint: 3 chunks of tiles (~27 MB at the 122B shape, one sequence),
+// under the H200's L2. L2 -> SM bytes are unchanged: 64·(3·dk + 2·32)·4 per chunk and CTA
+// (29 MB per chunk over the 256 CTAs of the 122B shape): with the products, the link's floor.
+// Narrower column blocks (16) were not taken: every CTA reads the whole W, Q̃ and K̂ tiles
+// whatever its column count, so 2x the CTAs is 2x those L2 bytes, and 512 CTAs of 88 KB would
+// not all be resident (two per SM: 264 on the H200), so half of them would run their whole
+// chain after the other half.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
