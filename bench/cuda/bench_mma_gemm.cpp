@@ -67,7 +67,8 @@ MmaTiling parse_tiling(const std::string& t) {
   if (t == "large") return MmaTiling::Large;
   if (t == "large-pipelined") return MmaTiling::LargePipelined;
   if (t == "wide") return MmaTiling::Wide;
-  throw Error("unknown tiling '" + t + "' (auto, small, medium, large, large-pipelined, wide)");
+  if (t == "large-pipelined-2cta") return MmaTiling::LargePipelined2Cta;
+  throw Error("unknown tiling '" + t + "' (auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta)");
 }
 
 size_t elem_bytes(WeightFormat f) { return f == WeightFormat::Dense ? 2 : 1; }
@@ -124,10 +125,10 @@ int main(int argc, char** argv) {
   app.add_option("--m", ms_arg, "rows of x (tokens), comma-separated");
   app.add_option("--formats", formats_arg, "weight formats: bf16, fp8, int8");
   app.add_option("--shapes", shapes_arg, "NxK list, e.g. 16384x3072,3072x8192 (default: the 122B projections)");
-  app.add_option("--tiling", tiling_arg, "mma_gemm tiling: auto, small, medium, large, large-pipelined, wide");
+  app.add_option("--tiling", tiling_arg, "mma_gemm tiling: auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta");
   app.add_option("--gemm-variant", gemm_variant,
                  "the kernel of auto's large tiling: 2 pipelined 128x256 where it fills the SMs, else 128x128 "
-                 "(default), 1 pipelined 128x128, 0 register-staged 128x128");
+                 "(default), 1 pipelined 128x128, 0 register-staged 128x128, 3 pipelined 128x128 at 2 CTAs per SM");
   app.add_option("--iters", iters, "timed launches per kernel and shape (median reported)");
   app.add_option("--gemv-max-m", gemv_max_m, "time quant_gemv only up to this M (it is slow at large M)");
   app.add_option("--diff-max-m", diff_max_m, "compare the two outputs only up to this M");

@@ -41,7 +41,7 @@ struct KernelVariantFlags {
                    "32- / 64-slot tiles above 4 slots per expert, 4 1 with an 8-stage 32-slot GPTQ ring, 0 previous");
     app.add_option("--gemm-variant", gemm_variant,
                    "prompt-token dense GEMM (mma_gemm) large tiles: 2 pipelined 128x256 where it fills the SMs, else "
-                   "128x128; 1 pipelined 128x128; 0 register-staged 128x128");
+                   "128x128; 1 pipelined 128x128; 0 register-staged 128x128; 3 pipelined 128x128 at 2 CTAs per SM");
     app.add_option("--attention-prefill-variant", attention_prefill,
                    "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
     app.add_option("--gdn-chunked-variant", gdn_chunked,

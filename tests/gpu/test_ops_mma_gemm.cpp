@@ -11,9 +11,9 @@
 //
 // Batch invariance (exact, bit for bit): every row of the M = 7, 16, 100 and 1024 results equals
 // the same x row run alone (M = 1) and in chunks of 7 rows; every forced tiling (Small, Medium,
-// Large, LargePipelined, Wide) equals the automatic one, and so does Auto under every
-// set_mma_gemm_variant (0, 1, 2); y += X·Wᵀ equals fl(y_old + y) of the plain run (Auto, and the
-// pipelined 128x128 and 128x256 kernels with a partial last row tile). The shapes include N = 37
+// Large, LargePipelined, Wide, LargePipelined2Cta) equals the automatic one, and so does Auto
+// under every set_mma_gemm_variant (0..3); y += X·Wᵀ equals fl(y_old + y) of the plain run (Auto,
+// and the three pipelined kernels with a partial last row tile). The shapes include N = 37
 // and 200 (the 128x256 kernel's warps beyond N, whose FP8 scale row is clamped) and K = 144 (a
 // partial last k tile) and K = 64 (fewer k tiles than pipeline stages).
 #include <gtest/gtest.h>
@@ -206,6 +206,8 @@ const char* tiling_name(MmaTiling t) {
       return "large-pipelined";
     case MmaTiling::Wide:
       return "wide";
+    case MmaTiling::LargePipelined2Cta:
+      return "large-pipelined-2cta";
     default:
       return "auto";
   }
@@ -265,8 +267,8 @@ void check_weight(const TestWeight& t, Rng& rng) {
 
   // Every tiling gives the same bits.
   for (int M : {1, 100, kRows})
-    for (MmaTiling tiling :
-         {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large, MmaTiling::LargePipelined, MmaTiling::Wide}) {
+    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large, MmaTiling::LargePipelined,
+                             MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
       run(M, 0, d_y.data(), tiling);
       EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " vs auto, M=" + std::to_string(M),
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
@@ -274,7 +276,7 @@ void check_weight(const TestWeight& t, Rng& rng) {
 
   // Auto under each kernel variant (the large choice: register-staged, pipelined 128x128, or
   // pipelined 128x256 where it fills the SMs).
-  for (int variant : {0, 1, 2}) {
+  for (int variant : {0, 1, 2, 3}) {
     cuda::set_mma_gemm_variant(variant);
     for (int M : {100, kRows}) {
       run(M, 0, d_y.data(), MmaTiling::Auto);
@@ -285,7 +287,7 @@ void check_weight(const TestWeight& t, Rng& rng) {
   cuda::set_mma_gemm_variant(2);
 
   // The pipelined kernels with y += X·Wᵀ and a partial last row tile.
-  for (MmaTiling tiling : {MmaTiling::LargePipelined, MmaTiling::Wide}) {
+  for (MmaTiling tiling : {MmaTiling::LargePipelined, MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
     const int M = kRows - 5;
     const std::vector<float> init = random_f32(rng, size_t(M) * size_t(N), 1.0f);
     d_y.upload(init.data(), init.size());
@@ -343,7 +345,7 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   DeviceBuffer<float> x(size_t(4) * 128), y(size_t(4) * 64);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, odd_k, y.data(), false, nullptr), Error);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, gptq, y.data(), false, nullptr), Error);
-  EXPECT_THROW(cuda::set_mma_gemm_variant(3), Error);
+  EXPECT_THROW(cuda::set_mma_gemm_variant(4), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(-1), Error);
   EXPECT_EQ(cuda::mma_gemm_variant(), 2);
 

@@ -42,6 +42,7 @@
 //          (ops_mma_gemm_pipelined.cu)                              variant 2 (default), where
 //                                                                   prefer_wide (below) says so,
 //                                                                   else LargePipelined
+//   LargePipelined2Cta: LargePipelined at <= 128 registers, 2 CTAs per SM on the H200   variant 3
 // Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB (Small / Medium /
 // Large); LargePipelined 98,304 B (96 KB) for every weight kind; Wide 98,304 B (bf16) / 90,112 B
 // (e4m3 / int8).
@@ -343,6 +344,8 @@ MmaTiling pick_tiling(int M, int N) {
       return MmaTiling::Large;
     case 1:
       return MmaTiling::LargePipelined;
+    case 3:
+      return MmaTiling::LargePipelined2Cta;
     default:
       return prefer_wide(M, N, sms) ? MmaTiling::Wide : MmaTiling::LargePipelined;
   }
@@ -383,18 +386,22 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
       launch_format<LargeTile>(x, M, w, y, accumulate, stream);
       break;
     case MmaTiling::Wide:
-      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, /*wide=*/true);
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Wide);
+      break;
+    case MmaTiling::LargePipelined2Cta:
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Tile128TwoCtas);
       break;
     default:  // LargePipelined
-      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, /*wide=*/false);
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Tile128);
       break;
   }
 }
 
 void set_mma_gemm_variant(int variant) {
-  if (variant < 0 || variant > 2)
+  if (variant < 0 || variant > 3)
     throw Error("mma_gemm: variant " + std::to_string(variant) +
-                " (0 register-staged Large, 1 pipelined 128x128, 2 pipelined 128x256 where it fills the SMs)");
+                " (0 register-staged Large, 1 pipelined 128x128, 2 pipelined 128x256 where it fills the SMs, 3 "
+                "pipelined 128x128 at two CTAs per SM)");
   g_variant.store(variant, std::memory_order_relaxed);
 }
 

@@ -42,16 +42,17 @@ void mma_gemm_prepare();
 // The CTA tilings (ops_mma_gemm.cu). Auto picks by M and N; the others force one, for the tests
 // (every tiling must give bit-identical results) and the benchmark. Large is the register-staged
 // 128x128 kernel, LargePipelined the cp.async-pipelined 128x128 kernel, Wide the cp.async-pipelined
-// 128x256 kernel with 64x64 warp tiles (both ops_mma_gemm_pipelined.cu); Auto's large-M choice
-// runs one of them by set_mma_gemm_variant.
-enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined, Wide };
+// 128x256 kernel with 64x64 warp tiles, LargePipelined2Cta the 128x128 one capped at 128
+// registers for two CTAs per SM (all ops_mma_gemm_pipelined.cu); Auto's large-M choice runs one
+// of them by set_mma_gemm_variant.
+enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined, Wide, LargePipelined2Cta };
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream,
               MmaTiling tiling);
 
 // Which kernel Auto runs where it picks a large tiling (process-wide, for A/B timing; all give the
 // same bits): 2 (default) Wide where its grid fills the SMs well enough, else LargePipelined
-// (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the register-staged Large.
-// Throws on another value.
+// (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the register-staged Large;
+// 3 LargePipelined2Cta. Throws on another value.
 void set_mma_gemm_variant(int variant);
 int mma_gemm_variant();
 

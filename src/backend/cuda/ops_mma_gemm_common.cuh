@@ -102,9 +102,10 @@ __device__ __forceinline__ void store_fragments(const float (&c)[MI][NI][4], int
 
 namespace moeserve::cuda {
 // The pipelined Large kernel (ops_mma_gemm_pipelined.cu), launched by mma_gemm (ops_mma_gemm.cu).
-// wide = false: the 128x128 kernel (MmaTiling::LargePipelined); true: the 128x256 kernel
-// (MmaTiling::Wide).
+// The kernel of MmaTiling::LargePipelined (128x128, 1 CTA per SM), LargePipelined2Cta (128x128
+// at <= 128 registers, 2 CTAs per SM) or Wide (128x256).
+enum class PipelinedKernel { Tile128, Tile128TwoCtas, Wide };
 void mma_gemm_pipelined_launch(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate,
-                               cudaStream_t stream, bool wide);
+                               cudaStream_t stream, PipelinedKernel kernel);
 void mma_gemm_pipelined_prepare();
 }  // namespace moeserve::cuda

@@ -1,6 +1,7 @@
 // The cp.async-pipelined kernels of mma_gemm (ops_mma_gemm.h): MmaTiling::LargePipelined (CTA
-// 128 x 128, variant 1) and MmaTiling::Wide (CTA 128 x 256, variant 2, the default where its grid
-// fills the SMs: ops_mma_gemm.cu, prefer_wide). One templated kernel (PipeCfg) serves both:
+// 128 x 128, variant 1), LargePipelined2Cta (the same capped at 128 registers for two CTAs per
+// SM, variant 3) and Wide (CTA 128 x 256, variant 2, the default where its grid fills the SMs:
+// ops_mma_gemm.cu, prefer_wide). One templated kernel (PipeCfg) serves all three:
 // Y[M, N] f32 = X[M, K] f32 · Wᵀ on mma.sync.m16n8k16 bf16 with the same bits as every other
 // tiling (ops_mma_gemm.cu's header: FP8 x' = x ⊗ s[n/128][k/128] before the split; per output,
 // per k16 step ascending over all of K, C = mma(hi, w, C) then C = mma(lo, w, C); INT8 C ⊗ s[n];
@@ -14,7 +15,8 @@
 // Parallelisation. One CTA of 8 warps per output tile, the grouped raster of the register-staged
 // kernels:
 //   128x128: 4 x 2 warps, warp tile 32 x 64 (MI = 2 m16 x NI = 8 n8 fragments), 4 stages,
-//            two bf16 W buffers;
+//            two bf16 W buffers; 1 CTA per SM (LargePipelined, 142-150 registers) or 2 where the
+//            shared memory allows (LargePipelined2Cta, 128 registers, no spills);
 //   128x256: 2 x 4 warps, warp tile 64 x 64 (MI = 4 x NI = 8: 128 accumulator registers; the FP8
 //            arithmetic keeps one accumulator per output, so it fits), 3 stages, one bf16 W
 //            buffer.
@@ -46,7 +48,7 @@
 // Shared memory. 128x128: 4 stages x (16,384 B x + 4,096 B raw W) + 2 x 8,192 B bf16 W =
 // 98,304 B (e4m3 / int8); 4 x (16,384 + 8,192) = 98,304 B (bf16). 128x256: 3 x (16,384 + 8,192)
 // + 16,384 = 90,112 B (e4m3 / int8); 3 x (16,384 + 16,384) = 98,304 B (bf16). All <= 99 KB (DGX
-// Spark); 1 CTA per SM.
+// Spark); 1 CTA per SM, but 2 of LargePipelined2Cta on the H200 (2 x 96 KB of 228 KB).
 //
 // Roofline. Useful 2·M·N·K FLOP, executed twice (hi and lo MMAs). HBM: W once + x once + y
 // (twice with accumulate) at best; x and W tiles are re-read from L2 by the other CTAs of their
@@ -74,10 +76,11 @@ using namespace mma_gemm_detail;
 
 // One kernel shape: CTA tile BM x BN, WM x WN warps (warp tile kWarpM x kWarpN), BK = 32, a ring
 // of kStages cp.async stages, kWBufs bf16 W buffers for e4m3 / int8 (2: the next tile converts
-// into the buffer the current one does not read; 1: an extra barrier before the conversion).
-template <int BM_, int BN_, int WM_, int WN_, int Stages_, int WBufs_>
+// into the buffer the current one does not read; 1: an extra barrier before the conversion),
+// kMinBlocks CTAs per SM asked of the register allocator (__launch_bounds__).
+template <int BM_, int BN_, int WM_, int WN_, int Stages_, int WBufs_, int MinBlocks_ = 1>
 struct PipeCfg {
-  static constexpr int BM = BM_, BN = BN_, BK = 32, WM = WM_, WN = WN_;
+  static constexpr int BM = BM_, BN = BN_, BK = 32, WM = WM_, WN = WN_, kMinBlocks = MinBlocks_;
   static constexpr int kThreads = WM * WN * 32;
   static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
   static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
@@ -107,6 +110,10 @@ struct PipeCfg {
 };
 // 128x128, 8 warps of 32x64 (MI 2 x NI 8), 4 stages, 2 W buffers: 98,304 B (every kind).
 using Pipe128 = PipeCfg<128, 128, 4, 2, 4, 2>;
+// The same with registers capped at 128 (ptxas: no spills) so that two CTAs share an SM where the
+// shared memory allows (H200: 2 x 96 KB of 228 KB; the DGX Spark still fits one): 16 warps per SM
+// to hide latency and to overlap one CTA's barrier with the other's MMAs.
+using Pipe128x2 = PipeCfg<128, 128, 4, 2, 4, 2, 2>;
 // 128x256, 8 warps of 64x64 (MI 4 x NI 8), 3 stages, 1 W buffer: 98,304 B (bf16: 3 x (16 + 16 KB)),
 // 90,112 B (e4m3 / int8: 3 x (16 + 8 KB) + 16 KB).
 using Pipe256 = PipeCfg<128, 256, 2, 4, 3, 1>;
@@ -114,7 +121,7 @@ template <class P>
 constexpr bool fits_spark() {
   return P::template smem_bytes<WKind::Fp8>() <= 99 * 1024 && P::template smem_bytes<WKind::Bf16>() <= 99 * 1024;
 }
-static_assert(fits_spark<Pipe128>() && fits_spark<Pipe256>(), "DGX Spark: <= 99 KB of shared memory per block");
+static_assert(fits_spark<Pipe128>() && fits_spark<Pipe128x2>() && fits_spark<Pipe256>(), "DGX Spark: <= 99 KB of shared memory per block");
 
 // Physical 16-byte chunk of logical chunk q (0..7) in x row r: q ^ 2(r mod 4). The 8-byte A
 // fragment loads of a half warp (rows g = 0..3, logical chunks {c, c+1}, c even) then touch the
@@ -125,8 +132,16 @@ __device__ __forceinline__ int x_chunk(int r, int q) { return q ^ ((r & 3) << 1)
 // each) land in 8 different 16-byte bank groups; so do the conversion stores of 8 threads.
 __device__ __forceinline__ int w_chunk(int n, int q) { return q ^ ((n >> 1) & 3); }
 
+// sm_12x (DGX Spark: ~100 KB of shared memory per SM) never fits two of these CTAs: there
+// Pipe128x2 keeps the register budget of one CTA per SM (capped, it spilled a few bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr bool kOneCtaPerSm = true;
+#else
+constexpr bool kOneCtaPerSm = false;
+#endif
+
 template <class P, WKind kKind>
-__global__ void __launch_bounds__(P::kThreads, 1)
+__global__ void __launch_bounds__(P::kThreads, kOneCtaPerSm ? 1 : P::kMinBlocks)
     mma_gemm_pipelined_kernel(const float* __restrict__ x, int M, const uint8_t* __restrict__ w,
                               const float* __restrict__ scale, int N, int K, float* __restrict__ y, bool accumulate) {
   constexpr int BM = P::BM, BN = P::BN, BK = P::BK, MI = P::MI, NI = P::NI;
@@ -321,7 +336,8 @@ int current_device() {
   return dev;
 }
 
-// Opts the kernel in to its > 48 KB of dynamic shared memory, once per device.
+// Opts the kernel in to its > 48 KB of dynamic shared memory (and Pipe128x2 to the largest
+// carve-out), once per device.
 template <class P, WKind kKind>
 void ensure_opt_in() {
   static std::atomic<uint64_t> done{0};
@@ -331,6 +347,10 @@ void ensure_opt_in() {
     MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<P, kKind>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              int(P::template smem_bytes<kKind>())));
+    if constexpr (P::kMinBlocks > 1)  // the largest shared-memory carve-out, so that 2 CTAs can fit
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<P, kKind>,
+                                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               int(cudaSharedmemCarveoutMaxShared)));
     done.fetch_or(bit);
   }
 }
@@ -374,15 +394,23 @@ void prepare() {
 }  // namespace
 
 void mma_gemm_pipelined_launch(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate,
-                               cudaStream_t stream, bool wide) {
-  if (wide)
-    launch_format<Pipe256>(x, M, w, y, accumulate, stream);
-  else
-    launch_format<Pipe128>(x, M, w, y, accumulate, stream);
+                               cudaStream_t stream, PipelinedKernel kernel) {
+  switch (kernel) {
+    case PipelinedKernel::Wide:
+      launch_format<Pipe256>(x, M, w, y, accumulate, stream);
+      break;
+    case PipelinedKernel::Tile128TwoCtas:
+      launch_format<Pipe128x2>(x, M, w, y, accumulate, stream);
+      break;
+    default:
+      launch_format<Pipe128>(x, M, w, y, accumulate, stream);
+      break;
+  }
 }
 
 void mma_gemm_pipelined_prepare() {
   prepare<Pipe128>();
+  prepare<Pipe128x2>();
   prepare<Pipe256>();
 }
 
