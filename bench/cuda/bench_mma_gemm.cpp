@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--m", ms_arg, "rows of x (tokens), comma-separated");
   app.add_option("--formats", formats_arg, "weight formats: bf16, fp8, int8");
   app.add_option("--shapes", shapes_arg, "NxK list, e.g. 16384x3072,3072x8192 (default: the 122B projections)");
-  app.add_option("--tiling", tiling_arg, "mma_gemm tiling: auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta");
+  app.add_option("--tiling", tiling_arg,
+                 "mma_gemm tiling: auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta");
   app.add_option("--gemm-variant", gemm_variant,
                  "the kernel of auto's large tiling: 2 pipelined 128x256 where it fills the SMs, else 128x128 "
                  "(default), 1 pipelined 128x128, 0 register-staged 128x128, 3 pipelined 128x128 at 2 CTAs per SM");

@@ -4,10 +4,12 @@
 // Accuracy: against a CPU product in double with the exact dequantised weight (the quantised
 // values the device holds times their f32 scales, multiplied in double), per element
 //   |y − ref| <= 1e-5 · Σ_k |x_k·w_k| + 1e-6.
-// The hi/lo split leaves at most 2^-16·|x| per element (typically far less, with random signs),
-// FP8 first rounds x·s once (2^-24, ops_mma_gemm.h), the MMA accumulation adds f32-level rounding; dropping the lo half (bf16 activations) would
-// miss this bound by orders of magnitude. x is f32 (not bf16-representable), rows scaled by
-// 2^-4 .. 2^4. The reference covers rows 0..99 and a spread of rows up to 1023 (CPU time).
+// The hi/lo split leaves at most 2^-16·|x| per element (typically far less, with random signs);
+// FP8 first rounds x·s once (2^-24, ops_mma_gemm.h: the same error order as the per-block scaling
+// it replaced); the MMA accumulation adds f32-level rounding. Dropping the lo half (bf16
+// activations) would miss this bound by orders of magnitude. x is f32 (not bf16-representable),
+// rows scaled by 2^-4 .. 2^4. The reference covers rows 0..99 and a spread of rows up to 1023
+// (CPU time).
 //
 // Batch invariance (exact, bit for bit): every row of the M = 7, 16, 100 and 1024 results equals
 // the same x row run alone (M = 1) and in chunks of 7 rows; every forced tiling (Small, Medium,

@@ -240,7 +240,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const bool more = kt + 1 < kt_count;  // uniform
     if (more) load_tile((kt + 1) * BK);
     compute_tile(kt & 1, kt * BK);
-    if (more) store_tile((kt + 1) & 1, (kt + 1) * BK);  // the buffer every warp finished reading before the last barrier
+    // The buffer every warp finished reading before the last barrier.
+    if (more) store_tile((kt + 1) & 1, (kt + 1) * BK);
     __syncthreads();
   }
   store_fragments<kKind>(c, m0 + warp_m * T::kWarpM, n0 + warp_n * T::kWarpN, lane, M, N, scale, y, accumulate);

@@ -121,7 +121,8 @@ template <class P>
 constexpr bool fits_spark() {
   return P::template smem_bytes<WKind::Fp8>() <= 99 * 1024 && P::template smem_bytes<WKind::Bf16>() <= 99 * 1024;
 }
-static_assert(fits_spark<Pipe128>() && fits_spark<Pipe128x2>() && fits_spark<Pipe256>(), "DGX Spark: <= 99 KB of shared memory per block");
+static_assert(fits_spark<Pipe128>() && fits_spark<Pipe128x2>() && fits_spark<Pipe256>(),
+              "DGX Spark: <= 99 KB of shared memory per block");
 
 // Physical 16-byte chunk of logical chunk q (0..7) in x row r: q ^ 2(r mod 4). The 8-byte A
 // fragment loads of a half warp (rows g = 0..3, logical chunks {c, c+1}, c even) then touch the
