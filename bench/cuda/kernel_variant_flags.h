@@ -20,7 +20,7 @@ struct KernelVariantFlags {
   int moe_decode = 1;
   int moe_grouped_max = 64;
   int attention_decode = 1;
-  int gemm_variant = 1;
+  int gemm_variant = cuda::mma_gemm_variant();
   int moe_mma = cuda::moe_mma_variant();
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
@@ -40,7 +40,8 @@ struct KernelVariantFlags {
                    "prompt-token expert kernels: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same with "
                    "32- / 64-slot tiles above 4 slots per expert, 4 1 with an 8-stage 32-slot GPTQ ring, 0 previous");
     app.add_option("--gemm-variant", gemm_variant,
-                   "prompt-token dense GEMM (mma_gemm) 128x128 tiles: 1 cp.async-pipelined, 0 register-staged");
+                   "prompt-token dense GEMM (mma_gemm) large tiles: 2 pipelined 128x256 where it fills the SMs, else "
+                   "128x128; 1 pipelined 128x128; 0 register-staged 128x128; 3 pipelined 128x128 at 2 CTAs per SM");
     app.add_option("--attention-prefill-variant", attention_prefill,
                    "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
     app.add_option("--gdn-chunked-variant", gdn_chunked,

@@ -4,15 +4,20 @@
 // Accuracy: against a CPU product in double with the exact dequantised weight (the quantised
 // values the device holds times their f32 scales, multiplied in double), per element
 //   |y − ref| <= 1e-5 · Σ_k |x_k·w_k| + 1e-6.
-// The hi/lo split leaves at most 2^-16·|x| per element (typically far less, with random signs),
-// the MMA accumulation adds f32-level rounding; dropping the lo half (bf16 activations) would
-// miss this bound by orders of magnitude. x is f32 (not bf16-representable), rows scaled by
-// 2^-4 .. 2^4. The reference covers rows 0..99 and a spread of rows up to 1023 (CPU time).
+// The hi/lo split leaves at most 2^-16·|x| per element (typically far less, with random signs);
+// FP8 first rounds x·s once (2^-24, ops_mma_gemm.h: the same error order as the per-block scaling
+// it replaced); the MMA accumulation adds f32-level rounding. Dropping the lo half (bf16
+// activations) would miss this bound by orders of magnitude. x is f32 (not bf16-representable),
+// rows scaled by 2^-4 .. 2^4. The reference covers rows 0..99 and a spread of rows up to 1023
+// (CPU time).
 //
 // Batch invariance (exact, bit for bit): every row of the M = 7, 16, 100 and 1024 results equals
 // the same x row run alone (M = 1) and in chunks of 7 rows; every forced tiling (Small, Medium,
-// Large, LargePipelined) equals the automatic one, and so does Auto under either
-// set_mma_gemm_variant; y += X·Wᵀ equals fl(y_old + y) of the plain run.
+// Large, LargePipelined, Wide, LargePipelined2Cta) equals the automatic one, and so does Auto
+// under every set_mma_gemm_variant (0..3); y += X·Wᵀ equals fl(y_old + y) of the plain run (Auto,
+// and the three pipelined kernels with a partial last row tile). The shapes include N = 37
+// and 200 (the 128x256 kernel's warps beyond N, whose FP8 scale row is clamped) and K = 144 (a
+// partial last k tile) and K = 64 (fewer k tiles than pipeline stages).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -201,6 +206,10 @@ const char* tiling_name(MmaTiling t) {
       return "large";
     case MmaTiling::LargePipelined:
       return "large-pipelined";
+    case MmaTiling::Wide:
+      return "wide";
+    case MmaTiling::LargePipelined2Cta:
+      return "large-pipelined-2cta";
     default:
       return "auto";
   }
@@ -260,14 +269,16 @@ void check_weight(const TestWeight& t, Rng& rng) {
 
   // Every tiling gives the same bits.
   for (int M : {1, 100, kRows})
-    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large, MmaTiling::LargePipelined}) {
+    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large, MmaTiling::LargePipelined,
+                             MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
       run(M, 0, d_y.data(), tiling);
       EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " vs auto, M=" + std::to_string(M),
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
 
-  // Auto under each kernel variant (the 128x128 choice: register-staged or pipelined).
-  for (int variant : {0, 1}) {
+  // Auto under each kernel variant (the large choice: register-staged, pipelined 128x128, or
+  // pipelined 128x256 where it fills the SMs).
+  for (int variant : {0, 1, 2, 3}) {
     cuda::set_mma_gemm_variant(variant);
     for (int M : {100, kRows}) {
       run(M, 0, d_y.data(), MmaTiling::Auto);
@@ -275,18 +286,18 @@ void check_weight(const TestWeight& t, Rng& rng) {
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
   }
-  cuda::set_mma_gemm_variant(1);
+  cuda::set_mma_gemm_variant(2);
 
-  // The pipelined kernel with y += X·Wᵀ and a partial last row tile.
-  {
+  // The pipelined kernels with y += X·Wᵀ and a partial last row tile.
+  for (MmaTiling tiling : {MmaTiling::LargePipelined, MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
     const int M = kRows - 5;
     const std::vector<float> init = random_f32(rng, size_t(M) * size_t(N), 1.0f);
     d_y.upload(init.data(), init.size());
-    run(M, 0, d_y.data(), MmaTiling::LargePipelined, /*accumulate=*/true);
+    run(M, 0, d_y.data(), tiling, /*accumulate=*/true);
     std::vector<float> expect(init.size());
     for (size_t i = 0; i < init.size(); ++i) expect[i] = init[i] + out[kRows][i];
-    EXPECT_TRUE(same_bits("accumulate, large-pipelined, M=" + std::to_string(M), download(d_y, init.size()), expect,
-                          M, N));
+    EXPECT_TRUE(same_bits(std::string("accumulate, ") + tiling_name(tiling) + ", M=" + std::to_string(M),
+                          download(d_y, init.size()), expect, M, N));
   }
 
   // y += X·Wᵀ: exactly fl(y_old + y).
@@ -336,9 +347,9 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   DeviceBuffer<float> x(size_t(4) * 128), y(size_t(4) * 64);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, odd_k, y.data(), false, nullptr), Error);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, gptq, y.data(), false, nullptr), Error);
-  EXPECT_THROW(cuda::set_mma_gemm_variant(2), Error);
+  EXPECT_THROW(cuda::set_mma_gemm_variant(4), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(-1), Error);
-  EXPECT_EQ(cuda::mma_gemm_variant(), 1);
+  EXPECT_EQ(cuda::mma_gemm_variant(), 2);
 
   const cuda::DeviceLinear dense = cuda::upload_linear(make_dense_bf16(rng, 64, 128, 0.05f).weight, nullptr);
   const std::vector<float> sentinel(y.size(), 3.0f);

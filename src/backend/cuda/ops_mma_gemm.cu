@@ -12,7 +12,9 @@
 //   - each thread loads its share of the next k tile from global memory into registers (X as
 //     float4, W as 16-byte chunks) before it computes the current one (one tile in flight);
 //   - after computing, it converts that share and stores it into the other of two shared-memory
-//     buffers: X split into bf16 hi and lo planes, W converted to bf16 (exact for e4m3 / int8);
+//     buffers: X (FP8: first multiplied by the scale of the CTA's 128-column block and the tile's
+//     128-k block: BN and BK divide 128) split into bf16 hi and lo planes, W converted to bf16
+//     (exact for e4m3 / int8);
 //     one __syncthreads per k tile separates the buffers' reads and writes;
 //   - the warps (WM x WN, warp tile (BM/WM) x (BN/WN)) read fragments with ldmatrix (rows padded
 //     to BK + 8 bf16: conflict-free) and issue the MMAs.
@@ -24,9 +26,9 @@
 // MMA computes each element of C from that element's row of A, column of B and old value only,
 // so C(m, n) sees the same operands in the same order whatever the tiling, the row's position in
 // its tile, M, or the other rows: the result is bit-identical for every M and every MmaTiling
-// (batch invariance; chunked prefill equals token-by-token decode). FP8: C is flushed into
-// acc = fma(C, s, acc) at every 128-k block boundary (BN divides 128, so one scale per CTA and
-// block); INT8: y = C ⊗ s[n]; accumulate: y = y_old ⊕ v. Explicit __fmaf_rn / __fmul_rn /
+// (batch invariance; chunked prefill equals token-by-token decode). FP8: x' = x ⊗ s before the
+// split (s = scale[n/128][k/128], split2_scaled: every kernel scales the same x by the same s),
+// C runs over all of K; INT8: y = C ⊗ s[n]; accumulate: y = y_old ⊕ v. Explicit __fmul_rn /
 // __fadd_rn keep the compiler from contracting these differently in different instantiations.
 //
 // Tilings (all give the same bits; picked by M, and by N for the grid size):
@@ -35,9 +37,15 @@
 //                                                                  launch fewer CTAs than SMs
 //   Large  BM=128, BN=128, BK=32,  8 warps (4x2), warp tile 32x64  otherwise, under variant 0
 //   LargePipelined: the same tile and warps, a 4-stage cp.async ring, x split in registers
-//          (ops_mma_gemm_pipelined.cu)                              otherwise (variant 1, default)
+//          (ops_mma_gemm_pipelined.cu)                              otherwise, under variant 1
+//   Wide   BM=128, BN=256, BK=32, 8 warps (2x4), warp tile 64x64, a 3-stage cp.async ring
+//          (ops_mma_gemm_pipelined.cu)                              variant 2 (default), where
+//                                                                   prefer_wide (below) says so,
+//                                                                   else LargePipelined
+//   LargePipelined2Cta: LargePipelined at <= 128 registers, 2 CTAs per SM on the H200   variant 3
 // Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB (Small / Medium /
-// Large); LargePipelined 98,304 B (96 KB) for every weight kind.
+// Large); LargePipelined 98,304 B (96 KB) for every weight kind; Wide 98,304 B (bf16) / 90,112 B
+// (e4m3 / int8).
 //
 // Roofline. Useful work 2·M·N·K FLOP; the tensor cores execute twice that (hi and lo MMAs) plus
 // the zero rows of a partial M tile (a Small tile at M = 1 is 1/16 useful). Against the H200's
@@ -63,7 +71,7 @@ namespace moeserve::cuda {
 namespace {
 
 using namespace mma_frag;         // split2, the exact weight conversions, ldmatrix, mma_bf16
-using namespace mma_gemm_detail;  // WKind, convert16, raster, store_fragments, flush_fp8_block
+using namespace mma_gemm_detail;  // WKind, convert16, split2_scaled, raster, store_fragments
 
 template <int BM_, int BN_, int BK_, int WM_, int WN_, int MinBlocks_>
 struct Tile {
@@ -131,7 +139,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                              : make_uint4(0u, 0u, 0u, 0u);
     }
   };
-  auto store_tile = [&](int buf) {
+  // FP8: this CTA's scale row (BN divides 128: one 128-column block per CTA).
+  const int kb_count = (K + 127) / 128;
+  const float* scale_row = kKind == WKind::Fp8 ? scale + size_t(n0 / 128) * kb_count : scale;
+  auto store_tile = [&](int buf, int k0) {
+    // FP8: the tile's k block (BK divides 128: one per tile) scales x before the split.
+    const float s = kKind == WKind::Fp8 ? __ldg(scale_row + k0 / 128) : 1.f;
     bf16* xhi = smem + buf * T::kBufElems;
     bf16* xlo = xhi + BM * S;
     bf16* ws = xlo + BM * S;
@@ -139,8 +152,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     for (int i = 0; i < kXLoads; ++i) {
       const int c = tid + i * T::kThreads, r = c / kXPerRow, col = (c % kXPerRow) * 4;
       uint2 hi, lo;
-      split2(xr[i].x, xr[i].y, hi.x, lo.x);
-      split2(xr[i].z, xr[i].w, hi.y, lo.y);
+      split2_scaled<kKind>(xr[i].x, xr[i].y, s, hi.x, lo.x);
+      split2_scaled<kKind>(xr[i].z, xr[i].w, s, hi.y, lo.y);
       *reinterpret_cast<uint2*>(xhi + r * S + col) = hi;
       *reinterpret_cast<uint2*>(xlo + r * S + col) = lo;
     }
@@ -175,19 +188,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     b_off[j] = uint32_t(
         ((warp_n * T::kWarpN + j * 16 + (lane & 7) + (NI == 1 ? 0 : (lane >> 4) * 8)) * S + ((lane >> 3) & 1) * 8) * 2);
 
-  float c[MI][NI][4];    // the running MMA accumulator (FP8: of the current 128-k block)
-  float acc[MI][NI][4];  // FP8 only: the sum of scaled blocks
+  float c[MI][NI][4];  // the MMA accumulator, over all of K
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[mi][ni][e] = acc[mi][ni][e] = 0.f;
-
-  const int kb_count = (K + 127) / 128;
-  auto flush_block = [&](int kb) {  // FP8: acc = fma(C, s, acc); C = 0
-    flush_fp8_block(c, acc, __ldg(scale + size_t(n0 / 128) * kb_count + kb));
-  };
+      for (int e = 0; e < 4; ++e) c[mi][ni][e] = 0.f;
 
   auto compute_tile = [&](int buf, int k0) {
     const uint32_t xhi = sbase + uint32_t(buf * T::kBufElems * 2);
@@ -196,10 +203,6 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       if (ks >= steps) break;  // uniform over the CTA
-      const int k = k0 + ks * 16;
-      if constexpr (kKind == WKind::Fp8) {
-        if (k > 0 && (k & 127) == 0) flush_block(k / 128 - 1);
-      }
       uint32_t ah[MI][4], al[MI][4], b[NI][2];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
@@ -231,18 +234,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // ---- main loop: compute buffer kt&1 while tile kt+1 is in flight, then store it ----
   const int kt_count = (K + BK - 1) / BK;
   load_tile(0);
-  store_tile(0);
+  store_tile(0, 0);
   __syncthreads();
   for (int kt = 0; kt < kt_count; ++kt) {
     const bool more = kt + 1 < kt_count;  // uniform
     if (more) load_tile((kt + 1) * BK);
     compute_tile(kt & 1, kt * BK);
-    if (more) store_tile((kt + 1) & 1);  // the buffer every warp finished reading before the last barrier
+    // The buffer every warp finished reading before the last barrier.
+    if (more) store_tile((kt + 1) & 1, (kt + 1) * BK);
     __syncthreads();
   }
-  if constexpr (kKind == WKind::Fp8) flush_block(kb_count - 1);
-
-  store_fragments<kKind>(c, acc, m0 + warp_m * T::kWarpM, n0 + warp_n * T::kWarpN, lane, M, N, scale, y, accumulate);
+  store_fragments<kKind>(c, m0 + warp_m * T::kWarpM, n0 + warp_n * T::kWarpN, lane, M, N, scale, y, accumulate);
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -314,15 +316,40 @@ void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool 
   }
 }
 
-std::atomic<int> g_variant{1};  // set_mma_gemm_variant
+std::atomic<int> g_variant{2};  // set_mma_gemm_variant
+
+// Auto, variant 2: Wide or LargePipelined by an estimate of the time in 128x128-tile units with
+// one CTA per SM: a 128x128 grid takes waves(T128) units; a 128x256 grid waves(T256) x 2 units
+// divided by the 64x64 warp tile's assumed throughput gain (kWideGainNum / kWideGainDen: fewer
+// shared-memory bytes per MMA, an ASSUMPTION to retune from bench_mma_gemm --tiling
+// wide / large-pipelined). On 132 SMs: 1,024 tiles of 128x128 = 8 waves vs 512 wide = 4 waves
+// (16384 x 3072 at M = 1,024): Wide; 396 tiles = 3 waves vs 198 = 2 waves: LargePipelined (the
+// last wide wave would leave 66 SMs idle).
+constexpr long long kWideGainNum = 4, kWideGainDen = 3;
+bool prefer_wide(int M, int N, int sms) {
+  const long long mt = (M + 127) / 128;
+  const long long t128 = mt * ((N + 127) / 128), t256 = mt * ((N + 255) / 256);
+  const long long w128 = (t128 + sms - 1) / sms, w256 = (t256 + sms - 1) / sms;
+  return w256 * 2 * kWideGainDen < w128 * kWideGainNum;  // 2·w256 / gain < w128
+}
 
 MmaTiling pick_tiling(int M, int N) {
   if (M <= SmallTile::BM) return MmaTiling::Small;
   if (M <= MediumTile::BM) return MmaTiling::Medium;
   const long long large_tiles =
       (long long)((M + LargeTile::BM - 1) / LargeTile::BM) * ((N + LargeTile::BN - 1) / LargeTile::BN);
-  if (large_tiles < sm_count()) return MmaTiling::Medium;
-  return g_variant.load(std::memory_order_relaxed) == 0 ? MmaTiling::Large : MmaTiling::LargePipelined;
+  const int sms = sm_count();
+  if (large_tiles < sms) return MmaTiling::Medium;
+  switch (g_variant.load(std::memory_order_relaxed)) {
+    case 0:
+      return MmaTiling::Large;
+    case 1:
+      return MmaTiling::LargePipelined;
+    case 3:
+      return MmaTiling::LargePipelined2Cta;
+    default:
+      return prefer_wide(M, N, sms) ? MmaTiling::Wide : MmaTiling::LargePipelined;
+  }
 }
 
 }  // namespace
@@ -359,15 +386,23 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
     case MmaTiling::Large:
       launch_format<LargeTile>(x, M, w, y, accumulate, stream);
       break;
-    default:
-      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream);
+    case MmaTiling::Wide:
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Wide);
+      break;
+    case MmaTiling::LargePipelined2Cta:
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Tile128TwoCtas);
+      break;
+    default:  // LargePipelined
+      mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Tile128);
       break;
   }
 }
 
 void set_mma_gemm_variant(int variant) {
-  if (variant < 0 || variant > 1)
-    throw Error("mma_gemm: variant " + std::to_string(variant) + " (0 register-staged Large, 1 pipelined)");
+  if (variant < 0 || variant > 3)
+    throw Error("mma_gemm: variant " + std::to_string(variant) +
+                " (0 register-staged Large, 1 pipelined 128x128, 2 pipelined 128x256 where it fills the SMs, 3 "
+                "pipelined 128x128 at two CTAs per SM)");
   g_variant.store(variant, std::memory_order_relaxed);
 }
 

@@ -3,14 +3,20 @@
 // row-wise, on mma.sync.m16n8k16 bf16 (sm_80+: H200 and DGX Spark; no wgmma / tcgen05 / TMA).
 //
 // Arithmetic (fixed by K only, so a row's result is bit-identical for any M and any tiling):
-//   x = hi + lo + r with hi = bf16_rn(x), lo = bf16_rn(x − hi) (|r| <= 2^-16·|x|);
+//   FP8 only: x' = x ⊗ scale[n/128][k/128] (one f32 multiply per element; bf16 / INT8: x' = x);
+//   x' = hi + lo + r with hi = bf16_rn(x'), lo = bf16_rn(x' − hi) (|r| <= 2^-16·|x'|);
 //   W converted to bf16 exactly (e4m3 and int8 values fit a bf16 mantissa);
-//   for each k16 step in ascending k: C = mma(A_hi, B, C), then C = mma(A_lo, B, C);
-//   bf16:  y = C after the last step;
+//   for each k16 step in ascending k over all of K: C = mma(A_hi, B, C), then C = mma(A_lo, B, C);
+//   bf16, FP8: y = C after the last step;
 //   INT8:  y = C ⊗ scale[n]                       (one f32 multiply at the end);
-//   FP8:   C restarts at 0 for every 128-wide k block; after each block
-//          acc = fma(C, scale[n/128][k/128], acc)  (f32, blocks in ascending order), y = acc;
 //   accumulate: y = y_old ⊕ value (one f32 add).
+// FP8 accuracy: the block scale moves from the weight onto the activation. fl(x·s) = x·s·(1 + δ),
+// |δ| <= 2^-24, and its hi + lo keep it to 2^-16 relative, so every product (hi + lo)·q is
+// x·(q·s) to within (2^-16 + 2^-24) relative, the same order as scaling a per-block partial sum
+// afterwards (the arithmetic before session 7: C per 128-k block, acc = fma(C, s, acc)), whose
+// terms carried 2^-16 from the split and one more f32 rounding per block. The MMAs' f32
+// accumulation over K is the same in both. What is gained: one accumulator per output instead of
+// two (C and acc), so the 128x256 kernel's 64x64 warp tile fits in registers.
 // Kernel layout, tiling and roofline: ops_mma_gemm.cu.
 #pragma once
 #include <cuda_runtime.h>
@@ -35,14 +41,18 @@ void mma_gemm_prepare();
 
 // The CTA tilings (ops_mma_gemm.cu). Auto picks by M and N; the others force one, for the tests
 // (every tiling must give bit-identical results) and the benchmark. Large is the register-staged
-// 128x128 kernel, LargePipelined the cp.async-pipelined 128x128 kernel (ops_mma_gemm_pipelined.cu);
-// Auto's large-M choice runs one of the two by set_mma_gemm_variant.
-enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined };
+// 128x128 kernel, LargePipelined the cp.async-pipelined 128x128 kernel, Wide the cp.async-pipelined
+// 128x256 kernel with 64x64 warp tiles, LargePipelined2Cta the 128x128 one capped at 128
+// registers for two CTAs per SM (all ops_mma_gemm_pipelined.cu); Auto's large-M choice runs one
+// of them by set_mma_gemm_variant.
+enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined, Wide, LargePipelined2Cta };
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream,
               MmaTiling tiling);
 
-// Which kernel Auto runs where it picks the 128x128 tiling (process-wide, for A/B timing; both give
-// the same bits): 1 (default) LargePipelined, 0 the register-staged Large. Throws on another value.
+// Which kernel Auto runs where it picks a large tiling (process-wide, for A/B timing; all give the
+// same bits): 2 (default) Wide where its grid fills the SMs well enough, else LargePipelined
+// (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the register-staged Large;
+// 3 LargePipelined2Cta. Throws on another value.
 void set_mma_gemm_variant(int variant);
 int mma_gemm_variant();
 

@@ -1,9 +1,9 @@
 // Device pieces shared by the mma_gemm kernels (ops_mma_gemm.cu: register-staged tilings;
-// ops_mma_gemm_pipelined.cu: the cp.async-pipelined Large kernel): the weight kinds, the exact
-// 16-byte weight -> bf16 conversion, the grouped grid raster and the epilogue (INT8 scale,
-// accumulate, stores). Both kernels use these same functions, so the only arithmetic that could
-// differ between them is the MMA sequence itself, which both issue in the order of
-// ops_mma_gemm.h. Device code; include from .cu files only.
+// ops_mma_gemm_pipelined.cu: the cp.async-pipelined 128x128 and 128x256 kernels): the weight
+// kinds, the exact 16-byte weight -> bf16 conversion, the FP8-scaled activation split, the
+// grouped grid raster and the epilogue (INT8 scale, accumulate, stores). All kernels use these
+// same functions, so the only arithmetic that could differ between them is the MMA sequence
+// itself, which all issue in the order of ops_mma_gemm.h. Device code; include from .cu files only.
 #pragma once
 #include <cstdint>
 
@@ -46,13 +46,26 @@ __device__ __forceinline__ void raster(int pid, int M, int N, int BM, int BN, in
   n0 = ((pid % per_group) / gsize) * BN;
 }
 
+// The activation pair (a, b) of k block kb -> bf16 hi and lo pairs (split2). FP8: first
+// a' = a ⊗ s, b' = b ⊗ s with s = scale[n/128][kb] of the outputs the fragment feeds (one f32
+// multiply each: the block scale moves from the weight to the activation, ops_mma_gemm.h); bf16
+// and INT8: s is ignored.
+template <WKind kKind>
+__device__ __forceinline__ void split2_scaled(float a, float b, float s, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kKind == WKind::Fp8) {
+    a = __fmul_rn(a, s);
+    b = __fmul_rn(b, s);
+  }
+  mma_frag::split2(a, b, hi, lo);
+}
+
 // Epilogue of one warp: its MI x NI m16n8 fragments start at output (row0, col0). Fragment
 // element e of (mi, ni) is row g (+8 for e >= 2), column 2t + (e & 1) (g = lane/4, t = lane%4).
-// v = acc (FP8) or c; INT8: v = v ⊗ scale[n]; accumulate: y = y_old ⊕ v.
+// v = c; INT8: v = v ⊗ scale[n]; accumulate: y = y_old ⊕ v.
 template <WKind kKind, int MI, int NI>
-__device__ __forceinline__ void store_fragments(const float (&c)[MI][NI][4], const float (&acc)[MI][NI][4], int row0,
-                                                int col0, int lane, int M, int N, const float* __restrict__ scale,
-                                                float* __restrict__ y, bool accumulate) {
+__device__ __forceinline__ void store_fragments(const float (&c)[MI][NI][4], int row0, int col0, int lane, int M,
+                                                int N, const float* __restrict__ scale, float* __restrict__ y,
+                                                bool accumulate) {
   const bool vec2 = (N & 1) == 0 && (reinterpret_cast<uintptr_t>(y) & 7) == 0;
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
@@ -64,8 +77,8 @@ __device__ __forceinline__ void store_fragments(const float (&c)[MI][NI][4], con
         const int n = col0 + ni * 8 + (lane & 3) * 2;
         if (m >= M || n >= N) continue;
         const bool two = n + 1 < N;
-        float v0 = kKind == WKind::Fp8 ? acc[mi][ni][2 * h] : c[mi][ni][2 * h];
-        float v1 = kKind == WKind::Fp8 ? acc[mi][ni][2 * h + 1] : c[mi][ni][2 * h + 1];
+        float v0 = c[mi][ni][2 * h];
+        float v1 = c[mi][ni][2 * h + 1];
         if constexpr (kKind == WKind::Int8) {
           v0 = __fmul_rn(v0, __ldg(scale + n));
           if (two) v1 = __fmul_rn(v1, __ldg(scale + n + 1));
@@ -85,25 +98,14 @@ __device__ __forceinline__ void store_fragments(const float (&c)[MI][NI][4], con
       }
 }
 
-// FP8: acc = fma(C, s, acc) and C = 0 for every fragment element (the 128-k block flush).
-template <int MI, int NI>
-__device__ __forceinline__ void flush_fp8_block(float (&c)[MI][NI][4], float (&acc)[MI][NI][4], float s) {
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        acc[mi][ni][e] = __fmaf_rn(c[mi][ni][e], s, acc[mi][ni][e]);
-        c[mi][ni][e] = 0.f;
-      }
-}
-
 }  // namespace moeserve::cuda::mma_gemm_detail
 
 namespace moeserve::cuda {
 // The pipelined Large kernel (ops_mma_gemm_pipelined.cu), launched by mma_gemm (ops_mma_gemm.cu).
+// The kernel of MmaTiling::LargePipelined (128x128, 1 CTA per SM), LargePipelined2Cta (128x128
+// at <= 128 registers, 2 CTAs per SM) or Wide (128x256).
+enum class PipelinedKernel { Tile128, Tile128TwoCtas, Wide };
 void mma_gemm_pipelined_launch(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate,
-                               cudaStream_t stream);
+                               cudaStream_t stream, PipelinedKernel kernel);
 void mma_gemm_pipelined_prepare();
 }  // namespace moeserve::cuda

@@ -1,48 +1,64 @@
-// The pipelined Large kernel of mma_gemm (ops_mma_gemm.h; MmaTiling::LargePipelined, and what
-// Auto's Large choice runs under set_mma_gemm_variant(1), the default): Y[M, N] f32 = X[M, K] f32
-// · Wᵀ on mma.sync.m16n8k16 bf16 with the same bits as every other tiling (ops_mma_gemm.cu's
-// header: per output, per k16 step ascending, C = mma(hi, w, C) then C = mma(lo, w, C); FP8
-// acc = fma(C, s, acc) per 128-k block; INT8 C ⊗ s[n]; accumulate y_old ⊕ v; the epilogue and
-// weight conversion are the shared functions of ops_mma_gemm_common.cuh). sm_80+ PTX only
-// (cp.async, ldmatrix, mma.sync): the H200 and the DGX Spark (<= 99 KB of shared memory) alike.
+// The cp.async-pipelined kernels of mma_gemm (ops_mma_gemm.h): MmaTiling::LargePipelined (CTA
+// 128 x 128, variant 1), LargePipelined2Cta (the same capped at 128 registers for two CTAs per
+// SM, variant 3) and Wide (CTA 128 x 256, variant 2, the default where its grid fills the SMs:
+// ops_mma_gemm.cu, prefer_wide). One templated kernel (PipeCfg) serves all three:
+// Y[M, N] f32 = X[M, K] f32 · Wᵀ on mma.sync.m16n8k16 bf16 with the same bits as every other
+// tiling (ops_mma_gemm.cu's header: FP8 x' = x ⊗ s[n/128][k/128] before the split; per output,
+// per k16 step ascending over all of K, C = mma(hi, w, C) then C = mma(lo, w, C); INT8 C ⊗ s[n];
+// accumulate y_old ⊕ v; the split, epilogue and weight conversion are the shared functions of
+// ops_mma_gemm_common.cuh). sm_80+ PTX only (cp.async, ldmatrix, mma.sync): the H200 and the DGX
+// Spark (<= 99 KB of shared memory) alike.
 //
 // Data layout. x: f32 [M, K] row-major, 16-byte aligned rows (K % 16 == 0). W: [N, K] row-major,
 // bf16, e4m3 bytes (f32 scale [ceil(N/128)][ceil(K/128)]) or int8 (f32 scale[N]). y: f32 [M, N].
 //
-// Parallelisation. One CTA of 8 warps (4 x 2, warp tile 32 x 64: MI = 2 m16 x NI = 8 n8
-// fragments) per 128 x 128 output tile, the grouped raster of the register-staged kernels. K is
-// walked in tiles of BK = 32 through a ring of kStages = 4 shared-memory stages filled by
+// Parallelisation. One CTA of 8 warps per output tile, the grouped raster of the register-staged
+// kernels:
+//   128x128: 4 x 2 warps, warp tile 32 x 64 (MI = 2 m16 x NI = 8 n8 fragments), 4 stages,
+//            two bf16 W buffers; 1 CTA per SM (LargePipelined, 142-150 registers) or 2 where the
+//            shared memory allows (LargePipelined2Cta, 128 registers, no spills);
+//   128x256: 2 x 4 warps, warp tile 64 x 64 (MI = 4 x NI = 8: 128 accumulator registers; the FP8
+//            arithmetic keeps one accumulator per output, so it fits), 3 stages, one bf16 W
+//            buffer.
+// K is walked in tiles of BK = 32 through a ring of kStages shared-memory stages filled by
 // cp.async (16-byte chunks, zero-filled beyond M, N and K): while tile kt is computed, the copies
-// of tiles kt+1 .. kt+3 are in flight (about three tiles' compute time to cover HBM latency).
+// of tiles kt+1 .. kt+kStages-1 are in flight (about two 128x256 tiles' or three 128x128 tiles'
+// compute time to cover L2 / HBM latency).
 //   - x stays f32 in its stage ([128][32] floats, 16-byte chunks XOR-swizzled per row, x_chunk:
 //     no padding, conflict-free). Each warp builds its A fragments straight from it: four 8-byte
-//     loads per m16 fragment, split in registers into the bf16 hi and lo fragments (split2, the
-//     function the staged kernels use). The split is spread between the MMAs instead of forming a
-//     conversion phase between barriers, and no x hi/lo planes are written (the price: the two
-//     warps of a row both split it).
-//   - bf16 W is copied straight into its stage in ldmatrix layout ([128][32] bf16, chunks
+//     loads per m16 fragment, FP8-scaled and split in registers into the bf16 hi and lo fragments
+//     (split2_scaled, the function the staged kernels use; FP8: the scale of the warp's own
+//     128-column block, as its 64 columns lie in one). The split is spread between the MMAs, and
+//     no x hi/lo planes are written (the price: the WN warps of a row all split it).
+//   - bf16 W is copied straight into its stage in ldmatrix layout ([BN][32] bf16, chunks
 //     swizzled by w_chunk: conflict-free ldmatrix).
 //   - e4m3 / int8 W arrives raw (chunk c of the tile at byte 16c; chunk c = row c/2, k half c%2,
 //     so a warp's copies read whole 32-byte sectors); after waiting for its own copies, each
-//     thread converts exactly the chunk it copied (no barrier needed in between) into one of two
-//     bf16 W buffers (the bf16 stage layout; conflict-free stores).
-// One __syncthreads per k tile. Iteration kt: issue the copies of tile kt+3 (into the stage of
-// tile kt-1), the MMAs of tile kt's first k16 step, load the second step's fragments, wait for
-// this thread's copies of tile kt+1, convert its W chunk of tile kt+1 (into the W buffer of tile
-// kt-1), barrier, the second step's MMAs. Stage and W buffer of tile kt-1 were last read before
-// the previous barrier; after this barrier, tile kt+1 is complete for every warp, and the MMAs
-// queued on either side of it keep the tensor pipe busy across it.
+//     thread converts exactly the chunks it copied (no barrier needed in between) into a bf16 W
+//     buffer (the bf16 stage layout; conflict-free stores).
+// Iteration kt: issue the copies of tile kt+kStages-1 (into the stage of tile kt-1), the MMAs of
+// tile kt's first k16 step, load the second step's fragments, wait for this thread's copies of
+// tile kt+1, convert its W chunks of tile kt+1, barrier, the second step's MMAs. Two W buffers
+// (128x128): the conversion writes the buffer of tile kt-1, last read before the previous
+// barrier, so one barrier per k tile. One W buffer (128x256, e4m3 / int8: two would exceed
+// 99 KB): a barrier before the conversion (every warp holds its last W fragments of tile kt in
+// registers), so two per k tile. After the last barrier, tile kt+1 is complete for every warp,
+// and the MMAs queued before it keep the tensor pipe busy across it.
 //
-// Shared memory: 4 stages x (16,384 B x + 4,096 B raw W) + 2 x 8,192 B bf16 W = 98,304 B
-// (e4m3 / int8); 4 x (16,384 + 8,192) = 98,304 B (bf16): <= 99 KB (DGX Spark). 1 CTA per SM
-// (registers: the FP8 kernel holds C and acc, 128 registers of accumulators).
+// Shared memory. 128x128: 4 stages x (16,384 B x + 4,096 B raw W) + 2 x 8,192 B bf16 W =
+// 98,304 B (e4m3 / int8); 4 x (16,384 + 8,192) = 98,304 B (bf16). 128x256: 3 x (16,384 + 8,192)
+// + 16,384 = 90,112 B (e4m3 / int8); 3 x (16,384 + 16,384) = 98,304 B (bf16). All <= 99 KB (DGX
+// Spark); 1 CTA per SM, but 2 of LargePipelined2Cta on the H200 (2 x 96 KB of 228 KB).
 //
 // Roofline. Useful 2·M·N·K FLOP, executed twice (hi and lo MMAs). HBM: W once + x once + y
 // (twice with accumulate) at best; x and W tiles are re-read from L2 by the other CTAs of their
-// row / column. L2 -> SM per CTA and k tile: 16 KB of x + 4 KB (e4m3 / int8) or 8 KB (bf16) of W
-// for 128·128·32·4 = 2.1 M executed FLOP (~100 FLOP per byte, e4m3). Shared memory per k16
-// step and warp: 2 KB of A (f32) + 2 KB of B (bf16) read for 32 MMAs, the same as the staged
-// kernel's hi/lo ldmatrix reads, without its staging stores.
+// row / column. L2 -> SM per k tile: 16 KB of x + BN·32 (e4m3 / int8) or BN·64 (bf16) bytes of W
+// for 128·BN·32·4 executed FLOP (e4m3: ~100 FLOP per byte at 128x128, ~170 at 128x256).
+// Shared memory per k16 step and warp: A 16·kWarpM·4 bytes (f32) + B 16·kWarpN·2 bytes (bf16)
+// read for 2·MI·NI MMAs: 128x128 2 KB + 2 KB for 32 MMAs = 128 B per MMA; 128x256 4 KB + 2 KB for
+// 64 MMAs = 96 B per MMA. Adding the per-tile writes (x 16 KB, raw W, its conversion's re-read
+// and bf16 stores), e4m3 per k tile: 128x128 96 KB for 512 MMAs (~188 B / MMA), 128x256 144 KB
+// for 1,024 MMAs (~141 B / MMA): 3/4 of the shared-memory traffic per MMA.
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -58,20 +74,30 @@ namespace {
 using namespace mma_frag;
 using namespace mma_gemm_detail;
 
-struct Pipe {
-  static constexpr int BM = 128, BN = 128, BK = 32, WM = 4, WN = 2;
+// One kernel shape: CTA tile BM x BN, WM x WN warps (warp tile kWarpM x kWarpN), BK = 32, a ring
+// of kStages cp.async stages, kWBufs bf16 W buffers for e4m3 / int8 (2: the next tile converts
+// into the buffer the current one does not read; 1: an extra barrier before the conversion),
+// kMinBlocks CTAs per SM asked of the register allocator (__launch_bounds__).
+template <int BM_, int BN_, int WM_, int WN_, int Stages_, int WBufs_, int MinBlocks_ = 1>
+struct PipeCfg {
+  static constexpr int BM = BM_, BN = BN_, BK = 32, WM = WM_, WN = WN_, kMinBlocks = MinBlocks_;
   static constexpr int kThreads = WM * WN * 32;
-  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;  // 32 x 64
-  static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;   // 2 x 8
-  static constexpr int kStages = 4;
-  static constexpr int kXBytes = BM * BK * 4;      // 16,384: [BM][32] f32, 16-byte chunks swizzled
-  static constexpr int kWBf16Bytes = BN * BK * 2;  // 8,192: [BN][32] bf16, 16-byte chunks swizzled
-  static constexpr int kWRawBytes = BN * BK;       // 4,096: one raw e4m3 / int8 tile
-  // The swizzles below assume 128-byte x rows (8 chunks) and 64-byte W rows (4 chunks).
-  static_assert(BK == 32 && NI % 2 == 0 && 128 % BN == 0, "tile shape");
-  static_assert(BM * BK / 4 == 4 * kThreads, "x: four 16-byte chunks per thread and tile");
-  static_assert(BN * BK / 16 == kThreads, "e4m3 / int8 W: one 16-byte chunk per thread and tile");
-  static_assert(BN * BK / 8 == 2 * kThreads, "bf16 W: two 16-byte chunks per thread and tile");
+  static constexpr int kWarpM = BM / WM, kWarpN = BN / WN;
+  static constexpr int MI = kWarpM / 16, NI = kWarpN / 8;
+  static constexpr int kStages = Stages_, kWBufs = WBufs_;
+  static constexpr int kXBytes = BM * BK * 4;      // [BM][32] f32, 16-byte chunks swizzled
+  static constexpr int kWBf16Bytes = BN * BK * 2;  // [BN][32] bf16, 16-byte chunks swizzled
+  static constexpr int kWRawBytes = BN * BK;       // one raw e4m3 / int8 tile
+  static constexpr int kXChunks = BM * BK / 4 / kThreads;       // 16-byte x chunks per thread and tile
+  static constexpr int kWRawChunks = BN * BK / 16 / kThreads;   // raw W chunks per thread and tile
+  static constexpr int kWBf16Chunks = BN * BK / 8 / kThreads;   // bf16 W chunks per thread and tile
+  // The swizzles below assume 128-byte x rows (8 chunks) and 64-byte W rows (4 chunks); a warp's
+  // 64 output columns lie in one 128-column FP8 scale block.
+  static_assert(BK == 32 && NI % 2 == 0 && 128 % kWarpN == 0 && kWarpM % 16 == 0, "tile shape");
+  static_assert(kXChunks * kThreads * 16 == kXBytes && kWRawChunks * kThreads * 16 == kWRawBytes &&
+                    kWBf16Chunks * kThreads * 16 == kWBf16Bytes && kXChunks >= 1 && kWRawChunks >= 1,
+                "loader shares");
+  static_assert(kStages >= 3 && (kWBufs == 1 || kWBufs == 2), "pipeline");
 
   template <WKind kKind>
   static constexpr int stage_bytes() {
@@ -79,10 +105,23 @@ struct Pipe {
   }
   template <WKind kKind>
   static constexpr int smem_bytes() {
-    return kStages * stage_bytes<kKind>() + (kKind == WKind::Bf16 ? 0 : 2 * kWBf16Bytes);
+    return kStages * stage_bytes<kKind>() + (kKind == WKind::Bf16 ? 0 : kWBufs * kWBf16Bytes);
   }
 };
-static_assert(Pipe::smem_bytes<WKind::Fp8>() <= 99 * 1024 && Pipe::smem_bytes<WKind::Bf16>() <= 99 * 1024,
+// 128x128, 8 warps of 32x64 (MI 2 x NI 8), 4 stages, 2 W buffers: 98,304 B (every kind).
+using Pipe128 = PipeCfg<128, 128, 4, 2, 4, 2>;
+// The same with registers capped at 128 (ptxas: no spills) so that two CTAs share an SM where the
+// shared memory allows (H200: 2 x 96 KB of 228 KB; the DGX Spark still fits one): 16 warps per SM
+// to hide latency and to overlap one CTA's barrier with the other's MMAs.
+using Pipe128x2 = PipeCfg<128, 128, 4, 2, 4, 2, 2>;
+// 128x256, 8 warps of 64x64 (MI 4 x NI 8), 3 stages, 1 W buffer: 98,304 B (bf16: 3 x (16 + 16 KB)),
+// 90,112 B (e4m3 / int8: 3 x (16 + 8 KB) + 16 KB).
+using Pipe256 = PipeCfg<128, 256, 2, 4, 3, 1>;
+template <class P>
+constexpr bool fits_spark() {
+  return P::template smem_bytes<WKind::Fp8>() <= 99 * 1024 && P::template smem_bytes<WKind::Bf16>() <= 99 * 1024;
+}
+static_assert(fits_spark<Pipe128>() && fits_spark<Pipe128x2>() && fits_spark<Pipe256>(),
               "DGX Spark: <= 99 KB of shared memory per block");
 
 // Physical 16-byte chunk of logical chunk q (0..7) in x row r: q ^ 2(r mod 4). The 8-byte A
@@ -94,18 +133,25 @@ __device__ __forceinline__ int x_chunk(int r, int q) { return q ^ ((r & 3) << 1)
 // each) land in 8 different 16-byte bank groups; so do the conversion stores of 8 threads.
 __device__ __forceinline__ int w_chunk(int n, int q) { return q ^ ((n >> 1) & 3); }
 
-template <WKind kKind>
-__global__ void __launch_bounds__(Pipe::kThreads, 1)
+// sm_12x (DGX Spark: ~100 KB of shared memory per SM) never fits two of these CTAs: there
+// Pipe128x2 keeps the register budget of one CTA per SM (capped, it spilled a few bytes).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+constexpr bool kOneCtaPerSm = true;
+#else
+constexpr bool kOneCtaPerSm = false;
+#endif
+
+template <class P, WKind kKind>
+__global__ void __launch_bounds__(P::kThreads, kOneCtaPerSm ? 1 : P::kMinBlocks)
     mma_gemm_pipelined_kernel(const float* __restrict__ x, int M, const uint8_t* __restrict__ w,
                               const float* __restrict__ scale, int N, int K, float* __restrict__ y, bool accumulate) {
-  using P = Pipe;
   constexpr int BM = P::BM, BN = P::BN, BK = P::BK, MI = P::MI, NI = P::NI;
-  constexpr int kStageBytes = P::stage_bytes<kKind>();
+  constexpr int kStageBytes = P::template stage_bytes<kKind>();
   constexpr bool kRawW = kKind != WKind::Bf16;
 
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sbase = uint32_t(__cvta_generic_to_shared(smem));
-  // Stage s: x at s·kStageBytes, its W (bf16 tile or raw bytes) kXBytes later; the two bf16 W
+  // Stage s: x at s·kStageBytes, its W (bf16 tile or raw bytes) kXBytes later; the bf16 W
   // buffers of e4m3 / int8 after the stages.
   constexpr int kWBufOffset = P::kStages * kStageBytes;
 
@@ -118,35 +164,43 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
   auto load_tile = [&](int stage, int k0) {
     const uint32_t sx = sbase + uint32_t(stage * kStageBytes), sw = sx + uint32_t(P::kXBytes);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // x: chunk c = row c/8, floats 4(c%8) .. +3
+    for (int i = 0; i < P::kXChunks; ++i) {  // x: chunk c = row c/8, floats 4(c%8) .. +3
       const int c = tid + i * P::kThreads, r = c >> 3, q = c & 7;
       const int m = m0 + r, k = k0 + q * 4;
       const bool ok = m < M && k < K;
       cp_async16(sx + uint32_t(r * 128 + x_chunk(r, q) * 16), ok ? x + size_t(m) * K + k : x, ok ? 16 : 0);
     }
-    if constexpr (kRawW) {  // chunk tid = row tid/2, bytes 16(tid%2) .. +15, stored at byte 16·tid
-      const int r = tid >> 1, q = tid & 1, n = n0 + r, k = k0 + q * 16;
-      const bool ok = n < N && k < K;
-      cp_async16(sw + uint32_t(tid * 16), ok ? w + size_t(n) * K + k : w, ok ? 16 : 0);
+    if constexpr (kRawW) {
+#pragma unroll
+      for (int i = 0; i < P::kWRawChunks; ++i) {  // chunk c = row c/2, bytes 16(c%2) .. +15, at byte 16c
+        const int c = tid + i * P::kThreads, r = c >> 1, q = c & 1, n = n0 + r, k = k0 + q * 16;
+        const bool ok = n < N && k < K;
+        cp_async16(sw + uint32_t(c * 16), ok ? w + size_t(n) * K + k : w, ok ? 16 : 0);
+      }
     } else {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {  // chunk c = row c/4, bf16 8(c%4) .. +7, into [BN][32] swizzled
+      for (int i = 0; i < P::kWBf16Chunks; ++i) {  // chunk c = row c/4, bf16 8(c%4) .. +7, [BN][32] swizzled
         const int c = tid + i * P::kThreads, r = c >> 2, q = c & 3, n = n0 + r, k = k0 + q * 8;
         const bool ok = n < N && k < K;
         cp_async16(sw + uint32_t(r * 64 + w_chunk(r, q) * 16), ok ? w + (size_t(n) * K + k) * 2 : w, ok ? 16 : 0);
       }
     }
   };
-  // e4m3 / int8: this thread's raw chunk of `stage` -> bf16 W buffer `buf` (after its own wait).
+  // e4m3 / int8: the raw chunks this thread copied into `stage` -> bf16 W buffer `buf` (after its
+  // own wait: no barrier needed between the copy and the conversion).
   auto convert_w = [&](int stage, int buf) {
     if constexpr (kRawW) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(smem + stage * kStageBytes + P::kXBytes + tid * 16);
-      uint4 lo, hi;
-      convert16<kKind>(raw, lo, hi);
-      const int r = tid >> 1, q = tid & 1;  // row, k half: logical chunks 2q (lo) and 2q + 1 (hi)
-      unsigned char* row = smem + kWBufOffset + buf * P::kWBf16Bytes + r * 64;
-      *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q) * 16) = lo;
-      *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q + 1) * 16) = hi;
+#pragma unroll
+      for (int i = 0; i < P::kWRawChunks; ++i) {
+        const int c = tid + i * P::kThreads;
+        const uint4 raw = *reinterpret_cast<const uint4*>(smem + stage * kStageBytes + P::kXBytes + c * 16);
+        uint4 lo, hi;
+        convert16<kKind>(raw, lo, hi);
+        const int r = c >> 1, q = c & 1;  // row, k half: logical chunks 2q (lo) and 2q + 1 (hi)
+        unsigned char* row = smem + kWBufOffset + buf * P::kWBf16Bytes + r * 64;
+        *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q) * 16) = lo;
+        *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q + 1) * 16) = hi;
+      }
     }
   };
 
@@ -173,35 +227,37 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
 #pragma unroll
   for (int ks = 0; ks < BK / 16; ++ks) b_col[ks] = uint32_t(w_chunk(lane & 7, 2 * ks + ((lane >> 3) & 1)) * 16);
 
-  float c[MI][NI][4];    // the running MMA accumulator (FP8: of the current 128-k block)
-  float acc[MI][NI][4];  // FP8 only: the sum of scaled blocks
+  float c[MI][NI][4];  // the MMA accumulator, over all of K
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
     for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[mi][ni][e] = acc[mi][ni][e] = 0.f;
+      for (int e = 0; e < 4; ++e) c[mi][ni][e] = 0.f;
 
+  // FP8: the scale row of this warp's 128-column block (its kWarpN columns lie in one). A warp
+  // wholly beyond N (BN = 256 at N <= 128) computes only discarded outputs: clamp its row.
   const int kb_count = (K + 127) / 128;
-  const float* scale_row = kKind == WKind::Fp8 ? scale + size_t(n0 / 128) * kb_count : scale;  // BN divides 128
+  const float* scale_row = scale;
+  if constexpr (kKind == WKind::Fp8)
+    scale_row = scale + size_t(min((n0 + warp_n * P::kWarpN) / 128, (N - 1) / 128)) * kb_count;
 
   // Tile kt's MMAs. With `next` (tile kt+1 exists), after the last k step's fragments are in
   // registers (every shared-memory read of tile kt done) and before its MMAs: wait for this
-  // thread's copies of tile kt+1, convert its W chunk, and the CTA barrier. The warps thus resume
-  // with 32 MMAs whose operands are ready while the tensor pipe still holds the ones queued before
-  // the barrier, instead of all restarting with shared-memory loads.
+  // thread's copies of tile kt+1, convert its W chunks, and the CTA barrier. The warps thus resume
+  // with MMAs whose operands are ready while the tensor pipe still holds the ones queued before
+  // the barrier, instead of all restarting with shared-memory loads. With one W buffer, a barrier
+  // before the conversion first makes sure no warp still reads tile kt's W.
   auto compute_tile = [&](int stage, int buf, int k0, bool next) {
     const float* xs = reinterpret_cast<const float*>(smem + stage * kStageBytes);
     const uint32_t wt = kRawW ? sbase + uint32_t(kWBufOffset + buf * P::kWBf16Bytes)
                               : sbase + uint32_t(stage * kStageBytes + P::kXBytes);
     const int steps = min(BK, K - k0) / 16;
+    // FP8: tile kt lies in one 128-k block (BK divides 128): x ⊗ its scale before the split.
+    const float s = kKind == WKind::Fp8 ? __ldg(scale_row + k0 / 128) : 1.f;
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       if (ks >= steps) break;  // uniform over the CTA
-      const int k = k0 + ks * 16;
-      if constexpr (kKind == WKind::Fp8) {
-        if (k > 0 && (k & 127) == 0) flush_fp8_block(c, acc, __ldg(scale_row + (k / 128 - 1)));
-      }
       uint32_t ah[MI][4], al[MI][4], b[NI][2];
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
@@ -210,10 +266,10 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
         const float2 v1 = *reinterpret_cast<const float2*>(p + 8 * BK + a_col[ks][0]);  // (g+8, 2t)
         const float2 v2 = *reinterpret_cast<const float2*>(p + a_col[ks][1]);           // (g, 2t+8)
         const float2 v3 = *reinterpret_cast<const float2*>(p + 8 * BK + a_col[ks][1]);  // (g+8, 2t+8)
-        split2(v0.x, v0.y, ah[mi][0], al[mi][0]);
-        split2(v1.x, v1.y, ah[mi][1], al[mi][1]);
-        split2(v2.x, v2.y, ah[mi][2], al[mi][2]);
-        split2(v3.x, v3.y, ah[mi][3], al[mi][3]);
+        split2_scaled<kKind>(v0.x, v0.y, s, ah[mi][0], al[mi][0]);
+        split2_scaled<kKind>(v1.x, v1.y, s, ah[mi][1], al[mi][1]);
+        split2_scaled<kKind>(v2.x, v2.y, s, ah[mi][2], al[mi][2]);
+        split2_scaled<kKind>(v3.x, v3.y, s, ah[mi][3], al[mi][3]);
       }
 #pragma unroll
       for (int j = 0; j < NI / 2; ++j) {
@@ -223,8 +279,13 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
       }
       if (ks == BK / 16 - 1 && next) {  // uniform; `next` implies a full tile, so this step runs
         cp_async_wait<P::kStages - 2>();
-        // W buffer buf ^ 1 held tile kt-1, last read before the previous barrier.
-        convert_w((stage + 1) % P::kStages, buf ^ 1);
+        if constexpr (P::kWBufs == 1) {
+          if constexpr (kRawW) __syncthreads();  // every warp holds its last W fragments of tile kt
+          convert_w((stage + 1) % P::kStages, 0);
+        } else {
+          // W buffer buf ^ 1 held tile kt-1, last read before the previous barrier.
+          convert_w((stage + 1) % P::kStages, buf ^ 1);
+        }
         __syncthreads();
       }
       // Per output: the hi MMA of this k step, then its lo MMA (all hi first for ILP).
@@ -242,9 +303,10 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
   // ---- main loop ----
   // Commit groups: one per tile (empty past the last), so wait<kStages - 2> after the group of
   // tile kt + kStages - 1 was committed means this thread's copies of tile kt + 1 are complete.
-  // The one barrier of iteration kt sits inside compute_tile (see there); after it, tile kt+1's
-  // stage and W buffer are complete, and tile kt's are no longer read (so iteration kt+1 refills
-  // tile kt's stage with tile kt+4 and converts tile kt+2 into tile kt's W buffer).
+  // The barrier(s) of iteration kt sit inside compute_tile (see there); after the last one, tile
+  // kt+1's stage and W buffer are complete, and tile kt's stage is no longer read (so iteration
+  // kt+1 refills it with tile kt + kStages; with two W buffers it converts tile kt+2 into tile
+  // kt's buffer).
   constexpr int S = P::kStages;
   const int kt_count = (K + BK - 1) / BK;
 #pragma unroll
@@ -260,12 +322,11 @@ __global__ void __launch_bounds__(Pipe::kThreads, 1)
     const int ahead = kt + S - 1;
     if (ahead < kt_count) load_tile(ahead % S, ahead * BK);
     cp_async_commit();
-    compute_tile(kt % S, kt & 1, kt * BK, kt + 1 < kt_count);
+    compute_tile(kt % S, P::kWBufs == 1 ? 0 : (kt & 1), kt * BK, kt + 1 < kt_count);
   }
   cp_async_wait<0>();  // only empty groups can be left; keeps the kernel's exit clean
-  if constexpr (kKind == WKind::Fp8) flush_fp8_block(c, acc, __ldg(scale_row + (kb_count - 1)));
 
-  store_fragments<kKind>(c, acc, m0 + warp_m * P::kWarpM, n0 + warp_n * P::kWarpN, lane, M, N, scale, y, accumulate);
+  store_fragments<kKind>(c, m0 + warp_m * P::kWarpM, n0 + warp_n * P::kWarpN, lane, M, N, scale, y, accumulate);
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -276,55 +337,82 @@ int current_device() {
   return dev;
 }
 
-// Opts the kernel in to its > 48 KB of dynamic shared memory, once per device.
-template <WKind kKind>
+// Opts the kernel in to its > 48 KB of dynamic shared memory (and Pipe128x2 to the largest
+// carve-out), once per device.
+template <class P, WKind kKind>
 void ensure_opt_in() {
   static std::atomic<uint64_t> done{0};
   const int dev = current_device();
   const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
   if (!bit || !(done.load() & bit)) {
-    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<kKind>,
+    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<P, kKind>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(Pipe::smem_bytes<kKind>())));
+                                             int(P::template smem_bytes<kKind>())));
+    if constexpr (P::kMinBlocks > 1)  // the largest shared-memory carve-out, so that 2 CTAs can fit
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<P, kKind>,
+                                               cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               int(cudaSharedmemCarveoutMaxShared)));
     done.fetch_or(bit);
   }
 }
 
-template <WKind kKind>
+template <class P, WKind kKind>
 void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, int K, float* y, bool accumulate,
             cudaStream_t stream) {
-  ensure_opt_in<kKind>();
-  const long long tiles = (long long)((M + Pipe::BM - 1) / Pipe::BM) * ((N + Pipe::BN - 1) / Pipe::BN);
+  ensure_opt_in<P, kKind>();
+  const long long tiles = (long long)((M + P::BM - 1) / P::BM) * ((N + P::BN - 1) / P::BN);
   if (tiles > INT_MAX) throw Error("mma_gemm: too many tiles for the launch grid");
-  mma_gemm_pipelined_kernel<kKind>
-      <<<unsigned(tiles), Pipe::kThreads, Pipe::smem_bytes<kKind>(), stream>>>(x, M, w, scale, N, K, y, accumulate);
+  mma_gemm_pipelined_kernel<P, kKind><<<unsigned(tiles), P::kThreads, P::template smem_bytes<kKind>(), stream>>>(
+      x, M, w, scale, N, K, y, accumulate);
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <class P>
+void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
+  const int N = int(w.N), K = int(w.K);
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      launch<P, WKind::Fp8>(x, M, w.fp8.data(), w.scale.data(), N, K, y, accumulate, stream);
+      break;
+    case quant::WeightFormat::Int8Rowwise:
+      launch<P, WKind::Int8>(x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y,
+                             accumulate, stream);
+      break;
+    default:  // Dense, NVFP4 (bf16 at load)
+      launch<P, WKind::Bf16>(x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, accumulate,
+                             stream);
+      break;
+  }
+}
+
+template <class P>
+void prepare() {
+  ensure_opt_in<P, WKind::Bf16>();
+  ensure_opt_in<P, WKind::Fp8>();
+  ensure_opt_in<P, WKind::Int8>();
 }
 
 }  // namespace
 
 void mma_gemm_pipelined_launch(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate,
-                               cudaStream_t stream) {
-  const int N = int(w.N), K = int(w.K);
-  switch (w.format) {
-    case quant::WeightFormat::Fp8Block:
-      launch<WKind::Fp8>(x, M, w.fp8.data(), w.scale.data(), N, K, y, accumulate, stream);
+                               cudaStream_t stream, PipelinedKernel kernel) {
+  switch (kernel) {
+    case PipelinedKernel::Wide:
+      launch_format<Pipe256>(x, M, w, y, accumulate, stream);
       break;
-    case quant::WeightFormat::Int8Rowwise:
-      launch<WKind::Int8>(x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, accumulate,
-                          stream);
+    case PipelinedKernel::Tile128TwoCtas:
+      launch_format<Pipe128x2>(x, M, w, y, accumulate, stream);
       break;
-    default:  // Dense, NVFP4 (bf16 at load)
-      launch<WKind::Bf16>(x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, accumulate,
-                          stream);
+    default:
+      launch_format<Pipe128>(x, M, w, y, accumulate, stream);
       break;
   }
 }
 
 void mma_gemm_pipelined_prepare() {
-  ensure_opt_in<WKind::Bf16>();
-  ensure_opt_in<WKind::Fp8>();
-  ensure_opt_in<WKind::Int8>();
+  prepare<Pipe128>();
+  prepare<Pipe128x2>();
+  prepare<Pipe256>();
 }
 
 }  // namespace moeserve::cuda
