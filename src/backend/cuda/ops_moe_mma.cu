@@ -144,7 +144,10 @@ struct Tiling {
   static constexpr int kElem = F == BFmt::Bf16 ? 2 : 1;
   static constexpr int kWRow = BK * kElem + 16;              // bytes per B row (bf16 / FP8)
   static constexpr int kGS = BK / 32;                        // GPTQ group slots per k tile (g >= 32)
-  static constexpr int kWordsBytes = (BK / 8) * BR * 4;      // GPTQ words [BK/8][BR]
+  // GPTQ words [BK/8][kWStride]: form 3 pads each k-word row by 8 words, so the 4 threads of an
+  // MMA group (t4 = 0..3: k-word rows t4 of a 32-k block, the same 8 columns) hit 32 different banks.
+  static constexpr int kWStride = BR + (V == 3 ? 8 : 0);
+  static constexpr int kWordsBytes = (BK / 8) * kWStride * 4;
   static constexpr int kBOff = 2 * kAPlane;
   static constexpr int kScaleOff = kBOff + kWordsBytes;      // GPTQ scales f16 [kGS][BR]
   static constexpr int kZeroOff = kScaleOff + kGS * BR * 2;  // GPTQ zero words [kGS][BR/8]
@@ -159,7 +162,8 @@ struct Tiling {
   static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
   static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(V >= 0 && V <= 2, "kernel forms 0, 1 and 2");
+  static_assert(V >= 0 && V <= 3, "kernel forms 0 .. 3");
+  static_assert(V != 3 || F == BFmt::Gptq, "form 3 is the GPTQ word form");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
@@ -190,6 +194,27 @@ __global__ void split_rows_kernel(const float4* __restrict__ x, size_t n4, uint2
     split2(v.z, v.w, h.y, l.y);
     hi[i] = h;
     lo[i] = l;
+  }
+}
+
+// The same split with the k of each 32-k block permuted for the GPTQ word form (form 3,
+// kperm32_logical): x f32 [n8 units of 8 consecutive k] (8 | 32 and H % 32 == 0, so unit u is
+// word t = u % 4 of its 32-k block). Unit u's physical k 8t + 4i + j (j = 0..3, i = 0, 1) goes to
+// logical 8j + 2t + i: the pair (x[8t + j], x[8t + 4 + j]) is one bf16x2 at 8j + 2t. Reads 32 bytes,
+// writes 4 x 4 bytes per plane per unit.
+__global__ void split_rows_perm32_kernel(const float4* __restrict__ x, size_t n8, uint32_t* __restrict__ hi,
+                                         uint32_t* __restrict__ lo) {
+  for (size_t u = size_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n8; u += size_t(gridDim.x) * blockDim.x) {
+    const float4 a = __ldg(x + 2 * u), b = __ldg(x + 2 * u + 1);  // i = 0: k 8t + j; i = 1: k 8t + 4 + j
+    const size_t base = (u >> 2) * 16 + (u & 3);                  // in bf16 pairs: block · 16 + t
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t h, l;
+      split2(av[j], bv[j], h, l);
+      hi[base + 4 * j] = h;  // pair index (8j + 2t) / 2
+      lo[base + 4 * j] = l;
+    }
   }
 }
 
@@ -267,7 +292,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         const bool m1 = kMats == 2 && col >= BN;
         const int n = n0 + col - (m1 ? BN : 0);
         if (n < N && k0 + kw * 8 < K)
-          cp_async16(st + uint32_t(T::kBOff + (kw * BR + col) * 4),
+          cp_async16(st + uint32_t(T::kBOff + (kw * T::kWStride + col) * 4),
                      (m1 ? w1.qweight : w0.qweight) + (size_t(e) * (K / 8) + k0 / 8 + kw) * N + n);
       }
       constexpr int kSCPR = BR / 8, kSChunks = T::kGS * kSCPR;  // 8 scales per chunk
@@ -365,6 +390,76 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   };
 
   const int nb128 = (N + 127) / 128, kb128 = (K + 127) / 128;  // FP8 scale grid
+
+  // Form 3 (GPTQ): the k tile in blocks of 32 k (two k16 steps; GPTQ groups of 32 / 64 / 128 and
+  // the k tiles align to them, K % 32 == 0). The A planes hold each block's k permuted
+  // (kperm32_logical, ops_mma_frag.cuh), so thread t4's B registers of both steps are the nibble
+  // pairs (j, j + 4) of ONE word (k-word row t4 of the block, its column g): per word and (mat,
+  // ni) one LDS.32 (conflict-free: kWStride), 3 SHF (w >> 4, 8, 12), 4 LOP3, 4 HSUB2 for 2·MI·2
+  // MMAs (form 1: 4 LDS, 4 SHF, 4 PRMT, 8 LOP3, 4 HSUB2 for the same MMAs). m16 fragment 0 is
+  // always active here (compute_tile runs only when any_active), so its MMAs are not behind a
+  // branch and the scheduler may interleave them with the conversions. Per output, per k16
+  // step in ascending logical k: C = mma(hi, B, C), C = mma(lo, B, C); C restarts per group.
+  const uint32_t magic = 0x43004300u | (uint32_t(blockDim.x) >> 31);  // opaque: stays in a register
+  auto compute_tile_words = [&](int stage, int k0) {
+    const unsigned char* st = smem + stage * kStageBytes;
+    const uint32_t ahi = sbase + uint32_t(stage * kStageBytes), alo = ahi + uint32_t(kAPlane);
+#pragma unroll
+    for (int kb = 0; kb < BK / 32; ++kb) {
+      const int k = k0 + kb * 32;
+      if (k >= K) break;  // uniform over the CTA (K % 32 == 0)
+      const int slot = gdiv(k - k0);  // the group slot of this block in the stage
+      if (gmod(k) == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
+#pragma unroll
+        for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            if (mat == 0 ? sym0 : sym1) continue;
+            const int col = brow(mat, ni);  // col % 8 == g == the column's nibble in its zero word
+            const uint32_t zw = *reinterpret_cast<const uint32_t*>(st + T::kZeroOff + (slot * (BR / 8) + col / 8) * 4);
+            const uint32_t z = 0x4300u + ((zw >> (4 * g)) & 0xFu) + 1u;
+            zz[mat][ni] = z | (z << 16);
+          }
+      }
+      // b[mat][ni][2·s + h]: step s, register h = nibbles j, j + 4 (j = 2·s + h) of word t4.
+      uint32_t b[kMats][NI][4];
+#pragma unroll
+      for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const uint32_t w =
+              *reinterpret_cast<const uint32_t*>(st + T::kBOff + ((kb * 4 + t4) * T::kWStride + brow(mat, ni)) * 4);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) b[mat][ni][j] = gptq_nibbles_j_j4_to_bf16x2(w >> (4 * j), magic, zz[mat][ni]);
+        }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+        if (mi == 0 || active[mi]) {
+#pragma unroll
+          for (int s2 = 0; s2 < 2; ++s2) {
+            const uint32_t off = a_off[mi] + uint32_t((kb * 2 + s2) * 32);
+            uint32_t ah[4], al[4];
+            ldmatrix_x4(ahi + off, ah);
+            ldmatrix_x4(alo + off, al);
+#pragma unroll
+            for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], ah, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+#pragma unroll
+            for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+          }
+        }
+      if (gmod(k + 32) == 0) {  // the group's last block: acc += C · scale
+        const __half* sc = reinterpret_cast<const __half*>(st + T::kScaleOff) + slot * BR;
+        flush([&](int mat, int ni, int j) {
+          return __half2float(sc[mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4 + j]);
+        });
+      }
+    }
+  };
+
   auto compute_tile = [&](int stage, int k0) {
     const unsigned char* st = smem + stage * kStageBytes;
     const uint32_t ahi = sbase + uint32_t(stage * kStageBytes), alo = ahi + uint32_t(kAPlane);
@@ -501,7 +596,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const int next = kt + kStages - 1;
     if (next < kt_count) load_tile(next % kStages, next * BK);  // the stage of tile kt − 1
     cp_async_commit();
-    if (any_active) compute_tile(kt % kStages, kt * BK);  // warp-uniform
+    if (any_active) {  // warp-uniform
+      if constexpr (T::V == 3)
+        compute_tile_words(kt % kStages, kt * BK);
+      else
+        compute_tile(kt % kStages, kt * BK);
+    }
   }
   cp_async_wait<0>();
 
@@ -523,9 +623,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           const float v1 = silu_mul_rn(value(0, mi, ni, 2 * h + 1), value(1, mi, ni, 2 * h + 1));
           uint32_t hi, lo;
           split2(v0, v1, hi, lo);
-          const size_t o = size_t(start + r) * N + n;
-          *reinterpret_cast<uint32_t*>(out_hi + o) = hi;
-          *reinterpret_cast<uint32_t*>(out_lo + o) = lo;
+          if constexpr (T::V == 3) {  // the down kernel's A planes in form 3's k order (N % 32 == 0)
+            const size_t o = size_t(start + r) * N + (n & ~31) + kperm32_logical(n & 31);  // n + 1: o + 8
+            out_hi[o] = __ushort_as_bfloat16(uint16_t(hi & 0xFFFFu));
+            out_hi[o + 8] = __ushort_as_bfloat16(uint16_t(hi >> 16));
+            out_lo[o] = __ushort_as_bfloat16(uint16_t(lo & 0xFFFFu));
+            out_lo[o + 8] = __ushort_as_bfloat16(uint16_t(lo >> 16));
+          } else {
+            const size_t o = size_t(start + r) * N + n;
+            *reinterpret_cast<uint32_t*>(out_hi + o) = hi;
+            *reinterpret_cast<uint32_t*>(out_lo + o) = lo;
+          }
         } else {
           float* orow = out_y + size_t(tiles.order[start + r]) * N;
           *reinterpret_cast<float2*>(orow + n) = make_float2(value(0, mi, ni, 2 * h), value(0, mi, ni, 2 * h + 1));
@@ -626,9 +734,13 @@ void ensure_opt_in() {
 // The kernel form each tiling of format F takes for form V (0, 1, 2): form 1 changes the GPTQ
 // conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8), form 2 also the GPTQ
 // 32-slot ring; anything else runs the form-0 / form-1 kernels (no duplicate instantiations).
-template <BFmt F> constexpr int large_form(int v) { return F == BFmt::Bf16 ? 0 : cmin(v, 1); }
+// Form 3 (GPTQ word form, permuted A planes) covers all three GPTQ tilings (one k order per call,
+// whatever the tile size); FP8 / bf16 take their form-1 / form-0 kernels for it.
+template <BFmt F> constexpr int large_form(int v) {
+  return F == BFmt::Bf16 ? 0 : v == 3 ? (F == BFmt::Gptq ? 3 : 1) : cmin(v, 1);
+}
 template <BFmt F> constexpr int mid_form(int v) { return F == BFmt::Gptq ? v : 0; }
-template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? cmin(v, 1) : 0; }
+template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? (v == 3 ? 3 : cmin(v, 1)) : 0; }
 
 template <BFmt F, int V>
 void opt_in_variant() {
@@ -645,6 +757,7 @@ void opt_in_all() {
   opt_in_variant<F, 0>();
   opt_in_variant<F, 1>();
   opt_in_variant<F, 2>();
+  opt_in_variant<F, 3>();
 }
 
 // Whether two CTAs of the deep-ring 32-slot kernels fit one SM's shared memory on this device
@@ -699,7 +812,9 @@ void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts&
     launch_experts<F, 0>(bm, s, ex, tiles, grid_tiles, w, stream);
   else if (variant == 4 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
     launch_experts<F, 2>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply
+  else if (variant == 5 && F == BFmt::Gptq)  // the word form (the x planes were split permuted)
+    launch_experts<F, 3>(bm, s, ex, tiles, grid_tiles, w, stream);
+  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 for FP8 / bf16
     launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
 }
 
@@ -710,7 +825,7 @@ std::atomic<int> g_variant{1};
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 4) throw Error("moe_mma: variant must be 0 (previous kernels) .. 4");
+  if (variant < 0 || variant > 5) throw Error("moe_mma: variant must be 0 (previous kernels) .. 5");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -757,7 +872,14 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   carve(workspace, s, M, &w);
   route_and_group(router_logits, s, M, bm, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
                   w.order, stream);
-  {  // x -> hi / lo bf16 planes (H % 16 == 0: whole float4s)
+  if (variant == 5 && f == quant::WeightFormat::GptqInt4) {  // form 3: each 32-k block permuted (H % 32 == 0)
+    const size_t n8 = size_t(M) * size_t(H) / 8;
+    const unsigned blocks = unsigned(std::min<size_t>((n8 + 255) / 256, 4096));
+    split_rows_perm32_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n8,
+                                                         reinterpret_cast<uint32_t*>(w.x_hi),
+                                                         reinterpret_cast<uint32_t*>(w.x_lo));
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  } else {  // x -> hi / lo bf16 planes (H % 16 == 0: whole float4s)
     const size_t n4 = size_t(M) * size_t(H) / 4;
     const unsigned blocks = unsigned(std::min<size_t>((n4 + 255) / 256, 4096));
     split_rows_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n4,
