@@ -165,9 +165,10 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 // <= 16 slots whose second m16 fragment is skipped) and M = 300 on 64-slot tiles; E = 8, k = 3
 // the same; E = 64 runs M = 1 and M = 32 (256 slots) on 16-slot tiles and M = 64 / 300 on
 // 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. The
-// batches run with every kernel form (set_moe_mma_variant 0 .. 5), the token alone with the
+// batches run with every kernel form (set_moe_mma_variant 0 .. 6), the token alone with the
 // default form (the reference of forms 0 .. 4, which give the same bits) and with form 5 (the
-// GPTQ word form has its own k order, so its own bits; FP8 / bf16 run form 1 there).
+// reference of 5 and 6: the GPTQ word form has its own k order, so its own bits; FP8 / bf16 run
+// form 1 there).
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
@@ -202,11 +203,11 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
       std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
       std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
       std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
-      for (int v : {0, 1, 2, 3, 4, 5}) {
+      for (int v : {0, 1, 2, 3, 4, 5, 6}) {
         cuda::set_moe_mma_variant(v);
         const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
         ASSERT_TRUE(ran);
-        const auto& ref = v == 5 ? alone5 : alone;
+        const auto& ref = v >= 5 ? alone5 : alone;
         int diffs = 0;
         for (int h = 0; h < c.H; ++h) diffs += !bits_equal(ref[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
         EXPECT_EQ(diffs, 0) << "form " << v << ", token at " << pos << " of " << M << ": " << diffs << " of " << c.H
@@ -271,7 +272,8 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
 // (MatchesCpuMoe) allows 1e-3 of max |routed| for either form; the two forms' difference is a
 // difference of two such rounding errors, so 1e-4 of max |routed| here (a wrong nibble, k order,
 // column, zero point or group scale moves outputs by O(max |routed|)). FP8 / bf16 cases must be
-// bit-identical to form 1 (they run form 1 under variant 5). GPTQ at every tiling (M 1, 5:
+// bit-identical to form 1 (they run form 1 under variant 5). Variant 6 (the word form with the
+// deep 32-slot ring on the H200) must give variant 5's bits. GPTQ at every tiling (M 1, 5:
 // 16-slot; 64: 32-slot; 300, 1024: 64-slot), sym and asym, groups 32 / 64 / 128, partial column
 // blocks and tiles.
 TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
@@ -299,6 +301,12 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
       cuda::set_moe_mma_variant(5);
       const auto got = run_mma(d, x, logits, residual, M, c, &ran);
       ASSERT_TRUE(ran);
+      cuda::set_moe_mma_variant(6);
+      const auto got6 = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      int diffs6 = 0;
+      for (size_t i = 0; i < got.size(); ++i) diffs6 += !bits_equal(got6[i], got[i]);
+      EXPECT_EQ(diffs6, 0) << "M=" << M << ": variant 6 differs from variant 5";
       double max_diff = 0, max_routed = 0;
       int diffs = 0;
       size_t worst = 0;

@@ -156,4 +156,13 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
   mma_bf16(c, a, b);
 }
 
+// c = a · b + 0 (a fresh accumulator: the same bits as mma_bf16 on a c of +0.0, with the zero
+// as the instruction's RZ operand instead of 4 MOVs that clear c first).
+__device__ __forceinline__ void mma_bf16_zc(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 }  // namespace moeserve::cuda::mma_frag

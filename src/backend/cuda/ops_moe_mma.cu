@@ -51,7 +51,7 @@
 // never copied (zeroed once); m16 row fragments at or past the slot count are skipped
 // (warp-uniform).
 //
-// Kernel forms (set_moe_mma_variant, ops_moe.h; all give the same bits):
+// Kernel forms (set_moe_mma_variant, ops_moe.h; 0 .. 4 give the same bits, 5 and 6 their own):
 //   0: the previous kernels: GPTQ B pairs by gptq_pair_to_bf16x2 (variable shifts and masks per
 //      nibble, ~6 integer instructions + HSUB2 per pair); the 64-slot tiling 2 x 4 warps, so each
 //      B fragment (weight word) is loaded and converted by both rows of warps.
@@ -69,10 +69,27 @@
 //   4: form 1 with an 8-stage cp.async ring (7 k tiles in flight, 77 KB) in the GPTQ 32-slot
 //      tiling instead of 4 (39 KB), where 2 such CTAs fit an SM (the H200's 228 KB; not the DGX
 //      Spark, which keeps form 1): more weight / A latency hidden behind each CTA's barriers.
+//   5: the GPTQ word form (kernel form 3; FP8 / bf16 run form 1): the activation planes (x by
+//      split_rows_perm32_kernel, act by the gate_up epilogue) hold the k of every 32-k block
+//      permuted (kperm32_logical, ops_mma_frag.cuh: logical 16·s + 8·h + 2·t + i <- physical
+//      8·t + 4·i + 2·s + h), so MMA thread t's B registers of both k16 steps of the block are the
+//      nibble pairs (j, j + 4), j = 2·s + h, of ONE GPTQ word (word t of its column in the block,
+//      the weights keep the GPTQ layout the decode kernels read). Per word (per (mat, ni) and 32
+//      k): 1 LDS.32 (word rows padded by 8 words: conflict-free), 3 SHF, 4 LOP3 ((x & 0x000F000F)
+//      | 0x43004300 as one lop3, the constant in a register), 4 HSUB2, for 4·MI MMAs; form 1 spends
+//      4 LDS + 4 SHF + 4 PRMT + 8 LOP3 + 4 HSUB2 on the same MMAs. m16 fragment 0's MMAs are not
+//      behind the per-fragment branch; outside the 2-CTA gate_up tiling a group's first MMA per
+//      output takes C = +0 from RZ (mma_bf16_zc) instead of MOVs clearing C after the flush. All
+//      three GPTQ tilings use it (one k order per call, whatever the tile size), so a token's bits
+//      still do not depend on M; they differ from forms 0 .. 4 (other products share an MMA).
+//   6: form 5 with form 4's 8-stage ring in the GPTQ 32-slot DOWN kernel where 2 CTAs fit an SM
+//      (kernel form 4; its gate_up with 8 stages spills at 128 registers, so it runs form 3's);
+//      variant 5's bits.
 //
-// Arithmetic of one output (slot, n), fixed by K and the format only (never by the tiling, the
-// tile, the slot's row in it, M or the other slots: an MMA computes each C element from its own A
-// row, B column and old value), for each k16 step in ascending k: C = mma(hi, B, C), C = mma(lo, B, C);
+// Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (0 .. 4 or
+// 5, 6) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
+// computes each C element from its own A row, B column and old value), for each k16 step in
+// ascending (logical: forms 5, 6 permute k inside each 32-k block) k: C = mma(hi, B, C), C = mma(lo, B, C);
 //   bf16: y = C;  GPTQ: B = q − zero (exact), C restarts at 0 for each group of g k's and after
 //   the group acc = fma(C, scale[g][n], acc);  FP8: B = e4m3 (exact), the same per 128-k block
 //   with the block scale. Epilogues use explicit __fmaf_rn / __fmul_rn / __fdiv_rn / __fadd_rn.
@@ -91,13 +108,16 @@
 // the 32-slot tiling 32·4 against the same 128 (an expert with 33-64 slots has 2 tiles there, so
 // its weights are read twice, the second time mostly from L2: one expert's tiles are adjacent in
 // the grid). Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
-// words per n8 tile per warp (GPTQ), so ~1 wavefront per MMA (32-slot and form 1's 64-slot
-// 1 x 8: ~1.25-1.5, their warps cover all rows but fewer columns). At decode-like sizes the
+// words per n8 tile per warp (GPTQ: 8 distinct words per LDS.32, 2 wavefronts; forms 5, 6: one
+// LDS.32 of 32 distinct, conflict-free words per n8 tile per 32 k, so the same bytes in 0.5
+// wavefront per k16 step), so ~1 wavefront per MMA (32-slot and form 1's 64-slot 1 x 8:
+// ~1.25-1.5, their warps cover all rows but fewer columns; less in forms 5, 6). At decode-like sizes the
 // weight stream is the bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs
 // per SM.
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
@@ -123,7 +143,8 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 // V: the kernel form: 0 the previous kernels, 1 GPTQ pairs dequantised with one PRMT
 // (gptq_pair_to_bf16x2_prmt), group indices by shifts and, for the 64-slot tiling, 1 x 8 warps
 // (each weight word converted once per CTA instead of once per row of warps); 2 form 1 with a
-// deeper cp.async ring (32-slot tiling). Same bits.
+// deeper cp.async ring (32-slot tiling); same bits. 3 the GPTQ word form (k-permuted A planes,
+// one weight word per thread per 32 k), 4 form 3 with the deep ring (32-slot down); their own bits.
 template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F, int V_ = 0>
 struct Tiling {
   static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_, V = V_;
@@ -144,9 +165,11 @@ struct Tiling {
   static constexpr int kElem = F == BFmt::Bf16 ? 2 : 1;
   static constexpr int kWRow = BK * kElem + 16;              // bytes per B row (bf16 / FP8)
   static constexpr int kGS = BK / 32;                        // GPTQ group slots per k tile (g >= 32)
-  // GPTQ words [BK/8][kWStride]: form 3 pads each k-word row by 8 words, so the 4 threads of an
+  // GPTQ words [BK/8][kWStride]: forms 3, 4 pad each k-word row by 8 words, so the 4 threads of an
   // MMA group (t4 = 0..3: k-word rows t4 of a 32-k block, the same 8 columns) hit 32 different banks.
-  static constexpr int kWStride = BR + (V == 3 ? 8 : 0);
+  static constexpr bool kWordForm = V >= 3;                  // forms 3, 4: the GPTQ word form
+  static constexpr bool kDeepRing = V == 2 || V == 4;        // forms 2, 4: the 8-stage 32-slot ring
+  static constexpr int kWStride = BR + (kWordForm ? 8 : 0);
   static constexpr int kWordsBytes = (BK / 8) * kWStride * 4;
   static constexpr int kBOff = 2 * kAPlane;
   static constexpr int kScaleOff = kBOff + kWordsBytes;      // GPTQ scales f16 [kGS][BR]
@@ -162,12 +185,12 @@ struct Tiling {
   static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
   static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(V >= 0 && V <= 3, "kernel forms 0 .. 3");
-  static_assert(V != 3 || F == BFmt::Gptq, "form 3 is the GPTQ word form");
+  static_assert(V >= 0 && V <= 4, "kernel forms 0 .. 4");
+  static_assert(V < 3 || F == BFmt::Gptq, "forms 3, 4 are the GPTQ word form");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
-// Variant 0: the 64-slot tiling's 8 warps 2 x 4; variant 1: 1 x 8 (64 rows x 16 (+16) / 32
+// Variant 0: the 64-slot tiling's 8 warps 2 x 4; variants >= 1: 1 x 8 (64 rows x 16 (+16) / 32
 // columns per warp). Bf16 experts (nothing to convert) always take variant 0.
 template <BFmt F, int V>
 using GateUpLarge = Tiling<2, kLargeBM, 128, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
@@ -175,8 +198,8 @@ template <BFmt F, int V>
 using DownLarge = Tiling<1, kLargeBM, 256, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
 // Form 2 (GPTQ): the 32-slot tiling with an 8-stage ring (77 KB; 2 CTAs per SM need 156 KB of
 // an SM's shared memory: the H200, not the DGX Spark, whose launches keep form 1).
-template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 2 ? 8 : 4, F, V>;
-template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 ? 8 : 4, F, V>;
+template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
+template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
 template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
 template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
 
@@ -432,30 +455,58 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
           for (int j = 0; j < 4; ++j) b[mat][ni][j] = gptq_nibbles_j_j4_to_bf16x2(w >> (4 * j), magic, zz[mat][ni]);
         }
+      // The block's MMAs; fresh: the group's first block, whose first MMA per output starts C at
+      // +0 (mma_bf16_zc: RZ, so the flush need not clear C; the same bits as C = 0 then mma).
+      // Not in the 2-CTA gate_up tiling (32-slot): the two copies of the block's code cost it a
+      // spill at the 128-register cap (sm_90); it clears C in the flush instead (same bits).
+      constexpr bool kFreshC = !(kMats == 2 && T::kMinBlocks >= 2);
+      auto block_mmas = [&](auto fresh) {
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-        if (mi == 0 || active[mi]) {
+        for (int mi = 0; mi < MI; ++mi)
+          if (mi == 0 || active[mi]) {
 #pragma unroll
-          for (int s2 = 0; s2 < 2; ++s2) {
-            const uint32_t off = a_off[mi] + uint32_t((kb * 2 + s2) * 32);
-            uint32_t ah[4], al[4];
-            ldmatrix_x4(ahi + off, ah);
-            ldmatrix_x4(alo + off, al);
+            for (int s2 = 0; s2 < 2; ++s2) {
+              const uint32_t off = a_off[mi] + uint32_t((kb * 2 + s2) * 32);
+              uint32_t ah[4], al[4];
+              ldmatrix_x4(ahi + off, ah);
+              ldmatrix_x4(alo + off, al);
 #pragma unroll
-            for (int mat = 0; mat < kMats; ++mat)
+              for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], ah, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+                for (int ni = 0; ni < NI; ++ni) {
+                  if (decltype(fresh)::value && s2 == 0)
+                    mma_bf16_zc(c[mat][mi][ni], ah, b[mat][ni][0], b[mat][ni][1]);
+                  else
+                    mma_bf16(c[mat][mi][ni], ah, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+                }
 #pragma unroll
-            for (int mat = 0; mat < kMats; ++mat)
+              for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-              for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+                for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+            }
           }
-        }
-      if (gmod(k + 32) == 0) {  // the group's last block: acc += C · scale
+      };
+      if (kFreshC && gmod(k) == 0)
+        block_mmas(std::true_type{});
+      else
+        block_mmas(std::false_type{});
+      if (gmod(k + 32) == 0) {  // the group's last block: acc += C · scale (C is restarted by the next block)
         const __half* sc = reinterpret_cast<const __half*>(st + T::kScaleOff) + slot * BR;
-        flush([&](int mat, int ni, int j) {
-          return __half2float(sc[mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4 + j]);
-        });
+#pragma unroll
+        for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float sv = __half2float(sc[mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4 + j]);
+#pragma unroll
+              for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  acc[mat][mi][ni][2 * h + j] = __fmaf_rn(c[mat][mi][ni][2 * h + j], sv, acc[mat][mi][ni][2 * h + j]);
+                  if (!kFreshC) c[mat][mi][ni][2 * h + j] = 0.f;
+                }
+            }
       }
     }
   };
@@ -583,7 +634,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (s < kt_count) load_tile(s, s * BK);
     cp_async_commit();  // always commit (possibly empty): the group count stays uniform
   };
-  if constexpr (T::V == 2) {  // the deep ring: a loop (7 inlined tile loads push the 128-register cap)
+  if constexpr (T::kDeepRing) {  // the deep ring: a loop (7 inlined tile loads push the 128-register cap)
 #pragma unroll 1
     for (int s = 0; s < kStages - 1; ++s) prologue(s);
   } else {
@@ -597,7 +648,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (next < kt_count) load_tile(next % kStages, next * BK);  // the stage of tile kt − 1
     cp_async_commit();
     if (any_active) {  // warp-uniform
-      if constexpr (T::V == 3)
+      if constexpr (T::kWordForm)
         compute_tile_words(kt % kStages, kt * BK);
       else
         compute_tile(kt % kStages, kt * BK);
@@ -623,7 +674,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           const float v1 = silu_mul_rn(value(0, mi, ni, 2 * h + 1), value(1, mi, ni, 2 * h + 1));
           uint32_t hi, lo;
           split2(v0, v1, hi, lo);
-          if constexpr (T::V == 3) {  // the down kernel's A planes in form 3's k order (N % 32 == 0)
+          if constexpr (T::kWordForm) {  // the down kernel's A planes in the word form's k order (N % 32 == 0)
             const size_t o = size_t(start + r) * N + (n & ~31) + kperm32_logical(n & 31);  // n + 1: o + 8
             out_hi[o] = __ushort_as_bfloat16(uint16_t(hi & 0xFFFFu));
             out_hi[o + 8] = __ushort_as_bfloat16(uint16_t(hi >> 16));
@@ -723,7 +774,7 @@ void ensure_opt_in() {
     if (!bit || !(done.load() & bit)) {
       MOESERVE_CUDA_CHECK(
           cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-      if constexpr (T::V == 2)  // the deep ring: all of the SM's L1 as shared memory (2 CTAs of 77 KB)
+      if constexpr (T::kDeepRing)  // the deep ring: all of the SM's L1 as shared memory (2 CTAs of 77 KB)
         MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                  int(cudaSharedmemCarveoutMaxShared)));
       done.fetch_or(bit);
@@ -734,20 +785,24 @@ void ensure_opt_in() {
 // The kernel form each tiling of format F takes for form V (0, 1, 2): form 1 changes the GPTQ
 // conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8), form 2 also the GPTQ
 // 32-slot ring; anything else runs the form-0 / form-1 kernels (no duplicate instantiations).
-// Form 3 (GPTQ word form, permuted A planes) covers all three GPTQ tilings (one k order per call,
-// whatever the tile size); FP8 / bf16 take their form-1 / form-0 kernels for it.
+// Forms 3, 4 (GPTQ word form, permuted A planes) cover all three GPTQ tilings (one k order per
+// call, whatever the tile size; form 4 differs from 3 only in the 32-slot ring); FP8 / bf16 take
+// their form-1 / form-0 kernels for them.
 template <BFmt F> constexpr int large_form(int v) {
-  return F == BFmt::Bf16 ? 0 : v == 3 ? (F == BFmt::Gptq ? 3 : 1) : cmin(v, 1);
+  return F == BFmt::Bf16 ? 0 : v >= 3 ? (F == BFmt::Gptq ? 3 : 1) : cmin(v, 1);
 }
 template <BFmt F> constexpr int mid_form(int v) { return F == BFmt::Gptq ? v : 0; }
-template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? (v == 3 ? 3 : cmin(v, 1)) : 0; }
+// Form 4's deep ring is the down kernel's only: the 32-slot gate_up word form with 8 stages
+// spills at the 128-register cap (sm_90), so form 4 runs form 3's gate_up.
+constexpr int gate_up_mid_form(int m) { return m == 4 ? 3 : m; }
+template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? (v >= 3 ? 3 : cmin(v, 1)) : 0; }
 
 template <BFmt F, int V>
 void opt_in_variant() {
   constexpr int L = large_form<F>(V), M = mid_form<F>(V), S = small_form<F>(V);
   ensure_opt_in<GateUpLarge<F, L>, F>();
   ensure_opt_in<DownLarge<F, L>, F>();
-  ensure_opt_in<GateUpMid<F, M>, F>();
+  ensure_opt_in<GateUpMid<F, gate_up_mid_form(M)>, F>();
   ensure_opt_in<DownMid<F, M>, F>();
   ensure_opt_in<GateUpSmall<F, S>, F>();
   ensure_opt_in<DownSmall<F, S>, F>();
@@ -758,6 +813,7 @@ void opt_in_all() {
   opt_in_variant<F, 1>();
   opt_in_variant<F, 2>();
   opt_in_variant<F, 3>();
+  opt_in_variant<F, 4>();
 }
 
 // Whether two CTAs of the deep-ring 32-slot kernels fit one SM's shared memory on this device
@@ -767,7 +823,8 @@ bool deep_ring_fits() {
   const int dev = current_device();
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  constexpr int kBytes = std::max(GateUpMid<BFmt::Gptq, 2>::kSmemBytes, DownMid<BFmt::Gptq, 2>::kSmemBytes);
+  constexpr int kBytes = std::max(std::max(GateUpMid<BFmt::Gptq, 2>::kSmemBytes, DownMid<BFmt::Gptq, 2>::kSmemBytes),
+                                  DownMid<BFmt::Gptq, 4>::kSmemBytes);
   return per_sm >= 2 * (kBytes + reserved);
 }
 
@@ -800,7 +857,7 @@ void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const Ti
   if (bm == kSmallBM)
     launch_pair<GateUpSmall<F, S>, DownSmall<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
   else if (bm == kMidBM)
-    launch_pair<GateUpMid<F, M>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpMid<F, gate_up_mid_form(M)>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
   else
     launch_pair<GateUpLarge<F, L>, DownLarge<F, L>, F>(s, ex, tiles, grid_tiles, w, stream);
 }
@@ -812,9 +869,11 @@ void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts&
     launch_experts<F, 0>(bm, s, ex, tiles, grid_tiles, w, stream);
   else if (variant == 4 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
     launch_experts<F, 2>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else if (variant == 5 && F == BFmt::Gptq)  // the word form (the x planes were split permuted)
+  else if (variant == 6 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
+    launch_experts<F, 4>(bm, s, ex, tiles, grid_tiles, w, stream);  // the word form, deep ring
+  else if ((variant == 5 || variant == 6) && F == BFmt::Gptq)  // the word form (x planes split permuted)
     launch_experts<F, 3>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 for FP8 / bf16
+  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 and 6 for FP8 / bf16
     launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
 }
 
@@ -825,7 +884,7 @@ std::atomic<int> g_variant{1};
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 5) throw Error("moe_mma: variant must be 0 (previous kernels) .. 5");
+  if (variant < 0 || variant > 6) throw Error("moe_mma: variant must be 0 (previous kernels) .. 6");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -872,7 +931,7 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   carve(workspace, s, M, &w);
   route_and_group(router_logits, s, M, bm, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
                   w.order, stream);
-  if (variant == 5 && f == quant::WeightFormat::GptqInt4) {  // form 3: each 32-k block permuted (H % 32 == 0)
+  if ((variant == 5 || variant == 6) && f == quant::WeightFormat::GptqInt4) {  // form 3: each 32-k block permuted (H % 32 == 0)
     const size_t n8 = size_t(M) * size_t(H) / 8;
     const unsigned blocks = unsigned(std::min<size_t>((n8 + 255) / 256, 4096));
     split_rows_perm32_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n8,
