@@ -495,10 +495,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
         for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
-          for (int ni = 0; ni < NI; ++ni)
+          for (int ni = 0; ni < NI; ++ni) {
+            // this lane's columns 2·t4, 2·t4 + 1: adjacent f16 scales, one 4-byte load (even index)
+            const float2 sp = __half22float2(
+                *reinterpret_cast<const __half2*>(sc + mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4));
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              const float sv = __half2float(sc[mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4 + j]);
+              const float sv = j == 0 ? sp.x : sp.y;
 #pragma unroll
               for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -507,6 +510,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
                   if (!kFreshC) c[mat][mi][ni][2 * h + j] = 0.f;
                 }
             }
+          }
       }
     }
   };
