@@ -16,7 +16,8 @@
 //   5. combine_routed (ops_moe.cu): residual[m] += Σ_r w·y[m·k + r] (+ sigmoid(gate)·shared).
 //
 // Data layout. x f32 [M, H] (16-byte aligned); x_hi / x_lo bf16 [M, H]; act_hi / act_lo bf16
-// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous); y f32 [M·k, H]
+// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous; forms 5, 6 with
+// GPTQ experts: both planes' k permuted inside every 32-k block, kperm32_logical); y f32 [M·k, H]
 // by slot (the combine's layout). Experts: ops_moe.h (GPTQ qweight [E][K/8][N], scales f16
 // [E][K/g][N], qzeros [E][K/g][N/8]; FP8 e4m3 [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)];
 // bf16 [E][N][K]).
