@@ -5,6 +5,8 @@
 //   bench_moe_mma                          (M = 1,8,64,512,1024,2048)
 //   bench_moe_mma --m 1024 --iters 50
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 0     (the previous tensor-core kernels, A/B)
+//   bench_moe_mma --m 1024,8192 --moe-mma-variant 5     (the GPTQ word form, A/B against 1)
+//   bench_moe_mma --m 1024,8192 --moe-mma-variant 6     (the word form with the deep 32-slot ring)
 //
 // Timing: two warm-up launches, then --iters launches of each entry point, each between two CUDA
 // events with a synchronisation after it; the median is reported. The router logits rotate over
@@ -66,7 +68,9 @@ int main(int argc, char** argv) {
   app.add_option("--moe-mma-variant", variant,
                  "tensor-core kernel form: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same "
                  "with 32- / 64-slot tiles at every size above 4 slots per expert, 4 1 with an 8-stage ring in the "
-                 "32-slot GPTQ kernels, 0 previous (same bits)");
+                 "32-slot GPTQ kernels, 0 previous (same bits); 5 the GPTQ word form (activations k-permuted per "
+                 "32 k, one weight word per thread per two k16 steps; other bits), 6 = 5 with the 8-stage 32-slot "
+                 "ring where it fits (5's bits)");
   app.add_option("--iters", iters, "timed launches per entry point");
   CLI11_PARSE(app, argc, argv);
   set_moe_mma_variant(variant);

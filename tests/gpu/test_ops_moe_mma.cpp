@@ -1,8 +1,9 @@
 // The tensor-core routed-expert block (ops_moe.h moe_routed_experts_mma, ops_moe_mma.cu) against
 // the CPU MoE (cpu::moe_forward with a zero shared expert, as tests/gpu/test_ops_moe.cpp), its
 // batch invariance (a token's bits alone, among 63 and among 299 other tokens, at different
-// positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit,
-// and its refusal of GPTQ act-order experts.
+// positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit
+// (variants 1 .. 4) or within a rounding tolerance (variant 5, the GPTQ word form: other products
+// per MMA), and its refusal of GPTQ act-order experts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -106,6 +107,7 @@ struct VariantGuard {
 // 32 / 64 / 128; M = 64 takes the 32-slot tiling there too). Error: max |got − ref| / max |routed|.
 TEST(GpuOpsMoeMma, MatchesCpuMoe) {
   MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
   Rng rng(71);
   const std::vector<ExpertCase> cases{
       {16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 3072, 1024, "gptq-asym-g128"}, {16, 8, 3072, 1024, "gptq-asym-g32"},
@@ -135,18 +137,22 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
       std::vector<float> routed(size_t(M) * c.H);
       cpu::moe_forward(pool(), params, x.data(), M, routed.data());
       const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
-      bool ran = false;
-      const auto got = run_mma(d, x, logits, residual, M, c, &ran);
-      ASSERT_TRUE(ran) << "moe_routed_experts_mma refused a supported format";
-      double max_err = 0, max_ref = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        max_err = std::max(max_err, std::fabs(double(got[i]) - (double(residual[i]) + double(routed[i]))));
-        max_ref = std::max(max_ref, std::fabs(double(routed[i])));
+      for (int v : {guard.saved, 5}) {  // the default form and the GPTQ word form (its own k order)
+        cuda::set_moe_mma_variant(v);
+        bool ran = false;
+        const auto got = run_mma(d, x, logits, residual, M, c, &ran);
+        ASSERT_TRUE(ran) << "moe_routed_experts_mma refused a supported format";
+        double max_err = 0, max_ref = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          max_err = std::max(max_err, std::fabs(double(got[i]) - (double(residual[i]) + double(routed[i]))));
+          max_ref = std::max(max_ref, std::fabs(double(routed[i])));
+        }
+        const double rel = max_err / max_ref;
+        std::printf("  moe_mma %s M=%d form %d: max|err| %.3e, max|routed| %.3e, rel %.3e\n", name.c_str(), M, v,
+                    max_err, max_ref, rel);
+        EXPECT_LT(rel, 1e-3) << name << " M=" << M << " form " << v;
       }
-      const double rel = max_err / max_ref;
-      std::printf("  moe_mma %s M=%d: max|err| %.3e, max|routed| %.3e, rel %.3e\n", name.c_str(), M, max_err, max_ref,
-                  rel);
-      EXPECT_LT(rel, 1e-3) << name << " M=" << M;
+      cuda::set_moe_mma_variant(guard.saved);
     }
   }
 }
@@ -159,8 +165,10 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 // <= 16 slots whose second m16 fragment is skipped) and M = 300 on 64-slot tiles; E = 8, k = 3
 // the same; E = 64 runs M = 1 and M = 32 (256 slots) on 16-slot tiles and M = 64 / 300 on
 // 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. The
-// batches run with every kernel form (set_moe_mma_variant 0 .. 4), the token alone with the
-// default form.
+// batches run with every kernel form (set_moe_mma_variant 0 .. 6), the token alone with the
+// default form (the reference of forms 0 .. 4, which give the same bits) and with form 5 (the
+// reference of 5 and 6: the GPTQ word form has its own k order, so its own bits; FP8 / bf16 run
+// form 1 there).
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
@@ -184,6 +192,10 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
     bool ran = false;
     const auto alone = run_mma(d, xt, lt, rt, 1, c, &ran);
     ASSERT_TRUE(ran);
+    cuda::set_moe_mma_variant(5);
+    const auto alone5 = run_mma(d, xt, lt, rt, 1, c, &ran);
+    ASSERT_TRUE(ran);
+    cuda::set_moe_mma_variant(guard.saved);
     for (auto [M, pos] : std::vector<std::pair<int, int>>{{32, 5}, {64, 17}, {300, 250}, {300, 0}}) {
       auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
       auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
@@ -191,12 +203,13 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
       std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
       std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
       std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
-      for (int v : {0, 1, 2, 3, 4}) {
+      for (int v : {0, 1, 2, 3, 4, 5, 6}) {
         cuda::set_moe_mma_variant(v);
         const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
         ASSERT_TRUE(ran);
+        const auto& ref = v >= 5 ? alone5 : alone;
         int diffs = 0;
-        for (int h = 0; h < c.H; ++h) diffs += !bits_equal(alone[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
+        for (int h = 0; h < c.H; ++h) diffs += !bits_equal(ref[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
         EXPECT_EQ(diffs, 0) << "form " << v << ", token at " << pos << " of " << M << ": " << diffs << " of " << c.H
                             << " outputs differ from the token alone";
       }
@@ -248,6 +261,74 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
                             << " outputs differ from the previous kernels; first at token " << first / size_t(c.H)
                             << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
       }
+    }
+  }
+}
+
+// Variant 5 (the GPTQ word form: the activations' k permuted inside each 32-k block, each thread's
+// B registers of two k16 steps from one weight word) against the previous kernels (0): the same
+// exact products (hi / lo bf16 activations x exact q − zero) summed per group in f32, but other
+// products share an MMA, so the bits differ by rounding only. Bound: the CPU comparison
+// (MatchesCpuMoe) allows 1e-3 of max |routed| for either form; the two forms' difference is a
+// difference of two such rounding errors, so 1e-4 of max |routed| here (a wrong nibble, k order,
+// column, zero point or group scale moves outputs by O(max |routed|)). FP8 / bf16 cases must be
+// bit-identical to form 1 (they run form 1 under variant 5). Variant 6 (the word form with the
+// deep 32-slot ring on the H200) must give variant 5's bits. GPTQ at every tiling (M 1, 5:
+// 16-slot; 64: 32-slot; 300, 1024: 64-slot), sym and asym, groups 32 / 64 / 128, partial column
+// blocks and tiles.
+TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(75);
+  const std::vector<ExpertCase> cases{
+      {16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"}, {16, 8, 1024, 512, "gptq-sym-g64"},
+      {16, 8, 1024, 512, "gptq-asym-g64"},  {16, 8, 1024, 512, "gptq-sym-g32"},   {16, 8, 1024, 512, "gptq-asym-g32"},
+      {16, 8, 1024, 512, "fp8"},            {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
+      {6, 2, 384, 64, "gptq-sym-g64"},      {8, 3, 256, 128, "gptq-asym-g128"},   {10, 4, 208, 48, "fp8"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const bool gptq = c.format.rfind("gptq", 0) == 0;
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 5, 64, 300, 1024}) {
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      bool ran = false;
+      cuda::set_moe_mma_variant(gptq ? 0 : 1);
+      const auto ref = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      cuda::set_moe_mma_variant(5);
+      const auto got = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      cuda::set_moe_mma_variant(6);
+      const auto got6 = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      int diffs6 = 0;
+      for (size_t i = 0; i < got.size(); ++i) diffs6 += !bits_equal(got6[i], got[i]);
+      EXPECT_EQ(diffs6, 0) << "M=" << M << ": variant 6 differs from variant 5";
+      double max_diff = 0, max_routed = 0;
+      int diffs = 0;
+      size_t worst = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double dlt = std::fabs(double(got[i]) - double(ref[i]));
+        if (dlt > max_diff) {
+          max_diff = dlt;
+          worst = i;
+        }
+        max_routed = std::max(max_routed, std::fabs(double(ref[i]) - double(residual[i])));
+        diffs += !bits_equal(got[i], ref[i]);
+      }
+      const double rel = max_routed > 0 ? max_diff / max_routed : 1.0;
+      std::printf("  moe_mma form 5 vs %d, %s M=%d: %d of %zu outputs differ, max|diff| %.3e, max|routed| %.3e, "
+                  "rel %.3e\n",
+                  gptq ? 0 : 1, case_name(c).c_str(), M, diffs, got.size(), max_diff, max_routed, rel);
+      EXPECT_GT(max_routed, 0.0) << "M=" << M;
+      if (gptq)
+        EXPECT_LT(rel, 1e-4) << "M=" << M << ": worst at token " << worst / size_t(c.H) << " column "
+                             << worst % size_t(c.H) << ": " << got[worst] << " vs " << ref[worst];
+      else
+        EXPECT_EQ(diffs, 0) << "M=" << M << ": FP8 / bf16 experts run form 1 under variant 5";
     }
   }
 }

@@ -99,6 +99,28 @@ __device__ __forceinline__ uint32_t gptq_pair_to_bf16x2_prmt(uint32_t word, uint
   return bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&zz)));
 }
 
+// GPTQ nibbles 0 and 4 of x (bits 3..0 and 19..16; the caller shifts a word by 4·j to bring nibbles
+// j, j + 4 there) -> the bf16 pair (q_j − zero, q_{j+4} − zero), low half first, exactly: (x &
+// 0x000F000F) | 0x43004300 is the bf16 pair (128 + q_j, 128 + q_{j+4}) (bf16 spacing at 128 is 1),
+// minus zz = the bf16 pair (128 + zero) as gptq_pair_to_bf16x2. magic must hold 0x43004300 in a
+// register (pass a value the compiler cannot fold): the mask is LOP3's one immediate, so the AND-OR
+// is a single LOP3 (0xEA: (a & b) | c) instead of two. Per pair: one LOP3 + one HSUB2.
+__device__ __forceinline__ uint32_t gptq_nibbles_j_j4_to_bf16x2(uint32_t x, uint32_t magic, uint32_t zz) {
+  uint32_t v;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(x), "r"(0x000F000Fu), "r"(magic));
+  return bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), *reinterpret_cast<const __nv_bfloat162*>(&zz)));
+}
+
+// The k permutation of the GPTQ "word" MMA form (ops_moe_mma.cu form 3) inside each block of 32
+// consecutive k (4 GPTQ words of a column): logical position L = 16·s + 8·h + 2·t + i (k16 step s,
+// B register h, MMA thread t = lane % 4, half i of the bf16 pair) holds physical k
+// P = 8·t + 4·i + 2·s + h, i.e. nibble j = 2·s + h (+ 4·i) of word t. So thread t's B registers of
+// both k16 steps come from its one word t (register (s, h) = nibbles j, j + 4 with j = 2·s + h),
+// and the activations are stored with their k at these logical positions (ldmatrix then yields
+// the matching A fragments). Physical offset p (0..31) -> logical offset; p + 1 (p even) lands at
+// +8 (h 0 -> 1).
+__host__ __device__ constexpr int kperm32_logical(int p) { return 8 * (p & 3) + 2 * (p >> 3) + ((p >> 2) & 1); }
+
 // cp.async (sm_80+): 16 bytes (L2 only) or 4 bytes global -> shared, asynchronously; a commit
 // closes a group, wait_group<N> waits until at most N of this thread's groups are pending.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
@@ -132,6 +154,15 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   const uint32_t b[2] = {b0, b1};
   mma_bf16(c, a, b);
+}
+
+// c = a · b + 0 (a fresh accumulator: the same bits as mma_bf16 on a c of +0.0, with the zero
+// as the instruction's RZ operand instead of 4 MOVs that clear c first).
+__device__ __forceinline__ void mma_bf16_zc(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};\n"
+      : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
 }  // namespace moeserve::cuda::mma_frag

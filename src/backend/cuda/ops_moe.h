@@ -105,7 +105,12 @@ size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= 
 // every step above 4 slots per expert on average (A/B switches of the tile size; by default
 // 32-slot tiles up to 40 slots per expert, 64-slot above), 4 variant 1 with an 8-stage cp.async
 // ring in the GPTQ 32-slot kernels where 2 CTAs of 77 KB fit an SM (H200; elsewhere variant 1).
-// All give every output the same bits. Read on
+// Variants 0 .. 4 give every output the same bits. 5: the GPTQ "word form": the activations' k
+// permuted inside each 32-k block so that each MMA thread's B registers of two k16 steps come
+// from one GPTQ weight word (1 load, 3 shifts, 4 LOP3, 4 HSUB2 per word; FP8 / bf16 experts run
+// variant 1); 6: variant 5 with the 8-stage ring in the 32-slot down kernel where it fits.
+// 5 and 6 give each other's bits and are batch invariant, but differ from 0 .. 4 by rounding
+// (other products share an MMA). Read on
 // the host at launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_mma_variant(int variant);
 int moe_mma_variant();

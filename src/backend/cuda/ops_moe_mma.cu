@@ -16,7 +16,8 @@
 //   5. combine_routed (ops_moe.cu): residual[m] += Σ_r w·y[m·k + r] (+ sigmoid(gate)·shared).
 //
 // Data layout. x f32 [M, H] (16-byte aligned); x_hi / x_lo bf16 [M, H]; act_hi / act_lo bf16
-// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous); y f32 [M·k, H]
+// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous; forms 5, 6 with
+// GPTQ experts: both planes' k permuted inside every 32-k block, kperm32_logical); y f32 [M·k, H]
 // by slot (the combine's layout). Experts: ops_moe.h (GPTQ qweight [E][K/8][N], scales f16
 // [E][K/g][N], qzeros [E][K/g][N/8]; FP8 e4m3 [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)];
 // bf16 [E][N][K]).
@@ -51,7 +52,7 @@
 // never copied (zeroed once); m16 row fragments at or past the slot count are skipped
 // (warp-uniform).
 //
-// Kernel forms (set_moe_mma_variant, ops_moe.h; all give the same bits):
+// Kernel forms (set_moe_mma_variant, ops_moe.h; 0 .. 4 give the same bits, 5 and 6 their own):
 //   0: the previous kernels: GPTQ B pairs by gptq_pair_to_bf16x2 (variable shifts and masks per
 //      nibble, ~6 integer instructions + HSUB2 per pair); the 64-slot tiling 2 x 4 warps, so each
 //      B fragment (weight word) is loaded and converted by both rows of warps.
@@ -69,10 +70,27 @@
 //   4: form 1 with an 8-stage cp.async ring (7 k tiles in flight, 77 KB) in the GPTQ 32-slot
 //      tiling instead of 4 (39 KB), where 2 such CTAs fit an SM (the H200's 228 KB; not the DGX
 //      Spark, which keeps form 1): more weight / A latency hidden behind each CTA's barriers.
+//   5: the GPTQ word form (kernel form 3; FP8 / bf16 run form 1): the activation planes (x by
+//      split_rows_perm32_kernel, act by the gate_up epilogue) hold the k of every 32-k block
+//      permuted (kperm32_logical, ops_mma_frag.cuh: logical 16·s + 8·h + 2·t + i <- physical
+//      8·t + 4·i + 2·s + h), so MMA thread t's B registers of both k16 steps of the block are the
+//      nibble pairs (j, j + 4), j = 2·s + h, of ONE GPTQ word (word t of its column in the block,
+//      the weights keep the GPTQ layout the decode kernels read). Per word (per (mat, ni) and 32
+//      k): 1 LDS.32 (word rows padded by 8 words: conflict-free), 3 SHF, 4 LOP3 ((x & 0x000F000F)
+//      | 0x43004300 as one lop3, the constant in a register), 4 HSUB2, for 4·MI MMAs; form 1 spends
+//      4 LDS + 4 SHF + 4 PRMT + 8 LOP3 + 4 HSUB2 on the same MMAs. m16 fragment 0's MMAs are not
+//      behind the per-fragment branch; outside the 2-CTA gate_up tiling a group's first MMA per
+//      output takes C = +0 from RZ (mma_bf16_zc) instead of MOVs clearing C after the flush. All
+//      three GPTQ tilings use it (one k order per call, whatever the tile size), so a token's bits
+//      still do not depend on M; they differ from forms 0 .. 4 (other products share an MMA).
+//   6: form 5 with form 4's 8-stage ring in the GPTQ 32-slot DOWN kernel where 2 CTAs fit an SM
+//      (kernel form 4; its gate_up with 8 stages spills at 128 registers, so it runs form 3's);
+//      variant 5's bits.
 //
-// Arithmetic of one output (slot, n), fixed by K and the format only (never by the tiling, the
-// tile, the slot's row in it, M or the other slots: an MMA computes each C element from its own A
-// row, B column and old value), for each k16 step in ascending k: C = mma(hi, B, C), C = mma(lo, B, C);
+// Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (0 .. 4 or
+// 5, 6) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
+// computes each C element from its own A row, B column and old value), for each k16 step in
+// ascending (logical: forms 5, 6 permute k inside each 32-k block) k: C = mma(hi, B, C), C = mma(lo, B, C);
 //   bf16: y = C;  GPTQ: B = q − zero (exact), C restarts at 0 for each group of g k's and after
 //   the group acc = fma(C, scale[g][n], acc);  FP8: B = e4m3 (exact), the same per 128-k block
 //   with the block scale. Epilogues use explicit __fmaf_rn / __fmul_rn / __fdiv_rn / __fadd_rn.
@@ -91,13 +109,16 @@
 // the 32-slot tiling 32·4 against the same 128 (an expert with 33-64 slots has 2 tiles there, so
 // its weights are read twice, the second time mostly from L2: one expert's tiles are adjacent in
 // the grid). Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
-// words per n8 tile per warp (GPTQ), so ~1 wavefront per MMA (32-slot and form 1's 64-slot
-// 1 x 8: ~1.25-1.5, their warps cover all rows but fewer columns). At decode-like sizes the
+// words per n8 tile per warp (GPTQ: 8 distinct words per LDS.32, 2 wavefronts; forms 5, 6: one
+// LDS.32 of 32 distinct, conflict-free words per n8 tile per 32 k, so the same bytes in 0.5
+// wavefront per k16 step), so ~1 wavefront per MMA (32-slot and form 1's 64-slot 1 x 8:
+// ~1.25-1.5, their warps cover all rows but fewer columns; less in forms 5, 6). At decode-like sizes the
 // weight stream is the bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs
 // per SM.
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
@@ -123,7 +144,8 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 // V: the kernel form: 0 the previous kernels, 1 GPTQ pairs dequantised with one PRMT
 // (gptq_pair_to_bf16x2_prmt), group indices by shifts and, for the 64-slot tiling, 1 x 8 warps
 // (each weight word converted once per CTA instead of once per row of warps); 2 form 1 with a
-// deeper cp.async ring (32-slot tiling). Same bits.
+// deeper cp.async ring (32-slot tiling); same bits. 3 the GPTQ word form (k-permuted A planes,
+// one weight word per thread per 32 k), 4 form 3 with the deep ring (32-slot down); their own bits.
 template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F, int V_ = 0>
 struct Tiling {
   static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_, V = V_;
@@ -144,7 +166,12 @@ struct Tiling {
   static constexpr int kElem = F == BFmt::Bf16 ? 2 : 1;
   static constexpr int kWRow = BK * kElem + 16;              // bytes per B row (bf16 / FP8)
   static constexpr int kGS = BK / 32;                        // GPTQ group slots per k tile (g >= 32)
-  static constexpr int kWordsBytes = (BK / 8) * BR * 4;      // GPTQ words [BK/8][BR]
+  // GPTQ words [BK/8][kWStride]: forms 3, 4 pad each k-word row by 8 words, so the 4 threads of an
+  // MMA group (t4 = 0..3: k-word rows t4 of a 32-k block, the same 8 columns) hit 32 different banks.
+  static constexpr bool kWordForm = V >= 3;                  // forms 3, 4: the GPTQ word form
+  static constexpr bool kDeepRing = V == 2 || V == 4;        // forms 2, 4: the 8-stage 32-slot ring
+  static constexpr int kWStride = BR + (kWordForm ? 8 : 0);
+  static constexpr int kWordsBytes = (BK / 8) * kWStride * 4;
   static constexpr int kBOff = 2 * kAPlane;
   static constexpr int kScaleOff = kBOff + kWordsBytes;      // GPTQ scales f16 [kGS][BR]
   static constexpr int kZeroOff = kScaleOff + kGS * BR * 2;  // GPTQ zero words [kGS][BR/8]
@@ -159,11 +186,12 @@ struct Tiling {
   static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
   static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(V >= 0 && V <= 2, "kernel forms 0, 1 and 2");
+  static_assert(V >= 0 && V <= 4, "kernel forms 0 .. 4");
+  static_assert(V < 3 || F == BFmt::Gptq, "forms 3, 4 are the GPTQ word form");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
-// Variant 0: the 64-slot tiling's 8 warps 2 x 4; variant 1: 1 x 8 (64 rows x 16 (+16) / 32
+// Variant 0: the 64-slot tiling's 8 warps 2 x 4; variants >= 1: 1 x 8 (64 rows x 16 (+16) / 32
 // columns per warp). Bf16 experts (nothing to convert) always take variant 0.
 template <BFmt F, int V>
 using GateUpLarge = Tiling<2, kLargeBM, 128, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
@@ -171,8 +199,8 @@ template <BFmt F, int V>
 using DownLarge = Tiling<1, kLargeBM, 256, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
 // Form 2 (GPTQ): the 32-slot tiling with an 8-stage ring (77 KB; 2 CTAs per SM need 156 KB of
 // an SM's shared memory: the H200, not the DGX Spark, whose launches keep form 1).
-template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 2 ? 8 : 4, F, V>;
-template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 ? 8 : 4, F, V>;
+template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
+template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
 template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
 template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
 
@@ -190,6 +218,27 @@ __global__ void split_rows_kernel(const float4* __restrict__ x, size_t n4, uint2
     split2(v.z, v.w, h.y, l.y);
     hi[i] = h;
     lo[i] = l;
+  }
+}
+
+// The same split with the k of each 32-k block permuted for the GPTQ word form (form 3,
+// kperm32_logical): x f32 [n8 units of 8 consecutive k] (8 | 32 and H % 32 == 0, so unit u is
+// word t = u % 4 of its 32-k block). Unit u's physical k 8t + 4i + j (j = 0..3, i = 0, 1) goes to
+// logical 8j + 2t + i: the pair (x[8t + j], x[8t + 4 + j]) is one bf16x2 at 8j + 2t. Reads 32 bytes,
+// writes 4 x 4 bytes per plane per unit.
+__global__ void split_rows_perm32_kernel(const float4* __restrict__ x, size_t n8, uint32_t* __restrict__ hi,
+                                         uint32_t* __restrict__ lo) {
+  for (size_t u = size_t(blockIdx.x) * blockDim.x + threadIdx.x; u < n8; u += size_t(gridDim.x) * blockDim.x) {
+    const float4 a = __ldg(x + 2 * u), b = __ldg(x + 2 * u + 1);  // i = 0: k 8t + j; i = 1: k 8t + 4 + j
+    const size_t base = (u >> 2) * 16 + (u & 3);                  // in bf16 pairs: block · 16 + t
+    const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t h, l;
+      split2(av[j], bv[j], h, l);
+      hi[base + 4 * j] = h;  // pair index (8j + 2t) / 2
+      lo[base + 4 * j] = l;
+    }
   }
 }
 
@@ -267,7 +316,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         const bool m1 = kMats == 2 && col >= BN;
         const int n = n0 + col - (m1 ? BN : 0);
         if (n < N && k0 + kw * 8 < K)
-          cp_async16(st + uint32_t(T::kBOff + (kw * BR + col) * 4),
+          cp_async16(st + uint32_t(T::kBOff + (kw * T::kWStride + col) * 4),
                      (m1 ? w1.qweight : w0.qweight) + (size_t(e) * (K / 8) + k0 / 8 + kw) * N + n);
       }
       constexpr int kSCPR = BR / 8, kSChunks = T::kGS * kSCPR;  // 8 scales per chunk
@@ -365,6 +414,108 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   };
 
   const int nb128 = (N + 127) / 128, kb128 = (K + 127) / 128;  // FP8 scale grid
+
+  // Form 3 (GPTQ): the k tile in blocks of 32 k (two k16 steps; GPTQ groups of 32 / 64 / 128 and
+  // the k tiles align to them, K % 32 == 0). The A planes hold each block's k permuted
+  // (kperm32_logical, ops_mma_frag.cuh), so thread t4's B registers of both steps are the nibble
+  // pairs (j, j + 4) of ONE word (k-word row t4 of the block, its column g): per word and (mat,
+  // ni) one LDS.32 (conflict-free: kWStride), 3 SHF (w >> 4, 8, 12), 4 LOP3, 4 HSUB2 for 2·MI·2
+  // MMAs (form 1: 4 LDS, 4 SHF, 4 PRMT, 8 LOP3, 4 HSUB2 for the same MMAs). m16 fragment 0 is
+  // always active here (compute_tile runs only when any_active), so its MMAs are not behind a
+  // branch and the scheduler may interleave them with the conversions. Per output, per k16
+  // step in ascending logical k: C = mma(hi, B, C), C = mma(lo, B, C); C restarts per group.
+  const uint32_t magic = 0x43004300u | (uint32_t(blockDim.x) >> 31);  // opaque: stays in a register
+  auto compute_tile_words = [&](int stage, int k0) {
+    const unsigned char* st = smem + stage * kStageBytes;
+    const uint32_t ahi = sbase + uint32_t(stage * kStageBytes), alo = ahi + uint32_t(kAPlane);
+#pragma unroll
+    for (int kb = 0; kb < BK / 32; ++kb) {
+      const int k = k0 + kb * 32;
+      if (k >= K) break;  // uniform over the CTA (K % 32 == 0)
+      const int slot = gdiv(k - k0);  // the group slot of this block in the stage
+      if (gmod(k) == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
+#pragma unroll
+        for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            if (mat == 0 ? sym0 : sym1) continue;
+            const int col = brow(mat, ni);  // col % 8 == g == the column's nibble in its zero word
+            const uint32_t zw = *reinterpret_cast<const uint32_t*>(st + T::kZeroOff + (slot * (BR / 8) + col / 8) * 4);
+            const uint32_t z = 0x4300u + ((zw >> (4 * g)) & 0xFu) + 1u;
+            zz[mat][ni] = z | (z << 16);
+          }
+      }
+      // b[mat][ni][2·s + h]: step s, register h = nibbles j, j + 4 (j = 2·s + h) of word t4.
+      uint32_t b[kMats][NI][4];
+#pragma unroll
+      for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const uint32_t w =
+              *reinterpret_cast<const uint32_t*>(st + T::kBOff + ((kb * 4 + t4) * T::kWStride + brow(mat, ni)) * 4);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) b[mat][ni][j] = gptq_nibbles_j_j4_to_bf16x2(w >> (4 * j), magic, zz[mat][ni]);
+        }
+      // The block's MMAs; fresh: the group's first block, whose first MMA per output starts C at
+      // +0 (mma_bf16_zc: RZ, so the flush need not clear C; the same bits as C = 0 then mma).
+      // Not in the 2-CTA gate_up tiling (32-slot): the two copies of the block's code cost it a
+      // spill at the 128-register cap (sm_90); it clears C in the flush instead (same bits).
+      constexpr bool kFreshC = !(kMats == 2 && T::kMinBlocks >= 2);
+      auto block_mmas = [&](auto fresh) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+          if (mi == 0 || active[mi]) {
+#pragma unroll
+            for (int s2 = 0; s2 < 2; ++s2) {
+              const uint32_t off = a_off[mi] + uint32_t((kb * 2 + s2) * 32);
+              uint32_t ah[4], al[4];
+              ldmatrix_x4(ahi + off, ah);
+              ldmatrix_x4(alo + off, al);
+#pragma unroll
+              for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) {
+                  if (decltype(fresh)::value && s2 == 0)
+                    mma_bf16_zc(c[mat][mi][ni], ah, b[mat][ni][0], b[mat][ni][1]);
+                  else
+                    mma_bf16(c[mat][mi][ni], ah, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+                }
+#pragma unroll
+              for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+                for (int ni = 0; ni < NI; ++ni) mma_bf16(c[mat][mi][ni], al, b[mat][ni][2 * s2], b[mat][ni][2 * s2 + 1]);
+            }
+          }
+      };
+      if (kFreshC && gmod(k) == 0)
+        block_mmas(std::true_type{});
+      else
+        block_mmas(std::false_type{});
+      if (gmod(k + 32) == 0) {  // the group's last block: acc += C · scale (C is restarted by the next block)
+        const __half* sc = reinterpret_cast<const __half*>(st + T::kScaleOff) + slot * BR;
+#pragma unroll
+        for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) {
+            // this lane's columns 2·t4, 2·t4 + 1: adjacent f16 scales, one 4-byte load (even index)
+            const float2 sp = __half22float2(
+                *reinterpret_cast<const __half2*>(sc + mat * BN + warp_n * T::kWarpN + ni * 8 + 2 * t4));
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float sv = j == 0 ? sp.x : sp.y;
+#pragma unroll
+              for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  acc[mat][mi][ni][2 * h + j] = __fmaf_rn(c[mat][mi][ni][2 * h + j], sv, acc[mat][mi][ni][2 * h + j]);
+                  if (!kFreshC) c[mat][mi][ni][2 * h + j] = 0.f;
+                }
+            }
+          }
+      }
+    }
+  };
+
   auto compute_tile = [&](int stage, int k0) {
     const unsigned char* st = smem + stage * kStageBytes;
     const uint32_t ahi = sbase + uint32_t(stage * kStageBytes), alo = ahi + uint32_t(kAPlane);
@@ -488,7 +639,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (s < kt_count) load_tile(s, s * BK);
     cp_async_commit();  // always commit (possibly empty): the group count stays uniform
   };
-  if constexpr (T::V == 2) {  // the deep ring: a loop (7 inlined tile loads push the 128-register cap)
+  if constexpr (T::kDeepRing) {  // the deep ring: a loop (7 inlined tile loads push the 128-register cap)
 #pragma unroll 1
     for (int s = 0; s < kStages - 1; ++s) prologue(s);
   } else {
@@ -501,7 +652,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     const int next = kt + kStages - 1;
     if (next < kt_count) load_tile(next % kStages, next * BK);  // the stage of tile kt − 1
     cp_async_commit();
-    if (any_active) compute_tile(kt % kStages, kt * BK);  // warp-uniform
+    if (any_active) {  // warp-uniform
+      if constexpr (T::kWordForm)
+        compute_tile_words(kt % kStages, kt * BK);
+      else
+        compute_tile(kt % kStages, kt * BK);
+    }
   }
   cp_async_wait<0>();
 
@@ -523,9 +679,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
           const float v1 = silu_mul_rn(value(0, mi, ni, 2 * h + 1), value(1, mi, ni, 2 * h + 1));
           uint32_t hi, lo;
           split2(v0, v1, hi, lo);
-          const size_t o = size_t(start + r) * N + n;
-          *reinterpret_cast<uint32_t*>(out_hi + o) = hi;
-          *reinterpret_cast<uint32_t*>(out_lo + o) = lo;
+          if constexpr (T::kWordForm) {  // the down kernel's A planes in the word form's k order (N % 32 == 0)
+            const size_t o = size_t(start + r) * N + (n & ~31) + kperm32_logical(n & 31);  // n + 1: o + 8
+            out_hi[o] = __ushort_as_bfloat16(uint16_t(hi & 0xFFFFu));
+            out_hi[o + 8] = __ushort_as_bfloat16(uint16_t(hi >> 16));
+            out_lo[o] = __ushort_as_bfloat16(uint16_t(lo & 0xFFFFu));
+            out_lo[o + 8] = __ushort_as_bfloat16(uint16_t(lo >> 16));
+          } else {
+            const size_t o = size_t(start + r) * N + n;
+            *reinterpret_cast<uint32_t*>(out_hi + o) = hi;
+            *reinterpret_cast<uint32_t*>(out_lo + o) = lo;
+          }
         } else {
           float* orow = out_y + size_t(tiles.order[start + r]) * N;
           *reinterpret_cast<float2*>(orow + n) = make_float2(value(0, mi, ni, 2 * h), value(0, mi, ni, 2 * h + 1));
@@ -615,7 +779,7 @@ void ensure_opt_in() {
     if (!bit || !(done.load() & bit)) {
       MOESERVE_CUDA_CHECK(
           cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-      if constexpr (T::V == 2)  // the deep ring: all of the SM's L1 as shared memory (2 CTAs of 77 KB)
+      if constexpr (T::kDeepRing)  // the deep ring: all of the SM's L1 as shared memory (2 CTAs of 77 KB)
         MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                  int(cudaSharedmemCarveoutMaxShared)));
       done.fetch_or(bit);
@@ -626,16 +790,24 @@ void ensure_opt_in() {
 // The kernel form each tiling of format F takes for form V (0, 1, 2): form 1 changes the GPTQ
 // conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8), form 2 also the GPTQ
 // 32-slot ring; anything else runs the form-0 / form-1 kernels (no duplicate instantiations).
-template <BFmt F> constexpr int large_form(int v) { return F == BFmt::Bf16 ? 0 : cmin(v, 1); }
+// Forms 3, 4 (GPTQ word form, permuted A planes) cover all three GPTQ tilings (one k order per
+// call, whatever the tile size; form 4 differs from 3 only in the 32-slot ring); FP8 / bf16 take
+// their form-1 / form-0 kernels for them.
+template <BFmt F> constexpr int large_form(int v) {
+  return F == BFmt::Bf16 ? 0 : v >= 3 ? (F == BFmt::Gptq ? 3 : 1) : cmin(v, 1);
+}
 template <BFmt F> constexpr int mid_form(int v) { return F == BFmt::Gptq ? v : 0; }
-template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? cmin(v, 1) : 0; }
+// Form 4's deep ring is the down kernel's only: the 32-slot gate_up word form with 8 stages
+// spills at the 128-register cap (sm_90), so form 4 runs form 3's gate_up.
+constexpr int gate_up_mid_form(int m) { return m == 4 ? 3 : m; }
+template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? (v >= 3 ? 3 : cmin(v, 1)) : 0; }
 
 template <BFmt F, int V>
 void opt_in_variant() {
   constexpr int L = large_form<F>(V), M = mid_form<F>(V), S = small_form<F>(V);
   ensure_opt_in<GateUpLarge<F, L>, F>();
   ensure_opt_in<DownLarge<F, L>, F>();
-  ensure_opt_in<GateUpMid<F, M>, F>();
+  ensure_opt_in<GateUpMid<F, gate_up_mid_form(M)>, F>();
   ensure_opt_in<DownMid<F, M>, F>();
   ensure_opt_in<GateUpSmall<F, S>, F>();
   ensure_opt_in<DownSmall<F, S>, F>();
@@ -645,6 +817,8 @@ void opt_in_all() {
   opt_in_variant<F, 0>();
   opt_in_variant<F, 1>();
   opt_in_variant<F, 2>();
+  opt_in_variant<F, 3>();
+  opt_in_variant<F, 4>();
 }
 
 // Whether two CTAs of the deep-ring 32-slot kernels fit one SM's shared memory on this device
@@ -654,7 +828,8 @@ bool deep_ring_fits() {
   const int dev = current_device();
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
   MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  constexpr int kBytes = std::max(GateUpMid<BFmt::Gptq, 2>::kSmemBytes, DownMid<BFmt::Gptq, 2>::kSmemBytes);
+  constexpr int kBytes = std::max(std::max(GateUpMid<BFmt::Gptq, 2>::kSmemBytes, DownMid<BFmt::Gptq, 2>::kSmemBytes),
+                                  DownMid<BFmt::Gptq, 4>::kSmemBytes);
   return per_sm >= 2 * (kBytes + reserved);
 }
 
@@ -687,7 +862,7 @@ void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const Ti
   if (bm == kSmallBM)
     launch_pair<GateUpSmall<F, S>, DownSmall<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
   else if (bm == kMidBM)
-    launch_pair<GateUpMid<F, M>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpMid<F, gate_up_mid_form(M)>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
   else
     launch_pair<GateUpLarge<F, L>, DownLarge<F, L>, F>(s, ex, tiles, grid_tiles, w, stream);
 }
@@ -699,7 +874,11 @@ void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts&
     launch_experts<F, 0>(bm, s, ex, tiles, grid_tiles, w, stream);
   else if (variant == 4 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
     launch_experts<F, 2>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply
+  else if (variant == 6 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
+    launch_experts<F, 4>(bm, s, ex, tiles, grid_tiles, w, stream);  // the word form, deep ring
+  else if ((variant == 5 || variant == 6) && F == BFmt::Gptq)  // the word form (x planes split permuted)
+    launch_experts<F, 3>(bm, s, ex, tiles, grid_tiles, w, stream);
+  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 and 6 for FP8 / bf16
     launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
 }
 
@@ -710,7 +889,7 @@ std::atomic<int> g_variant{1};
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 4) throw Error("moe_mma: variant must be 0 (previous kernels) .. 4");
+  if (variant < 0 || variant > 6) throw Error("moe_mma: variant must be 0 (previous kernels) .. 6");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -757,7 +936,14 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   carve(workspace, s, M, &w);
   route_and_group(router_logits, s, M, bm, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
                   w.order, stream);
-  {  // x -> hi / lo bf16 planes (H % 16 == 0: whole float4s)
+  if ((variant == 5 || variant == 6) && f == quant::WeightFormat::GptqInt4) {  // form 3: each 32-k block permuted (H % 32 == 0)
+    const size_t n8 = size_t(M) * size_t(H) / 8;
+    const unsigned blocks = unsigned(std::min<size_t>((n8 + 255) / 256, 4096));
+    split_rows_perm32_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n8,
+                                                         reinterpret_cast<uint32_t*>(w.x_hi),
+                                                         reinterpret_cast<uint32_t*>(w.x_lo));
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  } else {  // x -> hi / lo bf16 planes (H % 16 == 0: whole float4s)
     const size_t n4 = size_t(M) * size_t(H) / 4;
     const unsigned blocks = unsigned(std::min<size_t>((n4 + 255) / 256, 4096));
     split_rows_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n4,
