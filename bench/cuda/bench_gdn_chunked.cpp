@@ -3,11 +3,10 @@
 // config's shapes; time per layer of each and the whole model's linear layers
 // (x num_linear_attention_layers).
 //
-//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192 [--gdn-variant 0|1|2|3]
+//   bench_gdn_chunked --config bench/configs/qwen3.5-122b-a10b.json --tokens 1024,8192 [--gdn-variant 0|1|2]
 //
-// --gdn-variant picks the kernels (set_gdn_chunked_variant): 3 = 2 bit for bit with the windowed
-// prep kernel and the state pass's L2 prefetch two chunks ahead, 2 (default) tensor-core
-// intra-chunk kernel and state pass, 1 tensor-core intra-chunk kernel only, 0 both on CUDA cores.
+// --gdn-variant picks the kernels (set_gdn_chunked_variant): 2 (default) tensor-core intra-chunk
+// kernel and state pass, 1 tensor-core intra-chunk kernel only, 0 both on CUDA cores.
 //
 // Roofline (see ops_gdn_chunked.cu): per token and layer nv·(3·dk·dv + 64·dv) FMAs in the
 // state pass and nk·128·dk + nv·32·(dk + dv) in the intra-chunk pass (executed, triangular
@@ -64,8 +63,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed runs per length (median reported)");
   app.add_flag("--skip-sequential", skip_sequential, "time the chunked op only");
   app.add_option("--gdn-variant", gdn_variant,
-                 "3 = 2 with windowed prep + L2-prefetching state pass (same bits), 2 tensor-core (3xTF32) intra + "
-                 "state kernels, 1 tensor-core intra only, 0 CUDA cores");
+                 "2 tensor-core (3xTF32) intra + state kernels, 1 tensor-core intra only, 0 CUDA cores");
   CLI11_PARSE(app, argc, argv);
   try {
     const io::Qwen35Config c = io::parse_qwen35_config(nlohmann::json::parse(std::ifstream(config)), config);

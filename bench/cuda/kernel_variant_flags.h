@@ -49,8 +49,7 @@ struct KernelVariantFlags {
     app.add_option("--attention-prefill-variant", attention_prefill,
                    "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
     app.add_option("--gdn-chunked-variant", gdn_chunked,
-                   "chunked DeltaNet: 3 = 2 with windowed prep + L2-prefetching state pass (same bits), 2 "
-                   "tensor-core intra + state, 1 tensor-core intra only, 0 CUDA cores");
+                   "chunked DeltaNet: 2 tensor-core intra + state, 1 tensor-core intra only, 0 CUDA cores");
   }
 
   // Sets the process-wide switches (before any graph is captured); throws on a bad value.

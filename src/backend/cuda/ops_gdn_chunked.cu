@@ -21,10 +21,7 @@
 // CUDA-core forms (variant 0); variant 1 replaces kernel 2 with the tensor-core kernel of
 // ops_gdn_chunked_intra_tc.cu (one CTA per (chunk, v-head), T = (I + A)^{-1}, 3xTF32
 // products), variant 2 (default) also kernel 3 with ops_gdn_chunked_state_tc.cu (the same
-// pass with 3xTF32 products). Their headers give their layouts and work counts. Variant 3 is
-// variant 2, bit for bit, with two latency fixes: kernel 1b (chunk_prep2_kernel, windowed conv
-// loads) instead of kernel 1, and the tensor-core state pass prefetching each chunk's tiles
-// into L2 two chunks ahead (ops_gdn_chunked_state_tc.cu).
+// pass with 3xTF32 products). Their headers give their layouts and work counts.
 //
 // Kernels (stream order, plain launches; one job each):
 // 1. chunk_prep_kernel: conv + SiLU (the slot's conv state before a sequence's first new
@@ -32,11 +29,7 @@
 //    nk + nv), block round32(max(dk, dv)): a key-head CTA does q and k of 8 tokens (thread =
 //    channel, block reductions in a fixed warp order), a value-head CTA v and the gates.
 //    Writes conv_out [P][conv_dim] (q̂ | k̂ | v), g and β [P][nv]. P = prompt rows.
-//    Bytes: P·conv_dim·(4 + 4) + P·nv·16. Latency-bound: each tap is a separate global load
-//    in a runtime-length loop, so a thread's loads issue nearly one at a time.
-// 1b. chunk_prep2_kernel (variant 3): the same outputs bit for bit, 16 tokens per CTA, each
-//    thread's conv window (16 + K − 1 rows of its channel) loaded in one burst into registers
-//    first (see its comment). Same bytes, loads in flight together: bandwidth-bound.
+//    Bytes: P·conv_dim·(4 + 4) + P·nv·16.
 // 2. chunk_intra_kernel: everything inside a chunk that does not need S, all chunks of all
 //    heads at once. Grid (chunk bound, nk), 256 threads; a CTA finds its chunk by walking the
 //    sequences' chunk counts (surplus CTAs exit). Per (chunk, k-head): K̂ and Q̂ in shared
@@ -215,126 +208,6 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
     }
     if (i < nt) {
       const size_t gi = size_t(first_row + r0 + i) * nv + h, wi = size_t(r0 + i) * nv + h;
-      w.g[wi] = gdn_math::gdn_log_decay(a[gi], p.dt_bias[h], p.a_log[h]);
-      w.beta[wi] = gdn_math::gdn_beta(b[gi]);
-    }
-  }
-}
-
-// ---- 1b. prep, windowed (variant 3) -----------------------------------------------------
-// The same outputs as chunk_prep_kernel, bit for bit (every value is computed by the same
-// operations in the same order: the conv's fma chain in tap order, silu, the l2norm sums by
-// block_sums with the same block size, so the same warp order). What changes is how the inputs
-// reach the registers. chunk_prep_kernel reads every tap of every output from global memory
-// inside a loop with a runtime trip count (K) and a branch per tap (qkv row or conv state), so
-// a thread's loads issue nearly one at a time, each waiting for the previous fma: about
-// 2·8·K dependent global loads per key-head thread, with a CTA of only 8 tokens. Here each
-// thread first loads its channel's window of kPrep2TT + K − 1 consecutive qkv rows in one
-// unrolled burst (independent predicated loads, all in flight together), the CTA's tokens'
-// sequence starts and slots go to shared memory (one thread per token), and the taps are then
-// read from registers (compile-time indices: t + j); only taps before a sequence's first new
-// token read the slot's conv state. Grid (ceil(P/16), nk + nv), block round32(max(dk, dv)).
-// Bytes: P·conv_dim·(4 + 4) + P·nv·16 to and from DRAM, plus (K − 1)/16 of the qkv reads
-// again (window overlap between neighbouring CTAs, mostly L2 hits): bandwidth-bound.
-constexpr int kPrep2TT = 16;                       // tokens per CTA
-constexpr int kPrep2Win = kPrep2TT + kMaxConvK - 1;  // window rows per channel
-
-// win[x] = qkv[m0 − (K−1) + x][c] for x < nt + K − 1 and rows >= first_row (rows before
-// first_row are never a tap's input: those positions come from the conv state); else 0.
-__device__ __forceinline__ void load_window(float (&win)[kPrep2Win], const float* __restrict__ qkv, int C, int K,
-                                            int c, int m0, int nt, int first_row, bool active) {
-#pragma unroll
-  for (int x = 0; x < kPrep2Win; ++x) {
-    const int row = m0 - (K - 1) + x;
-    win[x] = active && x < nt + K - 1 && row >= first_row ? qkv[size_t(row) * C + c] : 0.0f;
-  }
-}
-
-// silu of the causal conv of channel c for the CTA's token t (global row m = m0 + t, sequence
-// rows from t0; earlier taps from the slot's conv state cs [conv_dim][K−1]). Tap j's input is
-// row m − (K−1) + j = window index t + j. Same fma chain as conv_silu. t: a compile-time
-// constant after unrolling (register indices).
-__device__ __forceinline__ float conv_silu_win(const float (&win)[kPrep2Win], const float (&cw)[kMaxConvK], int K,
-                                               int c, int t, int m, int t0, const float* cs) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kMaxConvK; ++j)
-    if (j < K) {
-      const int row = m - (K - 1) + j;
-      const float u = row >= t0 ? win[t + j] : cs[size_t(c) * (K - 1) + (row - t0 + K - 1)];
-      acc = __fmaf_rn(cw[j], u, acc);
-    }
-  return silu(acc);
-}
-
-__global__ void __launch_bounds__(kMaxD, 4) chunk_prep2_kernel(const float* __restrict__ qkv,
-                                                              const float* __restrict__ b, const float* __restrict__ a,
-                                                              GdnShape s, GdnLayerParams p, StepMeta meta,
-                                                              int first_row, Work w) {
-  __shared__ float red[(kMaxD / 32) * kPrep2TT];
-  __shared__ int s_t0[kPrep2TT], s_slot[kPrep2TT];
-  const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
-  const int C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
-  const int unit = blockIdx.y, i = threadIdx.x;
-  const int P = meta.num_tokens - first_row;
-  const int r0 = blockIdx.x * kPrep2TT, nt = min(kPrep2TT, P - r0);
-  const int m0 = first_row + r0;  // global row of the CTA's first token
-  const bool key = unit < nk;
-  const bool active = i < (key ? dk : dv);
-  const int c1 = key ? unit * dk + i : 2 * key_dim + (unit - nk) * dv + i;  // q or v channel
-  const int c2 = key_dim + unit * dk + i;                                   // k channel (key CTAs)
-
-  // The windows first (independent of the metadata), then the tokens' sequences.
-  float win1[kPrep2Win], win2[kPrep2Win], cw1[kMaxConvK], cw2[kMaxConvK];
-  load_window(win1, qkv, C, K, c1, m0, nt, first_row, active);
-  load_window(win2, qkv, C, K, c2, m0, nt, first_row, active && key);
-#pragma unroll
-  for (int j = 0; j < kMaxConvK; ++j) {
-    cw1[j] = active && j < K ? p.conv_weight[size_t(c1) * K + j] : 0.0f;
-    cw2[j] = active && key && j < K ? p.conv_weight[size_t(c2) * K + j] : 0.0f;
-  }
-  if (i < nt) {
-    const int seq = meta.token_seq[m0 + i];
-    s_t0[i] = meta.seq_token_start[seq];
-    s_slot[i] = meta.seq_state_slot[seq];
-  }
-  __syncthreads();
-
-  if (key) {
-    float qv[kPrep2TT], kv[kPrep2TT], qq[kPrep2TT], kk[kPrep2TT];
-#pragma unroll
-    for (int t = 0; t < kPrep2TT; ++t) {
-      qv[t] = kv[t] = 0.0f;
-      if (active && t < nt) {
-        const float* cs = p.conv_state + size_t(s_slot[t]) * C * (K - 1);
-        qv[t] = conv_silu_win(win1, cw1, K, c1, t, m0 + t, s_t0[t], cs);
-        kv[t] = conv_silu_win(win2, cw2, K, c2, t, m0 + t, s_t0[t], cs);
-      }
-      qq[t] = __fmul_rn(qv[t], qv[t]);
-      kk[t] = __fmul_rn(kv[t], kv[t]);
-    }
-    block_sums(qq, red);
-    block_sums(kk, red);
-#pragma unroll
-    for (int t = 0; t < kPrep2TT; ++t) {
-      if (active && t < nt) {
-        float* row = w.conv_out + size_t(r0 + t) * C;
-        row[c1] = gdn_math::l2norm_q(qv[t], qq[t], dk);
-        row[c2] = gdn_math::l2norm_k(kv[t], kk[t]);
-      }
-    }
-  } else {
-    const int h = unit - nk;
-    if (active) {
-#pragma unroll
-      for (int t = 0; t < kPrep2TT; ++t)
-        if (t < nt) {
-          const float* cs = p.conv_state + size_t(s_slot[t]) * C * (K - 1);
-          w.conv_out[size_t(r0 + t) * C + c1] = conv_silu_win(win1, cw1, K, c1, t, m0 + t, s_t0[t], cs);
-        }
-    }
-    if (i < nt) {
-      const size_t gi = size_t(m0 + i) * nv + h, wi = size_t(r0 + i) * nv + h;
       w.g[wi] = gdn_math::gdn_log_decay(a[gi], p.dt_bias[h], p.a_log[h]);
       w.beta[wi] = gdn_math::gdn_beta(b[gi]);
     }
@@ -806,8 +679,8 @@ std::atomic<int> g_variant{2};
 }  // namespace
 
 void set_gdn_chunked_variant(int variant) {
-  if (variant < 0 || variant > 3)
-    throw Error("gated_delta_net_chunked: variant must be 0, 1, 2 or 3, got " + std::to_string(variant));
+  if (variant < 0 || variant > 2)
+    throw Error("gated_delta_net_chunked: variant must be 0, 1 or 2, got " + std::to_string(variant));
   g_variant.store(variant, std::memory_order_relaxed);
 }
 
@@ -844,22 +717,16 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
     if (events) MOESERVE_CUDA_CHECK(cudaEventRecord(events->ev[i], stream));
   };
 
-  const int variant = gdn_chunked_variant();
   mark(0);
-  // The block size fixes the l2norm sums' warp order: the same for both prep kernels.
   const int prep_threads = (std::max(s.k_head_dim, s.v_head_dim) + 31) / 32 * 32;
-  if (variant >= 3) {
-    chunk_prep2_kernel<<<dim3(unsigned((P + kPrep2TT - 1) / kPrep2TT), unsigned(s.num_k_heads + s.num_v_heads)),
-                         prep_threads, 0, stream>>>(qkv, b, a, s, layer, meta, first_row, w);
-  } else {
-    chunk_prep_kernel<<<dim3(unsigned((P + kPrepTT - 1) / kPrepTT), unsigned(s.num_k_heads + s.num_v_heads)),
-                        prep_threads, 0, stream>>>(qkv, b, a, s, layer, meta, first_row, w);
-  }
+  chunk_prep_kernel<<<dim3(unsigned((P + kPrepTT - 1) / kPrepTT), unsigned(s.num_k_heads + s.num_v_heads)),
+                      prep_threads, 0, stream>>>(qkv, b, a, s, layer, meta, first_row, w);
   MOESERVE_CUDA_CHECK_LAUNCH();
   mark(1);
 
   // Every sequence has at most ceil(n/64) + 1 chunks: P/64 + 2S bounds the total.
   const unsigned chunk_bound = unsigned((P + kC - 1) / kC + 2 * S);
+  const int variant = gdn_chunked_variant();
   if (variant >= 1) {
     gdn_chunked::launch_intra_tc(s, meta, first_seq, first_row, w, chunk_bound, stream);
   } else {
@@ -871,7 +738,7 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
   mark(2);
 
   if (variant >= 2) {
-    gdn_chunked::launch_state_tc(qkv, s, layer, meta, first_seq, first_row, w, /*l2_ahead=*/variant >= 3, stream);
+    gdn_chunked::launch_state_tc(qkv, s, layer, meta, first_seq, first_row, w, stream);
   } else {
     const size_t state_smem = size_t(state_smem_floats(s.k_head_dim)) * sizeof(float);
     chunk_state_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kBN)), kThreads,

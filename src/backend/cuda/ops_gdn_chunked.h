@@ -29,9 +29,7 @@ namespace moeserve::cuda {
 bool gated_delta_net_chunked_supported(const GdnShape& shape);
 
 // The kernel variant (process-wide, for A/B benchmarks; set before any graph capture):
-// 3 the same kernels and bits as 2 with a windowed prep kernel (conv taps from registers) and
-// the state pass's tiles prefetched into L2 two chunks ahead; 2 (default) tensor-core
-// intra-chunk kernel and tensor-core state pass; 1 tensor-core
+// 2 (default) tensor-core intra-chunk kernel and tensor-core state pass; 1 tensor-core
 // intra-chunk kernel, CUDA-core state pass; 0 both on CUDA cores (the previous kernels). The
 // tensor-core kernels (ops_gdn_chunked_intra_tc.cu, ops_gdn_chunked_state_tc.cu) use 3xTF32
 // products (f32 operands split into tf32 hi + lo); the variants differ by f32-level rounding,

@@ -138,11 +138,10 @@ void launch_intra_tc(const GdnShape& s, const StepMeta& meta, int first_seq, int
                      unsigned chunk_bound, cudaStream_t stream);
 
 // The tensor-core state pass (ops_gdn_chunked_state_tc.cu), likewise; grid (sequences, nv,
-// dv/32) as the CUDA-core pass. l2_ahead (variant 3): prefetch each chunk's tiles into L2 two
-// chunks ahead (same arithmetic, same bits).
+// dv/32) as the CUDA-core pass.
 size_t state_tc_smem_bytes_max();
 void state_tc_prepare();
 void launch_state_tc(const float* qkv, const GdnShape& s, const GdnLayerParams& layer, const StepMeta& meta,
-                     int first_seq, int first_row, const Work& w, bool l2_ahead, cudaStream_t stream);
+                     int first_seq, int first_row, const Work& w, cudaStream_t stream);
 
 }  // namespace moeserve::cuda::gdn_chunked

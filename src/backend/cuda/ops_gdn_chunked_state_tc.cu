@@ -33,27 +33,6 @@
 // cores; bytes per chunk and CTA (L2): 64·(3·dk + 2·32)·4 in, 64·32·4 out; the state once.
 // The sequence's chain is T/64 dependent chunks per CTA, as before: the tensor cores shorten
 // each link (fewer issue slots per MAC than f32 FMAs with their shared-memory loads).
-//
-// Variant 3 (template kAhead): the same kernel, arithmetic and bits, plus an L2 prefetch ring
-// across chunks. Without it a chain link is latency-bound: the grid walks the chunks in step,
-// so every stage is one burst of DRAM reads by all CTAs at once (W, Q̃, U, P U of every head,
-// K̂ of every k-head: 64·nv·(2·dk + 2·dv)·4 + 64·nk·dk·4 B = 8.9 MB per chunk at the 122B shape,
-// O written back 2 MB), issued only one stage (of nA + 1 per link) before it is needed; U and
-// P U are plain loads into registers. Shared memory cannot hold a deeper ring (the two stage
-// buffers are 68 KB of the 98 KB; a third would pass the 99 KB of sm_121, and halving the
-// stages to fit more of them keeps the same bytes in flight). So when chunk c starts, the CTA
-// prefetches chunk c + 2 into L2 (cp.async.bulk.prefetch.L2 on sm_90+: one instruction per
-// row segment, nothing to wait for): its W and Q̃ rows of this head (dk floats each; rows
-// split over the head's dv/32 column-block CTAs), the k-head's K̂ rows (split over the group's
-// v-heads and column blocks) and its own 32 columns of U and P U; chunk 1 before the loop.
-// The stage copies of a link then hit L2 and the link's DRAM traffic is spread over the two
-// links before it. L2 footprint: 3 chunks of tiles (~27 MB at the 122B shape, one sequence),
-// under the H200's L2. L2 -> SM bytes are unchanged: 64·(3·dk + 2·32)·4 per chunk and CTA
-// (29 MB per chunk over the 256 CTAs of the 122B shape): with the products, the link's floor.
-// Narrower column blocks (16) were not taken: every CTA reads the whole W, Q̃ and K̂ tiles
-// whatever its column count, so 2x the CTAs is 2x those L2 bytes, and 512 CTAs of 88 KB would
-// not all be resident (two per SM: 264 on the H200), so half of them would run their whole
-// chain after the other half.
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
@@ -68,7 +47,6 @@ constexpr int kSAW = 64;        // dk columns of W and Q̃ per stage
 constexpr int kSLdT = kSAW + 4;  // W, Q̃ stage tiles' row stride (≡ 4 mod 32)
 constexpr int kSLdS = kSBN + 8;  // S and V'' row stride (≡ 8 mod 32)
 constexpr int kMaxConvK = 8;
-constexpr int kAheadChunks = 2;  // variant 3: chunks prefetched into L2 ahead of their stages
 
 __host__ __device__ constexpr int stc_stage_floats(int dk) {
   const int a = 2 * kC * kSLdT, b = kC * (dk + 8);
@@ -84,22 +62,6 @@ __device__ __forceinline__ void cp_async16(float* dst, const float* src, bool sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// L2 prefetch of a contiguous block (16-B aligned address, bytes a multiple of 16): one thread,
-// one instruction on sm_90+ (cp.async.bulk.prefetch.L2: no shared memory, no barrier, no
-// completion to wait for); one prefetch.global.L2 per 128-B line elsewhere.
-__device__ __forceinline__ void prefetch_l2_bulk(const float* src, int bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-#else
-  for (int b = 0; b < bytes; b += 128)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(reinterpret_cast<const char*>(src) + b));
-#endif
-}
-
-// kAhead (variant 3): chunk qc + kAheadChunks's tiles are prefetched into L2 when chunk qc
-// starts, so that the cp.async stage copies and the U / P U loads of a chain link find their
-// bytes in L2 instead of waiting a DRAM round trip each. Arithmetic identical to kAhead = false.
-template <bool kAhead>
 __global__ void __launch_bounds__(kSThreads, 2) chunk_state_tc_kernel(const float* __restrict__ qkv, GdnShape s,
                                                                      GdnLayerParams p, StepMeta meta, int first_seq,
                                                                      int first_row, Work w) {
@@ -184,31 +146,6 @@ __global__ void __launch_bounds__(kSThreads, 2) chunk_state_tc_kernel(const floa
     cp_async_commit();
   };
 
-  // L2 prefetch of chunk qc (variant 3): the W and Q̃ rows of this head (dk floats each), split
-  // over the head's dv/32 column-block CTAs by row; the K̂ rows of the k-head (dk floats), split
-  // over the group's v-heads and column blocks; this CTA's own 32 columns of U and P U. One
-  // bulk prefetch per row segment.
-  const int nchunks = num_chunks(p0, n);
-  auto prefetch_chunk = [&](int qc) {
-    int off, L;
-    chunk_range(p0, n, qc, off, L);
-    const int r0 = t0 + off - first_row;
-    const int nz = gridDim.z, z = blockIdx.z, grp = nv / nk;
-    const int kshare = nz * grp, kpart = z * grp + h % grp;
-    for (int idx = tid; idx < 5 * L; idx += kSThreads) {
-      const int which = idx / L, t = idx % L;
-      const size_t r = size_t(r0 + t);
-      if (which == 0 && t % nz == z) prefetch_l2_bulk(w.w + r * wd + size_t(h) * dk, dk * 4);
-      if (which == 1 && t % nz == z) prefetch_l2_bulk(w.qt + r * wd + size_t(h) * dk, dk * 4);
-      if (which == 2 && t % kshare == kpart) prefetch_l2_bulk(w.conv_out + r * C + key_dim + kh * dk, dk * 4);
-      if (which == 3) prefetch_l2_bulk(w.u + r * vd + size_t(h) * dv + c0, kSBN * 4);
-      if (which == 4) prefetch_l2_bulk(w.conv_out + r * C + 2 * key_dim + h * dv + c0, kSBN * 4);
-    }
-  };
-  if constexpr (kAhead) {
-    for (int qc = 1; qc < min(kAheadChunks, nchunks); ++qc) prefetch_chunk(qc);
-  }
-
   if (nstage > 0) issue(0);
   float acc[4][4], pre[4][4];  // X or Y; U (role 0) or P U (role 1) at the same elements
   float gl = 0.0f, gt[2];      // γ_{L−1}; γ of rows m0 + g, m0 + g + 8 (role 0)
@@ -218,9 +155,6 @@ __global__ void __launch_bounds__(kSThreads, 2) chunk_state_tc_kernel(const floa
     chunk_range(p0, n, qc, off, L);
     const int r0 = t0 + off - first_row;  // workspace row of the chunk's first token
     if (k == 0) {  // the chunk's U / P U elements and γ, loaded while the stages run
-      if constexpr (kAhead) {
-        if (qc + kAheadChunks < nchunks) prefetch_chunk(qc + kAheadChunks);
-      }
       gl = w.gam[size_t(r0 + L - 1) * nv + h];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -327,22 +261,16 @@ __global__ void __launch_bounds__(kSThreads, 2) chunk_state_tc_kernel(const floa
 size_t state_tc_smem_bytes_max() { return size_t(stc_smem_floats(kMaxD)) * sizeof(float); }
 
 void state_tc_prepare() {
-  MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_tc_kernel<false>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(state_tc_smem_bytes_max())));
-  MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_tc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(state_tc_smem_bytes_max())));
 }
 
 void launch_state_tc(const float* qkv, const GdnShape& s, const GdnLayerParams& layer, const StepMeta& meta,
-                     int first_seq, int first_row, const Work& w, bool l2_ahead, cudaStream_t stream) {
+                     int first_seq, int first_row, const Work& w, cudaStream_t stream) {
   const int S = meta.num_seqs - first_seq;
   const size_t smem = size_t(stc_smem_floats(s.k_head_dim)) * sizeof(float);
-  const dim3 grid(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kSBN));
-  if (l2_ahead)
-    chunk_state_tc_kernel<true><<<grid, kSThreads, smem, stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
-  else
-    chunk_state_tc_kernel<false><<<grid, kSThreads, smem, stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
+  chunk_state_tc_kernel<<<dim3(unsigned(S), unsigned(s.num_v_heads), unsigned(s.v_head_dim / kSBN)), kSThreads, smem,
+                          stream>>>(qkv, s, layer, meta, first_seq, first_row, w);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
