@@ -349,7 +349,7 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, gptq, y.data(), false, nullptr), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(4), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(-1), Error);
-  EXPECT_EQ(cuda::mma_gemm_variant(), 2);
+  EXPECT_EQ(cuda::mma_gemm_variant(), 3);
 
   const cuda::DeviceLinear dense = cuda::upload_linear(make_dense_bf16(rng, 64, 128, 0.05f).weight, nullptr);
   const std::vector<float> sentinel(y.size(), 3.0f);

@@ -39,18 +39,19 @@
 //   LargePipelined: the same tile and warps, a 4-stage cp.async ring, x split in registers
 //          (ops_mma_gemm_pipelined.cu)                              otherwise, under variant 1
 //   Wide   BM=128, BN=256, BK=32, 8 warps (2x4), warp tile 64x64, a 3-stage cp.async ring
-//          (ops_mma_gemm_pipelined.cu)                              variant 2 (default), where
+//          (ops_mma_gemm_pipelined.cu)                              variant 2, where
 //                                                                   prefer_wide (below) says so,
 //                                                                   else LargePipelined
-//   LargePipelined2Cta: LargePipelined at <= 128 registers, 2 CTAs per SM on the H200   variant 3
+//   LargePipelined2Cta: LargePipelined at <= 128 registers, 2 CTAs per SM on the H200
+//                                                                   variant 3 (default)
 // Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB (Small / Medium /
 // Large); LargePipelined 98,304 B (96 KB) for every weight kind; Wide 98,304 B (bf16) / 90,112 B
 // (e4m3 / int8).
 //
 // Roofline. Useful work 2·M·N·K FLOP; the tensor cores execute twice that (hi and lo MMAs) plus
 // the zero rows of a partial M tile (a Small tile at M = 1 is 1/16 useful). Against the H200's
-// dense bf16 peak (~990 TFLOP/s, quoted for wgmma; mma.sync reaches only part of it) the useful
-// ceiling is therefore at most ~half. Minimum HBM traffic: W once (N·K·{2,1,1} bytes) + X once
+// dense bf16 peak (~990 TFLOP/s, quoted for wgmma; mma.sync measured ~650, bench_mma_peak) the
+// useful ceiling is therefore ~325 TFLOP/s. Minimum HBM traffic: W once (N·K·{2,1,1} bytes) + X once
 // (M·K·4) + Y (M·N·4, twice with accumulate); X and W tiles are re-read by the other CTAs of their
 // row / column from L2. The kernel is weight-bandwidth-bound while
 // 4·M·N·K / peak < N·K·elem / bandwidth, i.e. for M below about peak·elem / (4·bandwidth)
@@ -316,7 +317,7 @@ void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool 
   }
 }
 
-std::atomic<int> g_variant{2};  // set_mma_gemm_variant
+std::atomic<int> g_variant{3};  // set_mma_gemm_variant (PERF.md run T6: 3 was the fastest)
 
 // Auto, variant 2: Wide or LargePipelined by an estimate of the time in 128x128-tile units with
 // one CTA per SM: a 128x128 grid takes waves(T128) units; a 128x256 grid waves(T256) x 2 units

@@ -50,9 +50,11 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
               MmaTiling tiling);
 
 // Which kernel Auto runs where it picks a large tiling (process-wide, for A/B timing; all give the
-// same bits): 2 (default) Wide where its grid fills the SMs well enough, else LargePipelined
-// (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the register-staged Large;
-// 3 LargePipelined2Cta. Throws on another value.
+// same bits): 3 (default) LargePipelined2Cta; 2 Wide where its grid fills the SMs well enough,
+// else LargePipelined (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the
+// register-staged Large. Throws on another value. On the H200 (docs/PERF.md run T6, FP8 at M 1K
+// and 8K) 3 was the fastest everywhere: 150 useful TFLOP/s at 16384x3072, M 8K, against 144 (2),
+// 138 (1) and 127 (0).
 void set_mma_gemm_variant(int variant);
 int mma_gemm_variant();
 

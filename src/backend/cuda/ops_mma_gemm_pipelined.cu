@@ -1,6 +1,6 @@
 // The cp.async-pipelined kernels of mma_gemm (ops_mma_gemm.h): MmaTiling::LargePipelined (CTA
 // 128 x 128, variant 1), LargePipelined2Cta (the same capped at 128 registers for two CTAs per
-// SM, variant 3) and Wide (CTA 128 x 256, variant 2, the default where its grid fills the SMs:
+// SM, variant 3, the default) and Wide (CTA 128 x 256, variant 2 where its grid fills the SMs:
 // ops_mma_gemm.cu, prefer_wide). One templated kernel (PipeCfg) serves all three:
 // Y[M, N] f32 = X[M, K] f32 · Wᵀ on mma.sync.m16n8k16 bf16 with the same bits as every other
 // tiling (ops_mma_gemm.cu's header: FP8 x' = x ⊗ s[n/128][k/128] before the split; per output,
