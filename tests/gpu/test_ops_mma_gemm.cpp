@@ -278,6 +278,7 @@ void check_weight(const TestWeight& t, Rng& rng) {
 
   // Auto under each kernel variant (the large choice: register-staged, pipelined 128x128, or
   // pipelined 128x256 where it fills the SMs).
+  const int default_variant = cuda::mma_gemm_variant();
   for (int variant : {0, 1, 2, 3}) {
     cuda::set_mma_gemm_variant(variant);
     for (int M : {100, kRows}) {
@@ -286,7 +287,7 @@ void check_weight(const TestWeight& t, Rng& rng) {
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
   }
-  cuda::set_mma_gemm_variant(2);
+  cuda::set_mma_gemm_variant(default_variant);
 
   // The pipelined kernels with y += X·Wᵀ and a partial last row tile.
   for (MmaTiling tiling : {MmaTiling::LargePipelined, MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
