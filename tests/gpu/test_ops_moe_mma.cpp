@@ -370,11 +370,11 @@ TEST(GpuOpsMoeMma, PerExpertTilesMatchWordForm) {
   std::vector<int> wide(64, 5);  // 60 experts of 5 slots, then 33, 64, 65, 40
   wide[60] = 33, wide[61] = 64, wide[62] = 65, wide[63] = 40;
   const std::vector<int> edges{0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 129, 2, 17, 47};
-  const CountCase cases[] = {{16, 2, 1024, 512, "gptq-sym-g128", &edges},
+  const CountCase cases[] = {{16, 2, 3072, 1024, "gptq-sym-g128", &edges},
                              {16, 2, 1024, 512, "gptq-asym-g32", &edges},
                              {16, 2, 1024, 256, "fp8", &edges},
                              {64, 2, 512, 256, "gptq-asym-g64", &wide},
-                             {64, 2, 3072, 1024, "gptq-sym-g128", &wide}};
+                             {64, 2, 1024, 512, "gptq-sym-g128", &wide}};
   for (const auto& cc : cases) {
     const ExpertCase c{cc.E, cc.k, cc.H, cc.I, cc.format};
     const std::vector<int>& counts = *cc.counts;
