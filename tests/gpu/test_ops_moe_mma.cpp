@@ -356,7 +356,8 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
 // a 64-slot tile plus a 1-slot 32-slot tile), 95 / 96 / 97 (64 + 31 / 32 on a 32-slot tile, 64 + 33
 // on a second 64-slot tile), 128 / 129 ... at 56 slots per expert on average (variant 5: 64-slot
 // tiles for all), and a case of 7.8 on average (variant 5: 32-slot tiles, two for the experts of
-// 33-65 slots). Variant 7 must give variant 5's bits for every token, and every routed output must
+// 33-65 slots), and 26 slots on 6 experts (4.3 per expert: variant 7 launches only its 32-slot
+// kernels). Variant 7 must give variant 5's bits for every token, and every routed output must
 // have been computed (the workspace starts as NaN: run_mma).
 TEST(GpuOpsMoeMma, PerExpertTilesMatchWordForm) {
   MOESERVE_REQUIRE_GPU();
@@ -370,11 +371,13 @@ TEST(GpuOpsMoeMma, PerExpertTilesMatchWordForm) {
   std::vector<int> wide(64, 5);  // 60 experts of 5 slots, then 33, 64, 65, 40
   wide[60] = 33, wide[61] = 64, wide[62] = 65, wide[63] = 40;
   const std::vector<int> edges{0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 129, 2, 17, 47};
+  const std::vector<int> tiny{0, 1, 5, 9, 11, 0};  // 26 slots: no 64-slot tile can exist (no 64-slot launch)
   const CountCase cases[] = {{16, 2, 3072, 1024, "gptq-sym-g128", &edges},
                              {16, 2, 1024, 512, "gptq-asym-g32", &edges},
                              {16, 2, 1024, 256, "fp8", &edges},
                              {64, 2, 512, 256, "gptq-asym-g64", &wide},
-                             {64, 2, 1024, 512, "gptq-sym-g128", &wide}};
+                             {64, 2, 1024, 512, "gptq-sym-g128", &wide},
+                             {6, 2, 384, 64, "gptq-sym-g64", &tiny}};
   for (const auto& cc : cases) {
     const ExpertCase c{cc.E, cc.k, cc.H, cc.I, cc.format};
     const std::vector<int>& counts = *cc.counts;
