@@ -3,13 +3,15 @@
 // batch invariance (a token's bits alone, among 63 and among 299 other tokens, at different
 // positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit
 // (variants 1 .. 4) or within a rounding tolerance (variant 5, the GPTQ word form: other products
-// per MMA), and its refusal of GPTQ act-order experts.
+// per MMA), variant 7 (per-expert tile sizes) against variant 5 bit for bit, and its refusal of
+// GPTQ act-order experts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "backend/cpu/linear.h"
@@ -77,12 +79,15 @@ cuda::DeviceExperts upload(const Experts& ex) {
   return cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
 }
 
-// residual (f32 [M, H]) after moe_routed_experts_mma; *ran = its return value.
+// residual (f32 [M, H]) after moe_routed_experts_mma; *ran = its return value. The workspace is
+// filled with 0xFF bytes first (NaN as f32): a slot whose expert output no tile computed reads a
+// NaN, not a stale value of an earlier call that happened to get the same allocation.
 std::vector<float> run_mma(const cuda::DeviceExperts& d, const std::vector<float>& x, const std::vector<float>& logits,
                            const std::vector<float>& residual, int M, const ExpertCase& c, bool* ran) {
   const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
   const size_t ws_bytes = cuda::moe_mma_workspace_bytes(shape, M);
   DeviceBuffer<uint8_t> ws(ws_bytes);
+  if (cudaMemset(ws.data(), 0xFF, ws_bytes) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
   auto d_x = to_device_f32(x);
   auto d_logits = to_device_f32(logits);
   auto d_res = to_device_f32(residual);
@@ -164,11 +169,13 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 // 32-slot tiles (16 / 32 slots per expert: partial, full and several tiles per expert, tiles of
 // <= 16 slots whose second m16 fragment is skipped) and M = 300 on 64-slot tiles; E = 8, k = 3
 // the same; E = 64 runs M = 1 and M = 32 (256 slots) on 16-slot tiles and M = 64 / 300 on
-// 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. The
-// batches run with every kernel form (set_moe_mma_variant 0 .. 6), the token alone with
-// form 1 (the reference of forms 0 .. 4, which give the same bits) and with form 5 (the
-// reference of 5 and 6: the GPTQ word form has its own k order, so its own bits; FP8 / bf16 run
-// form 1 there).
+// 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. M = 100
+// (E = 16, k = 8: ~50 slots per expert, counts on both sides of 32 and 64) and M = 1024 (~512:
+// several full 64-slot tiles and a remainder) run variant 7's two tile lists with both tilings
+// in one call. The batches run with every kernel form (set_moe_mma_variant 0 .. 7), the token
+// alone with form 1 (the reference of forms 0 .. 4, which give the same bits) and with form 5
+// (the reference of 5, 6 and 7: the GPTQ word form has its own k order, so its own bits; FP8 /
+// bf16 run form 1 there).
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
@@ -197,14 +204,15 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
     const auto alone5 = run_mma(d, xt, lt, rt, 1, c, &ran);
     ASSERT_TRUE(ran);
     cuda::set_moe_mma_variant(guard.saved);
-    for (auto [M, pos] : std::vector<std::pair<int, int>>{{32, 5}, {64, 17}, {300, 250}, {300, 0}}) {
+    for (auto [M, pos] :
+         std::vector<std::pair<int, int>>{{32, 5}, {64, 17}, {100, 42}, {300, 250}, {300, 0}, {1024, 700}}) {
       auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
       auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
       auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
       std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
       std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
       std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
-      for (int v : {0, 1, 2, 3, 4, 5, 6}) {
+      for (int v : {0, 1, 2, 3, 4, 5, 6, 7}) {
         cuda::set_moe_mma_variant(v);
         const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
         ASSERT_TRUE(ran);
@@ -274,9 +282,11 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
 // difference of two such rounding errors, so 1e-4 of max |routed| here (a wrong nibble, k order,
 // column, zero point or group scale moves outputs by O(max |routed|)). FP8 / bf16 cases must be
 // bit-identical to form 1 (they run form 1 under variant 5). Variant 6 (the word form with the
-// deep 32-slot ring on the H200) must give variant 5's bits. GPTQ at every tiling (M 1, 5:
-// 16-slot; 64: 32-slot; 300, 1024: 64-slot), sym and asym, groups 32 / 64 / 128, partial column
-// blocks and tiles.
+// deep 32-slot ring on the H200) and variant 7 (per-expert tile sizes: 64-slot tiles and 32-slot
+// remainders in one call) must give variant 5's bits, for every format. GPTQ at every tiling (M 1,
+// 5: 16-slot; 64: 32-slot; 100, 300, 1024: 64-slot; variant 7 above 4 slots per expert: both, M 100
+// at E = 16, k = 8 with ~50 slots per expert on both sides of 32 and 64), sym and asym, groups
+// 32 / 64 / 128, partial column blocks and tiles.
 TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
@@ -291,7 +301,7 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
     const bool gptq = c.format.rfind("gptq", 0) == 0;
     const Experts ex = make_experts(rng, c, false);
     const cuda::DeviceExperts d = upload(ex);
-    for (int M : {1, 5, 64, 300, 1024}) {
+    for (int M : {1, 5, 64, 100, 300, 1024}) {
       const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
       const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
       const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
@@ -308,6 +318,12 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
       int diffs6 = 0;
       for (size_t i = 0; i < got.size(); ++i) diffs6 += !bits_equal(got6[i], got[i]);
       EXPECT_EQ(diffs6, 0) << "M=" << M << ": variant 6 differs from variant 5";
+      cuda::set_moe_mma_variant(7);
+      const auto got7 = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      int diffs7 = 0;
+      for (size_t i = 0; i < got.size(); ++i) diffs7 += !bits_equal(got7[i], got[i]);
+      EXPECT_EQ(diffs7, 0) << "M=" << M << ": variant 7 differs from variant 5";
       double max_diff = 0, max_routed = 0;
       int diffs = 0;
       size_t worst = 0;
@@ -331,6 +347,89 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
       else
         EXPECT_EQ(diffs, 0) << "M=" << M << ": FP8 / bf16 experts run form 1 under variant 5";
     }
+  }
+}
+
+// Variant 7's per-expert tiles at chosen expert slot counts: top-2 routing forced (each token's two
+// largest logits name two different experts) so that the experts get exactly `counts` slots: 0, 1,
+// the edges 31 / 32 / 33 (one 32-slot tile / one 64-slot tile), 63 / 64 / 65 (one 64-slot tile /
+// a 64-slot tile plus a 1-slot 32-slot tile), 95 / 96 / 97 (64 + 31 / 32 on a 32-slot tile, 64 + 33
+// on a second 64-slot tile), 128 / 129 ... at 56 slots per expert on average (variant 5: 64-slot
+// tiles for all), and a case of 7.8 on average (variant 5: 32-slot tiles, two for the experts of
+// 33-65 slots), and 26 slots on 6 experts (4.3 per expert: variant 7 launches only its 32-slot
+// kernels). Variant 7 must give variant 5's bits for every token, and every routed output must
+// have been computed (the workspace starts as NaN: run_mma).
+TEST(GpuOpsMoeMma, PerExpertTilesMatchWordForm) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(76);
+  struct CountCase {
+    int E, k, H, I;
+    const char* format;
+    const std::vector<int>* counts;  // slots per expert (sum = 2·M, each <= M)
+  };
+  std::vector<int> wide(64, 5);  // 60 experts of 5 slots, then 33, 64, 65, 40
+  wide[60] = 33, wide[61] = 64, wide[62] = 65, wide[63] = 40;
+  const std::vector<int> edges{0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 129, 2, 17, 47};
+  const std::vector<int> tiny{0, 1, 5, 9, 11, 0};  // 26 slots: no 64-slot tile can exist (no 64-slot launch)
+  const CountCase cases[] = {{16, 2, 3072, 1024, "gptq-sym-g128", &edges},
+                             {16, 2, 1024, 512, "gptq-asym-g32", &edges},
+                             {16, 2, 1024, 256, "fp8", &edges},
+                             {64, 2, 512, 256, "gptq-asym-g64", &wide},
+                             {64, 2, 1024, 512, "gptq-sym-g128", &wide},
+                             {6, 2, 384, 64, "gptq-sym-g64", &tiny}};
+  for (const auto& cc : cases) {
+    const ExpertCase c{cc.E, cc.k, cc.H, cc.I, cc.format};
+    const std::vector<int>& counts = *cc.counts;
+    SCOPED_TRACE(case_name(c));
+    int slots = 0;
+    for (int n : counts) slots += n;
+    ASSERT_EQ(int(counts.size()), c.E);
+    ASSERT_EQ(slots % 2, 0);
+    const int M = slots / 2;
+    // The slots' experts in ascending order; token m takes list[m] and list[m + M], different
+    // experts as no expert has more than M slots (a run of equal ids is shorter than M + 1).
+    std::vector<int> list;
+    for (int e = 0; e < c.E; ++e) {
+      ASSERT_LE(counts[size_t(e)], M);
+      list.insert(list.end(), size_t(counts[size_t(e)]), e);
+    }
+    auto logits = random_f32(rng, size_t(M) * c.E, 0.5f);  // |l| < 1.8 (Rng::normal is bounded by 3.47)
+    for (int m = 0; m < M; ++m) {
+      ASSERT_NE(list[size_t(m)], list[size_t(m + M)]);
+      logits[size_t(m) * c.E + size_t(list[size_t(m)])] = 5.0f;
+      logits[size_t(m) * c.E + size_t(list[size_t(m + M)])] = 4.0f;
+    }
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    bool ran = false;
+    cuda::set_moe_mma_variant(5);
+    const auto ref = run_mma(d, x, logits, residual, M, c, &ran);
+    ASSERT_TRUE(ran);
+    int unchanged = 0, nans = 0;  // every token's row must have changed (two experts each) and be finite
+    for (int m = 0; m < M; ++m) {
+      int changed = 0;
+      for (int h = 0; h < c.H; ++h) {
+        const size_t i = size_t(m) * c.H + size_t(h);
+        changed += !bits_equal(ref[i], residual[i]);
+        nans += !std::isfinite(ref[i]);
+      }
+      unchanged += changed < c.H / 2;
+    }
+    EXPECT_EQ(unchanged, 0) << "tokens whose routed output looks missing under variant 5";
+    EXPECT_EQ(nans, 0);
+    cuda::set_moe_mma_variant(7);
+    const auto got = run_mma(d, x, logits, residual, M, c, &ran);
+    ASSERT_TRUE(ran);
+    int diffs = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+    EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
+                        << " outputs of variant 7 differ from variant 5; first at token " << first / size_t(c.H)
+                        << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
   }
 }
 

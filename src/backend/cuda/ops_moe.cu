@@ -21,6 +21,8 @@
 //   shared-memory counters and a block scan: count per expert, offsets, slots in order, and
 //   tiles of up to 8 slots of one expert. Which slots share a tile never changes a slot's sums.
 //   For steps of <= 64 tokens and E <= 256 the same CTA routes first (one launch, not two).
+//   Its mixed form (route_and_group_mixed, the tensor-core path's variant 7) writes two tile lists
+//   with per-expert tile sizes: 64-slot tiles and a remainder of <= 32 slots on a 32-slot tile.
 // combine_kernel: residual[m] += Σ_r w[m,r]·y[m,r] in rank order (deterministic), float4, then
 //   (optionally) + sigmoid(gate[m])·shared[m], the shared expert, in the same pass. Explicit
 //   fmaf: acc = fmaf(w, y, acc) from 0, residual + acc, fmaf(sigmoid, shared, ·) — the decode
@@ -78,10 +80,14 @@ __device__ int2 block_inclusive_scan2(int2 v, int2* warp_tot) {
 
 // route_logits != null (decode-sized steps): the CTA's 32 warps first route the M tokens
 // (route_token, the same code as moe_route_kernel), saving a launch.
+// kMixed (route_and_group_mixed): two tile lists with per-expert tile sizes (ops_moe_internal.cuh:
+// 64-slot tiles, the remainder of <= 32 slots on a 32-slot tile); `tile` is unused then, the
+// 64-slot list starts at large_offset and num_tiles holds the two counts.
+template <bool kMixed>
 __global__ void __launch_bounds__(kGroupThreads)
     group_by_expert_kernel(const float* __restrict__ route_logits, int M, int k, int32_t* ids, float* weights,
-                           int slots, int E, int tile, int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start,
-                           int32_t* tile_count, int32_t* order) {
+                           int slots, int E, int tile, int large_offset, int32_t* num_tiles, int32_t* tile_expert,
+                           int32_t* tile_start, int32_t* tile_count, int32_t* order) {
   if (route_logits) {
     for (int m = threadIdx.x >> 5; m < M; m += kGroupThreads / 32)
       route_token<8>(route_logits + size_t(m) * E, E, k, ids + size_t(m) * k, weights + size_t(m) * k);
@@ -97,17 +103,44 @@ __global__ void __launch_bounds__(kGroupThreads)
   for (int sl = threadIdx.x; sl < slots; sl += kGroupThreads) atomicAdd(&count[ids[sl]], 1);
   __syncthreads();
   const int c = e < E ? count[e] : 0;
-  const int nt = (c + tile - 1) / tile;
-  const int2 ends = block_inclusive_scan2(make_int2(c, nt), scan);
-  const int slot_end = ends.x, tile_end = ends.y;
-  const int slot_begin = slot_end - c, tile_begin = tile_end - nt;
-  if (e < E) cursor[e] = slot_begin;
-  for (int i = 0; i < nt; ++i) {
-    tile_expert[tile_begin + i] = e;
-    tile_start[tile_begin + i] = slot_begin + i * tile;
-    tile_count[tile_begin + i] = min(tile, c - i * tile);
+  if constexpr (!kMixed) {
+    const int nt = (c + tile - 1) / tile;
+    const int2 ends = block_inclusive_scan2(make_int2(c, nt), scan);
+    const int slot_end = ends.x, tile_end = ends.y;
+    const int slot_begin = slot_end - c, tile_begin = tile_end - nt;
+    if (e < E) cursor[e] = slot_begin;
+    for (int i = 0; i < nt; ++i) {
+      tile_expert[tile_begin + i] = e;
+      tile_start[tile_begin + i] = slot_begin + i * tile;
+      tile_count[tile_begin + i] = min(tile, c - i * tile);
+    }
+    if (threadIdx.x == kGroupThreads - 1) *num_tiles = tile_end;
+  } else {
+    // Expert e: nl 64-slot tiles (the full 64s, plus the remainder when it exceeds 32) at order
+    // positions slot_begin + 64·i, then nm (0 or 1) 32-slot tile for a remainder of 1..32.
+    __shared__ int2 scan_mid[32];  // the second scan's own warp totals (the first may still be read)
+    const int rem = c % kMixLarge;
+    const int nl = c / kMixLarge + (rem > kMixMid ? 1 : 0);
+    const int nm = rem > 0 && rem <= kMixMid ? 1 : 0;
+    const int2 ends = block_inclusive_scan2(make_int2(c, nl), scan);
+    const int2 mid_ends = block_inclusive_scan2(make_int2(nm, 0), scan_mid);
+    const int slot_begin = ends.x - c, large_begin = large_offset + ends.y - nl, mid_begin = mid_ends.x - nm;
+    if (e < E) cursor[e] = slot_begin;
+    for (int i = 0; i < nl; ++i) {
+      tile_expert[large_begin + i] = e;
+      tile_start[large_begin + i] = slot_begin + i * kMixLarge;
+      tile_count[large_begin + i] = min(kMixLarge, c - i * kMixLarge);
+    }
+    if (nm) {  // nl = c / 64 here: the 32-slot tile takes the last rem slots
+      tile_expert[mid_begin] = e;
+      tile_start[mid_begin] = slot_begin + nl * kMixLarge;
+      tile_count[mid_begin] = rem;
+    }
+    if (threadIdx.x == kGroupThreads - 1) {
+      num_tiles[0] = mid_ends.x;
+      num_tiles[1] = ends.y;
+    }
   }
-  if (threadIdx.x == kGroupThreads - 1) *num_tiles = tile_end;
   __syncthreads();
   for (int sl = threadIdx.x; sl < slots; sl += kGroupThreads) order[atomicAdd(&cursor[ids[sl]], 1)] = sl;
 }
@@ -207,19 +240,38 @@ size_t moe_workspace_bytes(const MoeShape& s, int max_tokens) {
 
 namespace moe_detail {
 
-void route_and_group(const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids, float* weights,
-                     int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
-                     int32_t* order, cudaStream_t stream) {
+namespace {
+
+void route_and_group_impl(bool mixed, const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids,
+                          float* weights, int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start,
+                          int32_t* tile_count, int large_offset, int32_t* order, cudaStream_t stream) {
   const bool fused_route = M <= kFusedRouteTokens && s.num_experts <= 256;
   if (!fused_route) {
     moe_route_kernel<<<(M + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream>>>(
         router_logits, M, s.num_experts, s.top_k, ids, weights);
     MOESERVE_CUDA_CHECK_LAUNCH();
   }
-  group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(fused_route ? router_logits : nullptr, M, s.top_k, ids,
-                                                          weights, M * s.top_k, s.num_experts, tile, num_tiles,
-                                                          tile_expert, tile_start, tile_count, order);
+  auto* kernel = mixed ? group_by_expert_kernel<true> : group_by_expert_kernel<false>;
+  kernel<<<1, kGroupThreads, 0, stream>>>(fused_route ? router_logits : nullptr, M, s.top_k, ids, weights,
+                                          M * s.top_k, s.num_experts, tile, large_offset, num_tiles, tile_expert,
+                                          tile_start, tile_count, order);
   MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void route_and_group(const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids, float* weights,
+                     int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
+                     int32_t* order, cudaStream_t stream) {
+  route_and_group_impl(false, router_logits, s, M, tile, ids, weights, num_tiles, tile_expert, tile_start, tile_count,
+                       0, order, stream);
+}
+
+void route_and_group_mixed(const float* router_logits, const MoeShape& s, int M, int32_t* ids, float* weights,
+                           int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
+                           int large_offset, int32_t* order, cudaStream_t stream) {
+  route_and_group_impl(true, router_logits, s, M, kMixLarge, ids, weights, num_tiles, tile_expert, tile_start,
+                       tile_count, large_offset, order, stream);
 }
 
 void combine_routed(const float* y, const float* weights, const MoeShape& s, int M, float* residual,

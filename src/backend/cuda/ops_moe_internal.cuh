@@ -230,6 +230,21 @@ void rows_down(const float* act, const MoeShape& s, const DeviceExperts& ex, con
 void route_and_group(const float* router_logits, const MoeShape& s, int M, int tile, int32_t* ids, float* weights,
                      int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
                      int32_t* order, cudaStream_t stream);
+// Per-expert tile sizes (moe_routed_experts_mma variant 7): the same routing and the same order
+// (each expert's slots contiguous), but TWO tile lists, so each expert's slots take as few weight
+// passes as the two prompt tilings allow: an expert of c slots gets c / 64 tiles of 64 slots, then
+// its remainder r = c % 64 one more 64-slot tile if r > 32, else (r = 1..32) one 32-slot tile.
+// The 32-slot list is tile_expert / tile_start / tile_count [0, mixed_mid_cap) with its count in
+// num_tiles[0]; the 64-slot list starts at index large_offset (>= mixed_mid_cap) with its count in
+// num_tiles[1]. Every 64-slot tile holds >= 33 slots and an expert has at most one 32-slot tile,
+// which bounds the two lists (mixed_*_cap: the grids of their launches). tile_start indexes the one
+// order array in both lists, so a slot's order position p (its act row) is list-independent.
+constexpr int kMixMid = 32, kMixLarge = 64;
+inline int mixed_mid_cap(int slots, int num_experts) { return slots < num_experts ? slots : num_experts; }
+inline int mixed_large_cap(int slots) { return slots / (kMixMid + 1); }
+void route_and_group_mixed(const float* router_logits, const MoeShape& s, int M, int32_t* ids, float* weights,
+                           int32_t* num_tiles, int32_t* tile_expert, int32_t* tile_start, int32_t* tile_count,
+                           int large_offset, int32_t* order, cudaStream_t stream);
 // Generated-token steps of GPTQ INT4 experts (ops_moe_decode.cu): routing inside the gate/up
 // kernel, the combine inside the down kernel, two launches. Same bits per token as the tiled
 // path (route_and_group + gptq_gate_up + gptq_down + combine_routed), which serves larger M.

@@ -7,7 +7,7 @@
 //   1. route_and_group (ops_moe.cu, the same routing as moe_routed_experts): ids / weights per slot
 //      (slot = token·k + rank), then the slots grouped by expert into tiles of up to BM slots
 //      (TileList; one BM per call, by the average slots per expert M·k / E: BM = 16 up to 4,
-//      32 up to 40, else 64).
+//      32 up to 40, else 64; variant 7 above 4: BM per EXPERT, two tile lists, see below).
 //   2. split_rows_kernel: x f32 [M, H] -> x_hi, x_lo bf16 [M, H] (hi = bf16_rn(x), lo = bf16_rn(x − hi)),
 //      once per token instead of once per (expert, column block).
 //   3. gate_up kernel: act[p, I] = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), p = the slot's position in the tile order,
@@ -52,11 +52,11 @@
 // never copied (zeroed once); m16 row fragments at or past the slot count are skipped
 // (warp-uniform).
 //
-// Kernel forms (set_moe_mma_variant, ops_moe.h; 0 .. 4 give the same bits, 5 and 6 their own):
+// Kernel forms (set_moe_mma_variant, ops_moe.h; 0 .. 4 give the same bits, 5 .. 7 their own):
 //   0: the previous kernels: GPTQ B pairs by gptq_pair_to_bf16x2 (variable shifts and masks per
 //      nibble, ~6 integer instructions + HSUB2 per pair); the 64-slot tiling 2 x 4 warps, so each
 //      B fragment (weight word) is loaded and converted by both rows of warps.
-//   1 (default): GPTQ B pairs by gptq_pair_to_bf16x2_prmt (SHF, PRMT with a per-lane selector,
+//   1: GPTQ B pairs by gptq_pair_to_bf16x2_prmt (SHF, PRMT with a per-lane selector,
 //      LOP3 + the same HSUB2: the same bf16 pair (128 + q) minus the same (128 + zero)); the
 //      group tests and indices (k % g, k / g) by mask and shift instead of integer divisions; the
 //      64-slot tiling (GPTQ, FP8) 1 x 8 warps, each warp all 64 rows of 16 (+16) / 32 columns:
@@ -86,11 +86,23 @@
 //   6: form 5 with form 4's 8-stage ring in the GPTQ 32-slot DOWN kernel where 2 CTAs fit an SM
 //      (kernel form 4; its gate_up with 8 stages spills at 128 registers, so it runs form 3's);
 //      variant 5's bits.
+//   7 (default): variant 5's kernels with the tile size chosen PER EXPERT above 4 slots per expert
+//      on average (route_and_group_mixed, ops_moe.cu): an expert of c slots gets c / 64 64-slot
+//      tiles, then its remainder r = c % 64 one more 64-slot tile if r > 32, else one 32-slot tile
+//      (r = 1..32). Two tile lists (32-slot: tile indices [0, mid_cap), count num_tiles[0]; 64-slot:
+//      [mid_cap, ..), count num_tiles[1]) over ONE order array, so p (a slot's act row) is its
+//      order position whichever list its tile is in; four expert launches: gate_up 64, gate_up 32,
+//      down 64, down 32 (all act rows are written before the first down CTA), each grid sized for
+//      its list's capacity (mid_cap = min(slots, E), large_cap = slots / 33), surplus CTAs exit.
+//      At 1K tokens (~32 slots per expert, many experts with 33-50) an expert of 33-64 slots is one
+//      64-slot pass over its weights instead of two 32-slot passes; at 8K tokens (~256 per expert)
+//      a remainder of <= 32 slots runs on a 32-slot tile instead of a mostly empty 64-slot one.
+//      Every tiling computes each output with the same operations, so variant 5's bits.
 //
 // Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (0 .. 4 or
-// 5, 6) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
+// 5 .. 7) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
 // computes each C element from its own A row, B column and old value), for each k16 step in
-// ascending (logical: forms 5, 6 permute k inside each 32-k block) k: C = mma(hi, B, C), C = mma(lo, B, C);
+// ascending (logical: forms 5 .. 7 permute k inside each 32-k block) k: C = mma(hi, B, C), C = mma(lo, B, C);
 //   bf16: y = C;  GPTQ: B = q − zero (exact), C restarts at 0 for each group of g k's and after
 //   the group acc = fma(C, scale[g][n], acc);  FP8: B = e4m3 (exact), the same per 128-k block
 //   with the block scale. Epilogues use explicit __fmaf_rn / __fmul_rn / __fdiv_rn / __fadd_rn.
@@ -108,7 +120,8 @@
 // per k and CTA the prefill tiling reads 64·4 bytes of A against 256·0.5 bytes of INT4 weights,
 // the 32-slot tiling 32·4 against the same 128 (an expert with 33-64 slots has 2 tiles there, so
 // its weights are read twice, the second time mostly from L2: one expert's tiles are adjacent in
-// the grid). Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
+// the grid; variant 7 gives it one 64-slot tile: one read and one dequantisation of its weights).
+// Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
 // words per n8 tile per warp (GPTQ: 8 distinct words per LDS.32, 2 wavefronts; forms 5, 6: one
 // LDS.32 of 32 distinct, conflict-free words per n8 tile per 32 k, so the same bytes in 0.5
 // wavefront per k16 step), so ~1 wavefront per MMA (32-slot and form 1's 64-slot 1 x 8:
@@ -719,7 +732,7 @@ struct Workspace {
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 // The buffers in order; base == nullptr only sizes them. The tile arrays are sized for the
-// smaller tile (the larger tile count).
+// smaller tile (the larger tile count); variant 7's two lists fit in them (mixed_tile_layout).
 size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   const size_t slots = size_t(max_tokens) * size_t(s.top_k);
   const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kSmallBM));
@@ -734,7 +747,7 @@ size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   o.ids = static_cast<int32_t*>(take(slots * 4));
   o.weights = static_cast<float*>(take(slots * 4));
   o.order = static_cast<int32_t*>(take(slots * 4));
-  o.num_tiles = static_cast<int32_t*>(take(4));
+  o.num_tiles = static_cast<int32_t*>(take(8));  // [2]: variant 7's two lists
   o.tile_expert = static_cast<int32_t*>(take(tiles * 4));
   o.tile_start = static_cast<int32_t*>(take(tiles * 4));
   o.tile_count = static_cast<int32_t*>(take(tiles * 4));
@@ -876,20 +889,65 @@ void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts&
     launch_experts<F, 2>(bm, s, ex, tiles, grid_tiles, w, stream);
   else if (variant == 6 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
     launch_experts<F, 4>(bm, s, ex, tiles, grid_tiles, w, stream);  // the word form, deep ring
-  else if ((variant == 5 || variant == 6) && F == BFmt::Gptq)  // the word form (x planes split permuted)
+  else if (variant >= 5 && F == BFmt::Gptq)  // the word form (x planes split permuted; 7: its 16-slot tiles)
     launch_experts<F, 3>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 and 6 for FP8 / bf16
+  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 .. 7 for FP8 / bf16
     launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
 }
 
-std::atomic<int> g_variant{5};  // the word form (PERF.md run T6: 15% faster than 1)
+// Variant 7: per-expert tile sizes (route_and_group_mixed). The 32-slot list occupies tile
+// indices [0, mid_cap), the 64-slot list [mid_cap, mid_cap + large_cap): mid_cap = min(slots, E)
+// (at most one 32-slot tile per expert), large_cap = slots / 33 (every 64-slot tile holds >= 33
+// slots), together <= max_tiles(slots, E, kSmallBM), the arrays' size (slots / 33 <= ceil(slots / 16)).
+struct MixedLayout {
+  int mid_cap, large_cap;
+};
+MixedLayout mixed_tile_layout(long long slots, int num_experts) {
+  return {mixed_mid_cap(int(slots), num_experts), mixed_large_cap(int(slots))};
+}
+
+// Both tilings' gate_up launches, then both down launches (every act row is written before any
+// down CTA reads it: one stream). Each launch's grid is sized for its list's capacity; CTAs past
+// the list's count exit at once. The tilings of kernel form V give every output the same bits
+// (see the header), so a slot's bits do not depend on which list its expert's tile is in.
+template <BFmt F, int V>
+void launch_experts_mixed(const MoeShape& s, const DeviceExperts& ex, const TileList& mid, int mid_grid,
+                          const TileList& large, int large_grid, const Workspace& w, cudaStream_t stream) {
+  constexpr int L = large_form<F>(V), Mf = mid_form<F>(V);
+  using GUM = GateUpMid<F, gate_up_mid_form(Mf)>;
+  using DNM = DownMid<F, Mf>;
+  using GUL = GateUpLarge<F, L>;
+  using DNL = DownLarge<F, L>;
+  static_assert(GUM::BM == kMixMid && DNM::BM == kMixMid && GUL::BM == kMixLarge && DNL::BM == kMixLarge,
+                "the grouping's tile sizes");
+  const ExpertView g = view_of(ex.gate), u = view_of(ex.up), d = view_of(ex.down);
+  if (large_grid > 0)
+    launch_one<GUL, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, large, large_grid, g, u, w.act_hi, w.act_lo, nullptr,
+                       stream);
+  if (mid_grid > 0)
+    launch_one<GUM, F>(w.x_hi, w.x_lo, s.intermediate, s.top_k, mid, mid_grid, g, u, w.act_hi, w.act_lo, nullptr,
+                       stream);
+  if (large_grid > 0)
+    launch_one<DNL, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, large, large_grid, d, d, nullptr, nullptr, w.y, stream);
+  if (mid_grid > 0)
+    launch_one<DNM, F>(w.act_hi, w.act_lo, s.hidden, s.top_k, mid, mid_grid, d, d, nullptr, nullptr, w.y, stream);
+}
+
+// Variant 7's forms: variant 5's (GPTQ: the word form, 3; FP8 / bf16: 1), so the same bits as 5.
+template <BFmt F>
+void launch_experts_mixed(const MoeShape& s, const DeviceExperts& ex, const TileList& mid, int mid_grid,
+                          const TileList& large, int large_grid, const Workspace& w, cudaStream_t stream) {
+  launch_experts_mixed<F, F == BFmt::Gptq ? 3 : 1>(s, ex, mid, mid_grid, large, large_grid, w, stream);
+}
+
+std::atomic<int> g_variant{7};  // per-expert tile sizes over the word form (5)
 
 }  // namespace
 
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 6) throw Error("moe_mma: variant must be 0 (previous kernels) .. 6");
+  if (variant < 0 || variant > 7) throw Error("moe_mma: variant must be 0 (previous kernels) .. 7");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -926,17 +984,26 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   //         of ~32 slots; 2 CTAs per SM);
   //   else  64-slot tiles.
   // All give the same bits. Variants 2 and 3 (A/B switches) take 32-slot (2) or 64-slot (3)
-  // tiles at every size above 4.
+  // tiles at every size above 4. Variant 7 (variant 5's kernels) sizes the tiles per expert above
+  // 4 slots per expert on average: 64-slot tiles, an expert's remainder of <= 32 slots (or all
+  // its slots, if <= 32) on a 32-slot tile (route_and_group_mixed), so an expert of 33-64 slots
+  // takes one pass over its weights instead of two 32-slot passes.
   const int variant = g_variant.load();
   int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
   if (bm != kSmallBM && (variant == 2 || variant == 3)) bm = variant == 2 ? kMidBM : kLargeBM;
+  const bool mixed = variant == 7 && bm != kSmallBM;
   const long long grid_tiles = (slots + bm - 1) / bm + std::min<long long>(slots, s.num_experts);
   if (grid_tiles > 65535) throw Error("moe_mma: too many tokens for one launch");
+  const MixedLayout mix = mixed_tile_layout(slots, s.num_experts);  // both <= grid_tiles (see MixedLayout)
   Workspace w;
   carve(workspace, s, M, &w);
-  route_and_group(router_logits, s, M, bm, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start, w.tile_count,
-                  w.order, stream);
-  if ((variant == 5 || variant == 6) && f == quant::WeightFormat::GptqInt4) {  // form 3: each 32-k block permuted (H % 32 == 0)
+  if (mixed)
+    route_and_group_mixed(router_logits, s, M, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start,
+                          w.tile_count, mix.mid_cap, w.order, stream);
+  else
+    route_and_group(router_logits, s, M, bm, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start,
+                    w.tile_count, w.order, stream);
+  if (variant >= 5 && f == quant::WeightFormat::GptqInt4) {  // form 3: each 32-k block permuted (H % 32 == 0)
     const size_t n8 = size_t(M) * size_t(H) / 8;
     const unsigned blocks = unsigned(std::min<size_t>((n8 + 255) / 256, 4096));
     split_rows_perm32_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4*>(x), n8,
@@ -951,6 +1018,23 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
     MOESERVE_CUDA_CHECK_LAUNCH();
   }
   const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
+  if (mixed) {
+    const int lo = mix.mid_cap;  // the 64-slot list's first index
+    const TileList large{w.num_tiles + 1, w.tile_expert + lo, w.tile_start + lo, w.tile_count + lo, w.order};
+    switch (f) {
+      case quant::WeightFormat::GptqInt4:
+        launch_experts_mixed<BFmt::Gptq>(s, ex, tiles, mix.mid_cap, large, mix.large_cap, w, stream);
+        break;
+      case quant::WeightFormat::Fp8Block:
+        launch_experts_mixed<BFmt::Fp8>(s, ex, tiles, mix.mid_cap, large, mix.large_cap, w, stream);
+        break;
+      default:
+        launch_experts_mixed<BFmt::Bf16>(s, ex, tiles, mix.mid_cap, large, mix.large_cap, w, stream);
+        break;
+    }
+    combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
+    return true;
+  }
   switch (f) {
     case quant::WeightFormat::GptqInt4:
       launch_experts<BFmt::Gptq>(variant, bm, s, ex, tiles, int(grid_tiles), w, stream);
