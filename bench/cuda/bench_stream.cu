@@ -27,16 +27,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "cuda_bench_check.h"
 
-#define CHECK(x)                                                                            \
-  do {                                                                                      \
-    cudaError_t e_ = (x);                                                                   \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+namespace {
 
 constexpr int kThreads = 256;
 constexpr uint32_t kMagic = 0x9E3779B9u;
