@@ -67,6 +67,7 @@
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_mma_gemm_common.cuh"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
 namespace {
@@ -269,16 +270,7 @@ int sm_count() {  // of the current device, cached per device
 // Opts the kernel in to > 48 KB of dynamic shared memory, once per device.
 template <class T, WKind kKind>
 void ensure_smem_opt_in() {
-  if constexpr (T::kSmemBytes > 48 * 1024) {
-    static std::atomic<uint64_t> done{0};
-    const int dev = current_device();
-    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-    if (!bit || !(done.load() & bit)) {
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_kernel<T, kKind>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(T::kSmemBytes)));
-      done.fetch_or(bit);
-    }
-  }
+  if constexpr (T::kSmemBytes > 48 * 1024) opt_in_dynamic_smem<mma_gemm_kernel<T, kKind>>(T::kSmemBytes);
 }
 
 template <class T>
@@ -302,19 +294,9 @@ void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, 
 template <class T>
 void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
   const int N = int(w.N), K = int(w.K);
-  switch (w.format) {
-    case quant::WeightFormat::Fp8Block:
-      launch<T, WKind::Fp8>(x, M, w.fp8.data(), w.scale.data(), N, K, y, accumulate, stream);
-      break;
-    case quant::WeightFormat::Int8Rowwise:
-      launch<T, WKind::Int8>(x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y, accumulate,
-                             stream);
-      break;
-    default:  // Dense, NVFP4 (bf16 at load)
-      launch<T, WKind::Bf16>(x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, accumulate,
-                             stream);
-      break;
-  }
+  dispatch_weight_kind(w, [&](auto kind, const uint8_t* wp, const float* scale) {
+    launch<T, decltype(kind)::value>(x, M, wp, scale, N, K, y, accumulate, stream);
+  });
 }
 
 std::atomic<int> g_variant{3};  // set_mma_gemm_variant (PERF.md run T6: 3 was the fastest)

@@ -6,6 +6,7 @@
 // itself, which all issue in the order of ops_mma_gemm.h. Device code; include from .cu files only.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/device_linear.h"
@@ -96,6 +97,25 @@ __device__ __forceinline__ void store_fragments(const float (&c)[MI][NI][4], int
           if (two) p[1] = accumulate ? __fadd_rn(p[1], v1) : v1;
         }
       }
+}
+
+// Host: calls launch(std::integral_constant<WKind, kind>{}, weight bytes, scales or nullptr) for
+// the kernel kind of w's storage format (the per-format dispatch of every mma_gemm launcher).
+template <class Launch>
+void dispatch_weight_kind(const DeviceLinear& w, Launch&& launch) {
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      launch(std::integral_constant<WKind, WKind::Fp8>{}, w.fp8.data(), w.scale.data());
+      break;
+    case quant::WeightFormat::Int8Rowwise:
+      launch(std::integral_constant<WKind, WKind::Int8>{}, reinterpret_cast<const uint8_t*>(w.int8.data()),
+             w.scale.data());
+      break;
+    default:  // Dense, NVFP4 (bf16 at load)
+      launch(std::integral_constant<WKind, WKind::Bf16>{}, reinterpret_cast<const uint8_t*>(w.dense.data()),
+             static_cast<const float*>(nullptr));
+      break;
+  }
 }
 
 }  // namespace moeserve::cuda::mma_gemm_detail

@@ -59,7 +59,6 @@
 // 64 MMAs = 96 B per MMA. Adding the per-tile writes (x 16 KB, raw W, its conversion's re-read
 // and bf16 stores), e4m3 per k tile: 128x128 96 KB for 512 MMAs (~188 B / MMA), 128x256 144 KB
 // for 1,024 MMAs (~141 B / MMA): 3/4 of the shared-memory traffic per MMA.
-#include <atomic>
 #include <climits>
 #include <cstdint>
 
@@ -67,6 +66,7 @@
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_mma_gemm_common.cuh"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
 namespace {
@@ -331,29 +331,11 @@ __global__ void __launch_bounds__(P::kThreads, kOneCtaPerSm ? 1 : P::kMinBlocks)
 
 // ---- host side --------------------------------------------------------------------------------
 
-int current_device() {
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  return dev;
-}
-
 // Opts the kernel in to its > 48 KB of dynamic shared memory (and Pipe128x2 to the largest
-// carve-out), once per device.
+// carve-out, so that 2 CTAs can fit), once per device.
 template <class P, WKind kKind>
 void ensure_opt_in() {
-  static std::atomic<uint64_t> done{0};
-  const int dev = current_device();
-  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-  if (!bit || !(done.load() & bit)) {
-    MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<P, kKind>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             int(P::template smem_bytes<kKind>())));
-    if constexpr (P::kMinBlocks > 1)  // the largest shared-memory carve-out, so that 2 CTAs can fit
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(mma_gemm_pipelined_kernel<P, kKind>,
-                                               cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               int(cudaSharedmemCarveoutMaxShared)));
-    done.fetch_or(bit);
-  }
+  opt_in_dynamic_smem<mma_gemm_pipelined_kernel<P, kKind>>(P::template smem_bytes<kKind>(), P::kMinBlocks > 1);
 }
 
 template <class P, WKind kKind>
@@ -370,19 +352,9 @@ void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, 
 template <class P>
 void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
   const int N = int(w.N), K = int(w.K);
-  switch (w.format) {
-    case quant::WeightFormat::Fp8Block:
-      launch<P, WKind::Fp8>(x, M, w.fp8.data(), w.scale.data(), N, K, y, accumulate, stream);
-      break;
-    case quant::WeightFormat::Int8Rowwise:
-      launch<P, WKind::Int8>(x, M, reinterpret_cast<const uint8_t*>(w.int8.data()), w.scale.data(), N, K, y,
-                             accumulate, stream);
-      break;
-    default:  // Dense, NVFP4 (bf16 at load)
-      launch<P, WKind::Bf16>(x, M, reinterpret_cast<const uint8_t*>(w.dense.data()), nullptr, N, K, y, accumulate,
-                             stream);
-      break;
-  }
+  dispatch_weight_kind(w, [&](auto kind, const uint8_t* wp, const float* scale) {
+    launch<P, decltype(kind)::value>(x, M, wp, scale, N, K, y, accumulate, stream);
+  });
 }
 
 template <class P>
