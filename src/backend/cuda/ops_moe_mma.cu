@@ -136,6 +136,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
 namespace {
@@ -426,6 +427,21 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
         }
   };
 
+  // GPTQ, at a group's first k: zz of the (non-symmetric) matrices from the group's zero words in
+  // stage st, group slot `slot` (one 4-bit zero per column, 8 columns to a word).
+  auto load_group_zeros = [&](const unsigned char* st, int slot) {
+#pragma unroll
+    for (int mat = 0; mat < kMats; ++mat)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        if (mat == 0 ? sym0 : sym1) continue;
+        const int col = brow(mat, ni);  // col % 8 == g == the column's nibble in its zero word
+        const uint32_t zw = *reinterpret_cast<const uint32_t*>(st + T::kZeroOff + (slot * (BR / 8) + col / 8) * 4);
+        const uint32_t z = 0x4300u + ((zw >> (4 * g)) & 0xFu) + 1u;
+        zz[mat][ni] = z | (z << 16);
+      }
+  };
+
   const int nb128 = (N + 127) / 128, kb128 = (K + 127) / 128;  // FP8 scale grid
 
   // Form 3 (GPTQ): the k tile in blocks of 32 k (two k16 steps; GPTQ groups of 32 / 64 / 128 and
@@ -446,18 +462,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const int k = k0 + kb * 32;
       if (k >= K) break;  // uniform over the CTA (K % 32 == 0)
       const int slot = gdiv(k - k0);  // the group slot of this block in the stage
-      if (gmod(k) == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
-#pragma unroll
-        for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni) {
-            if (mat == 0 ? sym0 : sym1) continue;
-            const int col = brow(mat, ni);  // col % 8 == g == the column's nibble in its zero word
-            const uint32_t zw = *reinterpret_cast<const uint32_t*>(st + T::kZeroOff + (slot * (BR / 8) + col / 8) * 4);
-            const uint32_t z = 0x4300u + ((zw >> (4 * g)) & 0xFu) + 1u;
-            zz[mat][ni] = z | (z << 16);
-          }
-      }
+      if (gmod(k) == 0 && !(sym0 && sym1)) load_group_zeros(st, slot);  // a group starts: its zero points
       // b[mat][ni][2·s + h]: step s, register h = nibbles j, j + 4 (j = 2·s + h) of word t4.
       uint32_t b[kMats][NI][4];
 #pragma unroll
@@ -537,19 +542,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const int k = k0 + ks * 16;
       if (k >= K) break;  // uniform over the CTA
       if constexpr (F == BFmt::Gptq) {
-        if (gmod(k) == 0 && !(sym0 && sym1)) {  // a group starts: its zero points
-          const int slot = gdiv(k - k0);
-#pragma unroll
-          for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-            for (int ni = 0; ni < NI; ++ni) {
-              if (mat == 0 ? sym0 : sym1) continue;
-              const int col = brow(mat, ni);  // col % 8 == g == the column's nibble in its zero word
-              const uint32_t zw = *reinterpret_cast<const uint32_t*>(st + T::kZeroOff + (slot * (BR / 8) + col / 8) * 4);
-              const uint32_t z = 0x4300u + ((zw >> (4 * g)) & 0xFu) + 1u;
-              zz[mat][ni] = z | (z << 16);
-            }
-        }
+        if (gmod(k) == 0 && !(sym0 && sym1)) load_group_zeros(st, gdiv(k - k0));  // a group starts: its zero points
       } else if constexpr (F == BFmt::Fp8) {
         if (k % 128 == 0) {  // a block starts: its scales (used at its last k step)
 #pragma unroll
@@ -785,19 +778,8 @@ int current_device() {
 // Opts a kernel in to more than 48 KB of dynamic shared memory, once per device.
 template <class T, BFmt F>
 void ensure_opt_in() {
-  if constexpr (T::kSmemBytes > 48 * 1024) {
-    static std::atomic<uint64_t> done{0};
-    const int dev = current_device();
-    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-    if (!bit || !(done.load() & bit)) {
-      MOESERVE_CUDA_CHECK(
-          cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-      if constexpr (T::kDeepRing)  // the deep ring: all of the SM's L1 as shared memory (2 CTAs of 77 KB)
-        MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(moe_mma_kernel<T, F>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                 int(cudaSharedmemCarveoutMaxShared)));
-      done.fetch_or(bit);
-    }
-  }
+  // The deep ring also takes all of the SM's L1 as shared memory (2 CTAs of 77 KB).
+  if constexpr (T::kSmemBytes > 48 * 1024) opt_in_dynamic_smem<moe_mma_kernel<T, F>>(T::kSmemBytes, T::kDeepRing);
 }
 
 // The kernel form each tiling of format F takes for form V (0, 1, 2): form 1 changes the GPTQ
