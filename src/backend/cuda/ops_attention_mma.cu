@@ -69,20 +69,20 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_attention_mma_common.cuh"
 #include "backend/cuda/ops_attention_mma_wide.h"
 #include "backend/cuda/ops_mma_frag.cuh"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
 namespace {
 
 using namespace mma_frag;  // split2, ldmatrix, mma_bf16, cp.async
+using namespace attn_mma;  // kBc, kSN, kLog2e, swz and the tile steps
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16 * kWarps;  // MMA rows per CTA: (token, q head) pairs
-constexpr int kBc = 32;             // KV positions per tile (the fixed online-softmax granularity)
-constexpr int kSN = kBc / 8;        // n8 tiles of S per warp
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int kHd>
 constexpr size_t smem_bytes() {
@@ -106,20 +106,8 @@ struct PrefillArgs {
 
 // ---- device helpers ---------------------------------------------------------------------------
 
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-// Element offset of (row r, 16-byte chunk c) in a swizzled [rows][kHd] bf16 plane.
-template <int kHd>
-__device__ __forceinline__ int swz(int r, int c) {
-  return r * kHd + ((c ^ (r & 7)) << 3);
-}
 
 // ---- the kernel -------------------------------------------------------------------------------
 
@@ -218,10 +206,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
   const int vb_row = ((lane >> 3) & 1) * 8 + (lane & 7), vb_chunk = lane >> 4;
 
   float o[kON][4];
-#pragma unroll
-  for (int n = 0; n < kON; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+  zero_fragments(o);
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   const int n_tiles = p_hi / kBc + 1;
@@ -238,11 +223,10 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
     __syncthreads();                      // everyone's K_t copies, and Q on the first tile
 
     float s[kSN][4];
-#pragma unroll
-    for (int n = 0; n < kSN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+    zero_fragments(s);
     if (active) {
+      // S = Q · Kᵀ: attn_mma::qk_tile's chain, written out here (calling it moves the scheduling of
+      // this kernel's O rescale and costs a register at hd 128 on sm_121).
 #pragma unroll 4
       for (int ks = 0; ks < kHd / 16; ++ks) {
         uint32_t ah[4], al[4];
@@ -269,65 +253,14 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
     __syncthreads();
 
     if (active) {
-      // Online softmax of the tile. s[n][e]: row g + 8·(e >> 1), position t0 + 8n + 2·tq + (e & 1).
+      // Online softmax of the tile (s[n][e]: position t0 + 8n + 2·tq + (e & 1) of row g + 8·(e >> 1)),
+      // then O = O ⊗ corr + P · V.
       float corr[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float tmax = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kSN; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const bool valid = t0 + 8 * n + 2 * tq + c <= rpos[i];
-            tmax = fmaxf(tmax, valid ? s[n][2 * i + c] : -INFINITY);
-          }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-        const float m_new = fmaxf(m_run[i], tmax);
-        corr[i] = m_new == m_run[i] ? 1.0f : exp2_approx(__fsub_rn(m_run[i], m_new));
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < kSN; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const bool valid = t0 + 8 * n + 2 * tq + c <= rpos[i];
-            const float p = valid ? exp2_approx(__fsub_rn(s[n][2 * i + c], m_new)) : 0.0f;
-            s[n][2 * i + c] = p;
-            sum = (n == 0 && c == 0) ? p : __fadd_rn(sum, p);
-          }
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-        l_run[i] = __fmaf_rn(l_run[i], corr[i], sum);
-        m_run[i] = m_new;
-      }
-      if (corr[0] != 1.0f || corr[1] != 1.0f) {  // O ⊗ 1 is exact: skipping it changes no bit
-#pragma unroll
-        for (int n = 0; n < kON; ++n) {
-          o[n][0] = __fmul_rn(o[n][0], corr[0]);
-          o[n][1] = __fmul_rn(o[n][1], corr[0]);
-          o[n][2] = __fmul_rn(o[n][2], corr[1]);
-          o[n][3] = __fmul_rn(o[n][3], corr[1]);
-        }
-      }
-      // O += P · V: k16 step ks covers positions t0 + 16ks .. +15 = S tiles 2ks and 2ks + 1.
-#pragma unroll
-      for (int ks = 0; ks < kBc / 16; ++ks) {
-        uint32_t ph[4], pl[4];
-        split2(s[2 * ks][0], s[2 * ks][1], ph[0], pl[0]);          // row g,     k 2tq, 2tq+1
-        split2(s[2 * ks][2], s[2 * ks][3], ph[1], pl[1]);          // row g + 8, k 2tq, 2tq+1
-        split2(s[2 * ks + 1][0], s[2 * ks + 1][1], ph[2], pl[2]);  // row g,     k 2tq+8, +9
-        split2(s[2 * ks + 1][2], s[2 * ks + 1][3], ph[3], pl[3]);  // row g + 8, k 2tq+8, +9
-        const int vrow = 16 * ks + vb_row;
-#pragma unroll
-        for (int dp = 0; dp < kON / 2; ++dp) {
-          uint32_t r4[4];
-          ldmatrix_x4_trans(a_v + uint32_t(swz<kHd>(vrow, 2 * dp + vb_chunk)) * 2u, r4);
-          mma_bf16(o[2 * dp], ph, r4[0], r4[1]);
-          mma_bf16(o[2 * dp + 1], ph, r4[2], r4[3]);
-          mma_bf16(o[2 * dp], pl, r4[0], r4[1]);
-          mma_bf16(o[2 * dp + 1], pl, r4[2], r4[3]);
-        }
-      }
+      tile_softmax(s, m_run, l_run, corr, [&](int i, int n, int c) { return t0 + 8 * n + 2 * tq + c <= rpos[i]; });
+      rescale_o(o, corr);
+      pv_tile(o, s, [&](int ks, int dp) {
+        return a_v + uint32_t(swz<kHd>(16 * ks + vb_row, 2 * dp + vb_chunk)) * 2u;
+      });
     }
     __syncthreads();  // every warp is done with V_t
     if (t + 1 < n_tiles) load_tile(cache.v, a_v, t0 + kBc);
@@ -336,23 +269,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
   cp_async_wait0();
 
   // ---- out = O / l · sigmoid(gate) ----
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (rpos[i] < 0) continue;
-    const size_t base = row_oh(16 * warp + g + 8 * i) * kHd;
-    const float L = l_run[i];
-#pragma unroll
-    for (int n = 0; n < kON; ++n) {
-      const int d = 8 * n + 2 * tq;
-      const float2 gv = *reinterpret_cast<const float2*>(a.gate + base + d);
-      const float s0 = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-gv.x, kLog2e))));
-      const float s1 = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-gv.y, kLog2e))));
-      float2 r;
-      r.x = __fmul_rn(__fdiv_rn(o[n][2 * i], L), s0);
-      r.y = __fmul_rn(__fdiv_rn(o[n][2 * i + 1], L), s1);
-      *reinterpret_cast<float2*>(a.out + base + d) = r;
-    }
-  }
+  store_gated_output<kHd>(o, l_run, rpos, tq, a, [&](int i) { return row_oh(16 * warp + g + 8 * i) * kHd; });
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -361,17 +278,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
 template <int kHd>
 void opt_in() {
   constexpr size_t smem = smem_bytes<kHd>();
-  if constexpr (smem > 48 * 1024) {
-    static std::atomic<uint64_t> done{0};
-    int dev = 0;
-    MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-    if (!bit || !(done.load() & bit)) {
-      MOESERVE_CUDA_CHECK(
-          cudaFuncSetAttribute(attention_prefill_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      done.fetch_or(bit);
-    }
-  }
+  if constexpr (smem > 48 * 1024) opt_in_dynamic_smem<attention_prefill_kernel<kHd>>(smem);
 }
 
 template <int kHd>

@@ -41,21 +41,21 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_attention_mma_common.cuh"
 #include "backend/cuda/ops_attention_mma_wide.h"
 #include "backend/cuda/ops_mma_frag.cuh"
+#include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda::detail {
 namespace {
 
 using namespace mma_frag;
+using namespace attn_mma;  // kBc, kSN, kLog2e, swz and the tile steps (shared with the 4-warp kernel)
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = 16 * kWarps;  // MMA rows per CTA
-constexpr int kBc = 32;             // KV positions per tile (the fixed online-softmax granularity)
-constexpr int kSN = kBc / 8;        // n8 tiles of S per warp
 constexpr int kStages = 2;
-constexpr float kLog2e = 1.4426950408889634f;
 
 constexpr size_t smem_bytes(int hd) { return size_t(2 * kRows + 2 * kStages * kBc) * size_t(hd) * 2; }
 
@@ -73,56 +73,6 @@ struct WideArgs {
   int bs_shift;  // log2(block_size) when it is a power of two, else −1
   float scale_log2;
 };
-
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Element offset of (row r, 16-byte chunk c) in a swizzled [rows][kHd] bf16 plane.
-template <int kHd>
-__device__ __forceinline__ int swz(int r, int c) {
-  return r * kHd + ((c ^ (r & 7)) << 3);
-}
-
-// Online softmax of one 32-position tile for this thread's two rows (the 4-warp kernel's steps,
-// operation for operation). s[n][e]: row g + 8·(e >> 1), position t0 + 8n + 2·tq + (e & 1); lim[i]
-// = (row i's position) − t0 − 2·tq, so position 8n + c of the thread is visible iff 8n + c <= lim.
-// kFull: every position of the tile is visible to both rows (the selects would all pass).
-template <bool kFull>
-__device__ __forceinline__ void tile_softmax(float (&s)[kSN][4], const int (&lim)[2], float (&m_run)[2],
-                                             float (&l_run)[2], float (&corr)[2]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float tmax = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < kSN; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const bool valid = kFull || 8 * n + c <= lim[i];
-        tmax = fmaxf(tmax, valid ? s[n][2 * i + c] : -INFINITY);
-      }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-    const float m_new = fmaxf(m_run[i], tmax);
-    corr[i] = m_new == m_run[i] ? 1.0f : exp2_approx(__fsub_rn(m_run[i], m_new));
-    float sum = 0.f;
-#pragma unroll
-    for (int n = 0; n < kSN; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const bool valid = kFull || 8 * n + c <= lim[i];
-        const float p = valid ? exp2_approx(__fsub_rn(s[n][2 * i + c], m_new)) : 0.0f;
-        s[n][2 * i + c] = p;
-        sum = (n == 0 && c == 0) ? p : __fadd_rn(sum, p);
-      }
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    l_run[i] = __fmaf_rn(l_run[i], corr[i], sum);
-    m_run[i] = m_new;
-  }
-}
 
 // CTAs per SM the registers are budgeted for: hd 256 needs ~250 registers (one CTA); hd <= 128
 // fits two CTAs' shared memory on the H200, but only one on the DGX Spark (<= 99 KB), where a
@@ -275,10 +225,7 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
   }
 
   float o[kON][4];
-#pragma unroll
-  for (int n = 0; n < kON; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+  zero_fragments(o);
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   for (int t = 0; t < n_tiles; ++t) {
@@ -293,84 +240,36 @@ __global__ void __launch_bounds__(kThreads, MOESERVE_WIDE_MIN_CTAS(kHd)) attenti
 
     // S = Q · Kᵀ: per k16 step, hi then lo into each accumulator (the 4-warp kernel's chains).
     float s[kSN][4];
-#pragma unroll
-    for (int n = 0; n < kSN; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
-#pragma unroll 4
-    for (int ks = 0; ks < kHd / 16; ++ks) {
-      const uint32_t qa = q_off[ks & 3] + 128u * uint32_t(ks >> 2);
-      uint32_t ah[4], al[4];
-      ldmatrix_x4(qa, ah);
-      ldmatrix_x4(qa + kPlaneBytes, al);
-      uint32_t b[kSN][2];
-#pragma unroll
-      for (int np = 0; np < kSN / 2; ++np) {
-        uint32_t r4[4];
-        ldmatrix_x4(a_k + k_off[ks & 3] + 128u * uint32_t(ks >> 2) + uint32_t(16 * np) * kRowBytes, r4);
-        b[2 * np][0] = r4[0], b[2 * np][1] = r4[1], b[2 * np + 1][0] = r4[2], b[2 * np + 1][1] = r4[3];
-      }
-#pragma unroll
-      for (int n = 0; n < kSN; ++n) mma_bf16(s[n], ah, b[n][0], b[n][1]);
-#pragma unroll
-      for (int n = 0; n < kSN; ++n) mma_bf16(s[n], al, b[n][0], b[n][1]);
-    }
+    zero_fragments(s);
+    qk_tile<kHd>(
+        s,
+        [&](int ks, uint32_t(&ah)[4], uint32_t(&al)[4]) {
+          const uint32_t qa = q_off[ks & 3] + 128u * uint32_t(ks >> 2);
+          ldmatrix_x4(qa, ah);
+          ldmatrix_x4(qa + kPlaneBytes, al);
+        },
+        [&](int ks, int np) {
+          return a_k + k_off[ks & 3] + 128u * uint32_t(ks >> 2) + uint32_t(16 * np) * kRowBytes;
+        });
 
-    // Online softmax; the causal selects only where some row of the warp stops inside the tile.
+    // Online softmax; the causal selects only where some row of the warp stops inside the tile
+    // (lim[i] = row i's position − t0 − 2·tq: position 8n + c of the thread is visible iff <= lim).
     float corr[2];
     const int lim[2] = {rpos[0] - t0 - 2 * tq, rpos[1] - t0 - 2 * tq};
     if (warp_min >= t0 + kBc - 1)
-      tile_softmax<true>(s, lim, m_run, l_run, corr);
+      tile_softmax(s, m_run, l_run, corr, [](int, int, int) { return true; });
     else
-      tile_softmax<false>(s, lim, m_run, l_run, corr);
-    if (corr[0] != 1.0f || corr[1] != 1.0f) {  // O ⊗ 1 is exact: skipping it changes no bit
-#pragma unroll
-      for (int n = 0; n < kON; ++n) {
-        o[n][0] = __fmul_rn(o[n][0], corr[0]);
-        o[n][1] = __fmul_rn(o[n][1], corr[0]);
-        o[n][2] = __fmul_rn(o[n][2], corr[1]);
-        o[n][3] = __fmul_rn(o[n][3], corr[1]);
-      }
-    }
-    // O += P · V: k16 step ks covers positions t0 + 16ks .. +15 = S tiles 2ks and 2ks + 1.
-#pragma unroll
-    for (int ks = 0; ks < kBc / 16; ++ks) {
-      uint32_t ph[4], pl[4];
-      split2(s[2 * ks][0], s[2 * ks][1], ph[0], pl[0]);          // row g,     k 2tq, 2tq+1
-      split2(s[2 * ks][2], s[2 * ks][3], ph[1], pl[1]);          // row g + 8, k 2tq, 2tq+1
-      split2(s[2 * ks + 1][0], s[2 * ks + 1][1], ph[2], pl[2]);  // row g,     k 2tq+8, +9
-      split2(s[2 * ks + 1][2], s[2 * ks + 1][3], ph[3], pl[3]);  // row g + 8, k 2tq+8, +9
-#pragma unroll
-      for (int dp = 0; dp < kON / 2; ++dp) {
-        uint32_t r4[4];
-        ldmatrix_x4_trans(a_v + v_off[dp & 3] + 128u * uint32_t(dp >> 2) + uint32_t(16 * ks) * kRowBytes, r4);
-        mma_bf16(o[2 * dp], ph, r4[0], r4[1]);
-        mma_bf16(o[2 * dp + 1], ph, r4[2], r4[3]);
-        mma_bf16(o[2 * dp], pl, r4[0], r4[1]);
-        mma_bf16(o[2 * dp + 1], pl, r4[2], r4[3]);
-      }
-    }
+      tile_softmax(s, m_run, l_run, corr, [&](int i, int n, int c) { return 8 * n + c <= lim[i]; });
+    rescale_o(o, corr);
+    // O += P · V: k16 step ks covers positions t0 + 16ks .. +15.
+    pv_tile(o, s, [&](int ks, int dp) {
+      return a_v + v_off[dp & 3] + 128u * uint32_t(dp >> 2) + uint32_t(16 * ks) * kRowBytes;
+    });
   }
   cp_async_wait<0>();  // only empty groups can be left; drain them before the CTA exits
 
   // ---- out = O / l · sigmoid(gate) ----
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (rpos[i] < 0) continue;
-    const size_t base = row_oh(16 * warp + g + 8 * i) * kHd;
-    const float L = l_run[i];
-#pragma unroll
-    for (int n = 0; n < kON; ++n) {
-      const int d = 8 * n + 2 * tq;
-      const float2 gv = *reinterpret_cast<const float2*>(a.gate + base + d);
-      const float s0 = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-gv.x, kLog2e))));
-      const float s1 = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp2_approx(__fmul_rn(-gv.y, kLog2e))));
-      float2 r;
-      r.x = __fmul_rn(__fdiv_rn(o[n][2 * i], L), s0);
-      r.y = __fmul_rn(__fdiv_rn(o[n][2 * i + 1], L), s1);
-      *reinterpret_cast<float2*>(a.out + base + d) = r;
-    }
-  }
+  store_gated_output<kHd>(o, l_run, rpos, tq, a, [&](int i) { return row_oh(16 * warp + g + 8 * i) * kHd; });
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -398,16 +297,7 @@ int max_optin_smem(int dev) {
 template <int kHd>
 void opt_in() {
   constexpr size_t smem = smem_bytes(kHd);
-  if constexpr (smem > 48 * 1024) {
-    static std::atomic<uint64_t> done{0};
-    const int dev = current_device();
-    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-    if (!bit || !(done.load() & bit)) {
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_wide_kernel<kHd>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-      done.fetch_or(bit);
-    }
-  }
+  if constexpr (smem > 48 * 1024) opt_in_dynamic_smem<attention_prefill_wide_kernel<kHd>>(smem);
 }
 
 template <int kHd>
