@@ -84,6 +84,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gdn_conv_state.cuh"
 #include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/ops_gdn_chunked.h"
 #include "backend/cuda/ops_gdn_chunked_internal.cuh"
@@ -438,20 +439,8 @@ __global__ void __launch_bounds__(kThreads, 2) chunk_state_kernel(const float* _
   // New conv state of the sequence (its last K−1 pre-conv inputs), spread over its CTAs.
   {
     const int ctas = gridDim.y * gridDim.z, cta = blockIdx.y * gridDim.z + blockIdx.z;
-    float* cs = p.conv_state + size_t(slot) * C * (K - 1);
-    for (int c = cta * kThreads + tid; c < C; c += ctas * kThreads) {
-      float* st_c = cs + size_t(c) * (K - 1);
-      float nw[kMaxConvK - 1];
-#pragma unroll
-      for (int j = 0; j < kMaxConvK - 1; ++j)
-        if (j < K - 1) {
-          const int src = j + n;  // position in [old state (K−1) | new rows (n)]
-          nw[j] = src < K - 1 ? st_c[src] : qkv[size_t(t0 + src - (K - 1)) * C + c];
-        }
-#pragma unroll
-      for (int j = 0; j < kMaxConvK - 1; ++j)
-        if (j < K - 1) st_c[j] = nw[j];
-    }
+    roll_conv_state<kMaxConvK>(p.conv_state + size_t(slot) * C * (K - 1), qkv, C, K, t0, n, cta * kThreads + tid,
+                               ctas * kThreads);
   }
 
   // Roles. Product stages: warps 0-3 X = W S, warps 4-7 Y = Q̃ S; thread = tokens tb + 16p

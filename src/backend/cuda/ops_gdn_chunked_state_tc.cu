@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gdn_conv_state.cuh"
 #include "backend/cuda/ops_gdn_chunked_internal.cuh"
 
 namespace moeserve::cuda::gdn_chunked {
@@ -81,20 +82,8 @@ __global__ void __launch_bounds__(kSThreads, 2) chunk_state_tc_kernel(const floa
   // the CUDA-core pass; the prep kernel that read the old one has finished).
   {
     const int ctas = gridDim.y * gridDim.z, cta = blockIdx.y * gridDim.z + blockIdx.z;
-    float* cs = p.conv_state + size_t(slot) * C * (K - 1);
-    for (int c = cta * kSThreads + tid; c < C; c += ctas * kSThreads) {
-      float* st_c = cs + size_t(c) * (K - 1);
-      float nw[kMaxConvK - 1];
-#pragma unroll
-      for (int j = 0; j < kMaxConvK - 1; ++j)
-        if (j < K - 1) {
-          const int src = j + n;  // position in [old state (K−1) | new rows (n)]
-          nw[j] = src < K - 1 ? st_c[src] : qkv[size_t(t0 + src - (K - 1)) * C + c];
-        }
-#pragma unroll
-      for (int j = 0; j < kMaxConvK - 1; ++j)
-        if (j < K - 1) st_c[j] = nw[j];
-    }
+    roll_conv_state<kMaxConvK>(p.conv_state + size_t(slot) * C * (K - 1), qkv, C, K, t0, n, cta * kSThreads + tid,
+                               ctas * kSThreads);
   }
 
   // Roles. Products: role 0 (warps 0-3) X, role 1 (warps 4-7) Y, rows m0 + g (+8), columns
