@@ -227,6 +227,15 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   }
 }
 
+// The cases the kernel-form comparisons below run: the 122B-A10B expert shape (E reduced to 16),
+// every GPTQ zero mode and group size, FP8, bf16, and small odd shapes (partial column blocks,
+// partial tiles, FP8 edge blocks).
+const std::vector<ExpertCase> kFormCases{
+    {16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"}, {16, 8, 1024, 512, "gptq-sym-g64"},
+    {16, 8, 1024, 512, "gptq-asym-g64"},  {16, 8, 1024, 512, "gptq-sym-g32"},   {16, 8, 1024, 512, "gptq-asym-g32"},
+    {16, 8, 1024, 512, "fp8"},            {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
+    {6, 2, 384, 64, "gptq-sym-g64"},      {8, 3, 256, 128, "gptq-asym-g128"},   {10, 4, 208, 48, "fp8"}};
+
 // The kernel forms of set_moe_mma_variant (1: PRMT GPTQ dequantisation and the 1 x 8 64-slot
 // tiling; 2 / 3: the same with 32- / 64-slot tiles above 4 slots per expert; 4: a deeper ring in
 // the GPTQ 32-slot kernels, on the H200) against the previous kernels (0), bit for bit, for every
@@ -238,12 +247,7 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
   Rng rng(74);
-  const std::vector<ExpertCase> cases{
-      {16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"}, {16, 8, 1024, 512, "gptq-sym-g64"},
-      {16, 8, 1024, 512, "gptq-asym-g64"},  {16, 8, 1024, 512, "gptq-sym-g32"},   {16, 8, 1024, 512, "gptq-asym-g32"},
-      {16, 8, 1024, 512, "fp8"},            {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
-      {6, 2, 384, 64, "gptq-sym-g64"},      {8, 3, 256, 128, "gptq-asym-g128"},   {10, 4, 208, 48, "fp8"}};
-  for (const auto& c : cases) {
+  for (const auto& c : kFormCases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c, false);
     const cuda::DeviceExperts d = upload(ex);
@@ -291,12 +295,7 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
   Rng rng(75);
-  const std::vector<ExpertCase> cases{
-      {16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"}, {16, 8, 1024, 512, "gptq-sym-g64"},
-      {16, 8, 1024, 512, "gptq-asym-g64"},  {16, 8, 1024, 512, "gptq-sym-g32"},   {16, 8, 1024, 512, "gptq-asym-g32"},
-      {16, 8, 1024, 512, "fp8"},            {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
-      {6, 2, 384, 64, "gptq-sym-g64"},      {8, 3, 256, 128, "gptq-asym-g128"},   {10, 4, 208, 48, "fp8"}};
-  for (const auto& c : cases) {
+  for (const auto& c : kFormCases) {
     SCOPED_TRACE(case_name(c));
     const bool gptq = c.format.rfind("gptq", 0) == 0;
     const Experts ex = make_experts(rng, c, false);
