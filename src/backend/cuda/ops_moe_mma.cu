@@ -218,10 +218,6 @@ template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 
 template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
 template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
 
-__device__ __forceinline__ float silu_mul_rn(float g, float u) {
-  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
-}
-
 // x f32 [n4 float4] -> hi, lo bf16 (pairs as uint32).
 __global__ void split_rows_kernel(const float4* __restrict__ x, size_t n4, uint2* __restrict__ hi,
                                   uint2* __restrict__ lo) {
