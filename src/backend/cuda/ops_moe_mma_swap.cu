@@ -34,22 +34,28 @@
 // t4 of each row: A regs a0..a3 = (row g, k lo), (row g + 8, k lo), (row g, k hi), (row g + 8, k hi)
 // of step s = nibble pairs (j, j + 4), j = 2s (k lo) or 2s + 1 (k hi), converted exactly as form 3
 // converts its B word: 3 SHF, 4 LOP3 ((x & 0x000F000F) | 0x43004300 in one lop3), 4 HSUB2 per word.
-// B fragments (b0 = k 2t4.., b1 = k 2t4 + 8.. of slot g): gate_up splits x in registers (the fused
-// split: thread (g, t4) reads x[slot g][8t4 .. 8t4 + 7] of the block from the stage (2 LDS.128) and
-// builds b(s, h) = split2(x[8t4 + 2s + h], x[8t4 + 4 + 2s + h]), exactly split_rows_perm32_kernel's
-// pairs, so no split launch); down reads the act planes with one ldmatrix.x4 per plane and block.
+// B fragments (b0 = k 2t4.., b1 = k 2t4 + 8.. of slot g), one ldmatrix.x4 per plane and block from
+// bf16 hi / lo planes in the kperm32 order: down from the act planes (copied per round), gate_up
+// from the tile's x split ONCE per CTA in its prologue (the fused split, no split launch: x f32 rows
+// read with 16-byte loads, split2 into the planes exactly as split_rows_perm32_kernel pairs them)
+// when count·(K + 8)·4 bytes fit the stages' activation region (the 122B shape, K 3072: up to 4
+// slots at g 64 / 128, 2 at g 32; decode tiles mostly hold 1-2), else (bigger tiles) x f32 copied
+// per round and split in registers: thread (g, t4) reads x[slot g][8t4 .. 8t4 + 7] of the block
+// (2 LDS.128) and builds b(s, h) = split2(x[8t4 + 2s + h], x[8t4 + 4 + 2s + h]), the same pairs.
 // Weights, scales, zeros and activations of a round form one stage of a cp.async ring (16-byte
 // copies; a packed word row of the CTA is 2 x 64 (gate_up) or 128 (down) contiguous bytes), kStages
 // stages, kStages − 1 rounds in flight while one is computed; two barriers per round (stage landed
 // / C stored). Activation rows past the tile's slot count are never copied (zeroed once; their MMA
 // columns are computed and discarded).
 //
-// Shared memory per stage (KR = 4g k): words [KR/8][40] (32 columns + 8 pad: the 16-byte LDS of
-// thread (g, t4) at word row t4, column 4g hit distinct banks), x f32 [8][KR + 4] (gate_up; the
+// Shared memory: C [4][32][10] f32 (5 KB), then per stage (KR = 4g k) words [KR/8][40] (32 columns
+// + 8 pad: the 16-byte LDS of thread (g, t4) at word row t4, column 4g hit distinct banks), scales
+// f16 [4][32], zero words [4][4]; then per stage the activations: x f32 [8][KR + 4] (gate_up; the
 // two LDS.128 conflict-free) or act hi / lo bf16 [8][KR + 8] (down; odd 16-byte units per row:
-// conflict-free ldmatrix), scales f16 [4][32], zero words [4][4]; plus C [4][32][10] f32. g 128:
-// 3 stages (gate_up 84 KB, down 68 KB); g 64: 6 / 7; g 32: 8 (<= 96 KB, 2-3 CTAs per SM on the H200,
-// 1 on the DGX Spark).
+// conflict-free ldmatrix). The stages' activations are one region, which gate_up's whole-tile x
+// planes ([count][K + 8] x 2, odd 16-byte units per row) reuse. g 128: 3 stages (gate_up 84.3 KB,
+// down 84.7 KB); g 64: 6 (85.6 / 86.4 KB); g 32: 8 (60.5 / 61.5 KB): 2 (3 at g 32) CTAs per SM on the
+// H200, 1 on the DGX Spark (99 KB per block).
 //
 // Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, g 128). Bytes: every tile reads its expert's
 // gate / up / down words once (4.7 MB per expert, 1.5% scales) plus its slots' activations from L2
@@ -61,9 +67,15 @@
 // instructions per weight word (SASS of the inner loop, see INSTRUCTIONS below) and the bytes in
 // flight ((kStages − 1) rounds of words per CTA: g 128 2 x 8 KB, g 32 7 x 2 KB, + activations).
 //
-// INSTRUCTIONS (cuobjdump -sass, sm_90, one 32-k block of the inner loop, per thread; 4 weight
-// words): see the table at swap_kernel.
+// Instructions per weight word (no cuobjdump / nvdisasm on the build machine: counted as the growth
+// of the cubin's .text when the block loop runs 1 and 2 extra 32-k blocks, / 16 bytes per
+// instruction; sm_121 steady at 56 per block of 4 words per thread, sm_90 56 at g 64 (its other
+// deltas are noisy: scheduling changes around the loop)): per block and thread 1 LDS.128 (the 4
+// words), 2 LDSM.x4 (B hi, lo), 12 SHF, 16 LOP3, 16 HSUB2, 8 HMMA (+ ~1 address): 14 per weight word,
+// for 2 MMAs per word. gate_up's in-register-split path (tiles too big for the whole-tile planes)
+// costs 88 per block: 22 per word (2 LDS.128 + 4 split2 instead of the 2 LDSM).
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
@@ -94,17 +106,19 @@ struct SwapCfg {
   static constexpr int kPStride = KR + 8;  // down: bf16 per act row and plane (conflict-free ldmatrix)
   static constexpr int kPlaneBytes = kSwapTile * kPStride * 2;
   static constexpr int kActBytes = kGateUp ? kSwapTile * kXStride * 4 : 2 * kPlaneBytes;
-  static constexpr int kActOff = kWBytes;
-  static constexpr int kScaleOff = kActOff + kActBytes;         // f16 [kWarps][32]
+  static constexpr int kScaleOff = kWBytes;                     // f16 [kWarps][32]
   static constexpr int kZeroOff = kScaleOff + kWarps * 32 * 2;  // u32 [kWarps][4]
-  static constexpr int kStageBytes = kZeroOff + kWarps * 4 * 4;
+  static constexpr int kStageBytes = kZeroOff + kWarps * 4 * 4;  // a stage's words, scales, zeros
   static constexpr int kCStride = 10;  // floats per C row (column) [slot]: 8 + 2 (fewer conflicts)
   static constexpr int kCBytes = kWarps * 32 * kCStride * 4;
-  static constexpr int kStages = cmin(8, (kSmemBudget - kCBytes) / kStageBytes);
-  static constexpr int kSmemBytes = kCBytes + kStages * kStageBytes;
+  static constexpr int kStages = cmin(8, (kSmemBudget - kCBytes) / (kStageBytes + kActBytes));
+  // Shared memory: C, then the stages' words / scales / zeros, then the stages' activations (one
+  // contiguous region: gate_up uses it whole for the tile's split x planes when they fit).
+  static constexpr int kActBase = kCBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kActBase + kStages * kActBytes;
   static_assert(G == 32 || G == 64 || G == 128, "GPTQ groups");
   static_assert(KR % kThreads == 0, "whole weight chunks per thread");
-  static_assert(kWBytes % 16 == 0 && kActBytes % 16 == 0 && kScaleOff % 16 == 0 && kStageBytes % 16 == 0 &&
+  static_assert(kWBytes % 16 == 0 && kActBytes % 16 == 0 && kZeroOff % 16 == 0 && kStageBytes % 16 == 0 &&
                     kCBytes % 16 == 0,
                 "16-byte aligned stage parts");
   static_assert((kPStride / 8) % 2 == 1, "odd 16-byte units per act row: conflict-free ldmatrix");
@@ -141,12 +155,15 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane >> 2, t4 = lane & 3;
   float* cbuf = reinterpret_cast<float*>(smem);
   auto stage_ptr = [&](int s) { return smem + C::kCBytes + s * C::kStageBytes; };
+  auto act_off = [&](int s) { return C::kActBase + s * C::kActBytes; };  // stage s's activations (bytes)
 
+  // gate_up: when the tile's split x planes (hi, lo bf16 [count][K + 8], k permuted per 32-k block)
+  // fit the activation region, the CTA splits x once (below) and no round copies x.
+  const bool whole_x = kGateUp && count * (K + 8) * 4 <= kStages * C::kActBytes;
   // Zero the stages' activation rows once (rows past count are never copied: finite B columns).
-  for (int i = tid; i < kStages * (C::kActBytes / 16); i += kThreads) {
-    const int s = i / (C::kActBytes / 16), o = i % (C::kActBytes / 16);
-    reinterpret_cast<uint4*>(stage_ptr(s) + C::kActOff)[o] = make_uint4(0u, 0u, 0u, 0u);
-  }
+  if (!whole_x)
+    for (int i = tid; i < kStages * C::kActBytes / 16; i += kThreads)
+      reinterpret_cast<uint4*>(smem + C::kActBase)[i] = make_uint4(0u, 0u, 0u, 0u);
   if (tid < count) src_row[tid] = kGateUp ? __ldcg(tiles.order + start + tid) / top_k : start + tid;
   pdl_launch_dependents();
   __syncthreads();  // src_row and the zeroing before any copy or read
@@ -157,7 +174,7 @@ __global__ void __launch_bounds__(kThreads)
 
   // Round r's stage: word rows r·KR/8 .., its groups' scales and zero words, the slots' activations.
   auto load_stage = [&](int s, int r) {
-    const uint32_t st = sbase + uint32_t(C::kCBytes + s * C::kStageBytes);
+    const uint32_t st = sbase + uint32_t(C::kCBytes + s * C::kStageBytes), sa = sbase + uint32_t(act_off(s));
     const int kw0 = r * C::kWRows, k0 = r * KR;
 #pragma unroll
     for (int i = 0; i < C::kWRows * 8 / kThreads; ++i) {  // 8 chunks of 4 columns per word row
@@ -170,19 +187,19 @@ __global__ void __launch_bounds__(kThreads)
     }
     if constexpr (kGateUp) {  // x f32, KR/4 chunks per slot row
       constexpr int kCPR = KR / 4;
-      for (int c = tid; c < count * kCPR; c += kThreads) {
-        const int j = c / kCPR, q = c % kCPR;
-        if (k0 + 4 * q < K)
-          cp_async16(st + uint32_t(C::kActOff + (j * C::kXStride + 4 * q) * 4),
-                     x + size_t(src_row[j]) * K + k0 + 4 * q);
-      }
+      if (!whole_x)
+        for (int c = tid; c < count * kCPR; c += kThreads) {
+          const int j = c / kCPR, q = c % kCPR;
+          if (k0 + 4 * q < K)
+            cp_async16(sa + uint32_t((j * C::kXStride + 4 * q) * 4), x + size_t(src_row[j]) * K + k0 + 4 * q);
+        }
     } else {  // act hi / lo bf16, KR/8 chunks per slot row and plane
       constexpr int kCPR = KR / 8;
       for (int c = tid; c < count * kCPR; c += kThreads) {
         const int j = c / kCPR, q = c % kCPR;
         if (k0 + 8 * q < K) {
           const size_t off = size_t(src_row[j]) * K + k0 + 8 * q;
-          const uint32_t d = st + uint32_t(C::kActOff + (j * C::kPStride + 8 * q) * 2);
+          const uint32_t d = sa + uint32_t((j * C::kPStride + 8 * q) * 2);
           cp_async16(d, a_hi + off);
           cp_async16(d + C::kPlaneBytes, a_lo + off);
         }
@@ -207,8 +224,14 @@ __global__ void __launch_bounds__(kThreads)
   // ldmatrix lane offset (down): row lane % 8, 8-k matrix lane / 8 of a 32-k block.
   const uint32_t lm_off = uint32_t(((lane & 7) * C::kPStride + (lane >> 3) * 8) * 2);
 
-  // Warp `warp`'s group of round r: its raw C to cbuf[warp][column][slot].
-  auto compute_group = [&](int s, int gi_local) {
+  // whole_x: the ldmatrix lane offset into the tile's x planes (row lane % 8, clamped to the last
+  // slot: columns past count read a copy of it, computed and discarded) and the lo plane's offset.
+  const uint32_t xp_off = uint32_t((min(lane & 7, count - 1) * (K + 8) + (lane >> 3) * 8) * 2);
+  const uint32_t xp_lo = uint32_t(count * (K + 8) * 2);
+
+  // Warp `warp`'s group of round r (its groups' k start at r·KR + warp·G): its raw C to
+  // cbuf[warp][column][slot]. planes (gate_up): B from the tile's split x planes, else split in registers.
+  auto compute_group = [&](int s, int r, int gi_local, auto planes) {
     const unsigned char* st = stage_ptr(s);
     uint32_t zz[4];
     if (my_sym) {
@@ -231,8 +254,15 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
       // B fragments of the block: bh[s][h], bl[s][h] (step s, register h: k 16s + 8h + 2t4 ..).
       uint32_t bh[2][2], bl[2][2];
-      if constexpr (kGateUp) {
-        const float* xr = reinterpret_cast<const float*>(st + C::kActOff) + g * C::kXStride + kbase + kb * 32 + 8 * t4;
+      if constexpr (kGateUp && decltype(planes)::value) {
+        const uint32_t p = sbase + uint32_t(C::kActBase) + xp_off + uint32_t((r * KR + kbase + kb * 32) * 2);
+        uint32_t rh[4], rl[4];
+        ldmatrix_x4(p, rh);
+        ldmatrix_x4(p + xp_lo, rl);
+        bh[0][0] = rh[0], bh[0][1] = rh[1], bh[1][0] = rh[2], bh[1][1] = rh[3];
+        bl[0][0] = rl[0], bl[0][1] = rl[1], bl[1][0] = rl[2], bl[1][1] = rl[3];
+      } else if constexpr (kGateUp) {
+        const float* xr = reinterpret_cast<const float*>(smem + act_off(s)) + g * C::kXStride + kbase + kb * 32 + 8 * t4;
         const float4 xa = *reinterpret_cast<const float4*>(xr), xb = *reinterpret_cast<const float4*>(xr + 4);
         // logical 16s + 8h + 2t4 + i <- physical 8t4 + 4i + 2s + h (kperm32_logical)
         split2(xa.x, xb.x, bh[0][0], bl[0][0]);
@@ -240,8 +270,7 @@ __global__ void __launch_bounds__(kThreads)
         split2(xa.z, xb.z, bh[1][0], bl[1][0]);
         split2(xa.w, xb.w, bh[1][1], bl[1][1]);
       } else {
-        const uint32_t p = sbase + uint32_t(C::kCBytes + s * C::kStageBytes + C::kActOff) + lm_off +
-                           uint32_t((kbase + kb * 32) * 2);
+        const uint32_t p = sbase + uint32_t(act_off(s)) + lm_off + uint32_t((kbase + kb * 32) * 2);
         uint32_t rh[4], rl[4];
         ldmatrix_x4(p, rh);
         ldmatrix_x4(p + C::kPlaneBytes, rl);
@@ -288,11 +317,32 @@ __global__ void __launch_bounds__(kThreads)
   float acc0 = 0.f, acc1 = 0.f;
 
   // ---- the ring: kStages − 1 rounds in flight while one is computed ----
-#pragma unroll
+#pragma unroll 1  // one copy of load_stage's code for the prologue (up to 7 rounds)
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < rounds) load_stage(s, s);
     cp_async_commit();  // always (possibly empty): the group count stays uniform
   }
+  if (whole_x) {  // split the tile's x rows into the planes (split_rows_perm32_kernel's pairs)
+    // Unit u: 8 consecutive k of row j (word t = u % 4 of its 32-k block): physical k 8t + j' and
+    // 8t + 4 + j' form the bf16 pair at logical 8j' + 2t, i.e. u32 16·block + t + 4j' of the row.
+    uint32_t* hp = reinterpret_cast<uint32_t*>(smem + C::kActBase);
+    uint32_t* lp = hp + xp_lo / 4;
+    const int upr = K / 8;  // units per row
+    for (int u = tid; u < count * upr; u += kThreads) {
+      const int j = u / upr, ku = u % upr;
+      const float4* src = reinterpret_cast<const float4*>(x + size_t(src_row[j]) * K) + 2 * ku;
+      const float4 a = __ldcg(src), b = __ldcg(src + 1);
+      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+      const int base = j * ((K + 8) / 2) + (ku >> 2) * 16 + (ku & 3);
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t h, l;
+        split2(av[jj], bv[jj], h, l);
+        hp[base + 4 * jj] = h;
+        lp[base + 4 * jj] = l;
+      }
+    }
+  }  // visible to all warps after the first round's barrier
   for (int r = 0; r < rounds; ++r) {
     cp_async_wait<kStages - 2>();  // this thread's copies of round r have landed
     __syncthreads();               // everyone's; everyone finished round r − 1 (its fold too)
@@ -300,7 +350,12 @@ __global__ void __launch_bounds__(kThreads)
     if (next < rounds) load_stage(next % kStages, next);  // the stage of round r − 1
     cp_async_commit();
     const int s = r % kStages;
-    if (r * kWarps + warp < groups) compute_group(s, warp);  // warp-uniform
+    if (r * kWarps + warp < groups) {  // warp-uniform
+      if (whole_x)
+        compute_group(s, r, warp, std::true_type{});
+      else
+        compute_group(s, r, warp, std::false_type{});
+    }
     __syncthreads();  // the round's C are stored
     if (fj < count) {
       const __half* sc = reinterpret_cast<const __half*>(stage_ptr(s) + C::kScaleOff);
