@@ -636,3 +636,55 @@ TEST(GpuOpsMoeMma, SwapTilingMatchesCpuMoe) {
   }
   cuda::set_moe_mma_variant(guard.saved);
 }
+
+// Variant 8 against variant 7, bit for bit, at every swap tile size: top-2 routing forced so that
+// experts get exactly 1 .. 8 slots (one tile each), 9, 12 and 17 (two and three tiles: 8 + 1, 8 + 4,
+// 8 + 8 + 1) at the 122B-A10B expert shape, so gate_up runs both of its B paths (the tile's x split
+// once into shared-memory planes: up to 4 slots at g 128, 2 at g 32; x split in registers per round
+// above), and with the gated shared expert. 74 slots on 32 experts: 2.3 per expert, the swap regime.
+TEST(GpuOpsMoeMma, SwapTilingMatchesWordFormAtEveryTileCount) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(80);
+  std::vector<int> counts(32, 0);
+  const int filled[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17};
+  for (int i = 0; i < 11; ++i) counts[size_t(3 * i % 32)] = filled[i];  // spread over the expert ids
+  for (const char* format : {"gptq-asym-g128", "gptq-sym-g32"}) {
+    const ExpertCase c{32, 2, 3072, 1024, format};
+    SCOPED_TRACE(case_name(c));
+    int slots = 0;
+    for (int n : counts) slots += n;
+    ASSERT_EQ(slots % 2, 0);
+    const int M = slots / 2;
+    ASSERT_LE(slots, 4 * c.E);
+    std::vector<int> list;  // the slots' experts in ascending order; token m takes list[m], list[m + M]
+    for (int e = 0; e < c.E; ++e) list.insert(list.end(), size_t(counts[size_t(e)]), e);
+    auto logits = random_f32(rng, size_t(M) * c.E, 0.5f);
+    for (int m = 0; m < M; ++m) {
+      ASSERT_NE(list[size_t(m)], list[size_t(m + M)]);
+      logits[size_t(m) * c.E + size_t(list[size_t(m)])] = 5.0f;
+      logits[size_t(m) * c.E + size_t(list[size_t(m + M)])] = 4.0f;
+    }
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+    const auto gate = random_f32(rng, size_t(M), 1.0f);
+    bool ran = false;
+    cuda::set_moe_mma_variant(7);
+    const auto ref = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
+    ASSERT_TRUE(ran);
+    cuda::set_moe_mma_variant(8);
+    const auto got = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
+    ASSERT_TRUE(ran);
+    int diffs = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+    EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
+                        << " outputs of variant 8 differ from variant 7; first at token " << first / size_t(c.H)
+                        << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+  }
+  cuda::set_moe_mma_variant(guard.saved);
+}
