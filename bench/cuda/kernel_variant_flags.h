@@ -42,7 +42,8 @@ struct KernelVariantFlags {
                    "prompt-token expert kernels: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same with "
                    "32- / 64-slot tiles above 4 slots per expert, 4 1 with an 8-stage 32-slot GPTQ ring, 0 previous; "
                    "5 GPTQ whole-word dequantisation over k-permuted activations (other bits), 6 5 with an 8-stage "
-                   "32-slot down ring, 7 5 with the tile size (32 / 64 slots) chosen per expert");
+                   "32-slot down ring, 7 5 with the tile size (32 / 64 slots) chosen per expert, 8 7 with swapAB GPTQ "
+                   "kernels (weights as the MMA's A operand) at <= 4 slots per expert (5's bits)");
     app.add_option("--gemm-variant", gemm_variant,
                    "prompt-token dense GEMM (mma_gemm) large tiles: 2 pipelined 128x256 where it fills the SMs, else "
                    "128x128; 1 pipelined 128x128; 0 register-staged 128x128; 3 pipelined 128x128 at 2 CTAs per SM");

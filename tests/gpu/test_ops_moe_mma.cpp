@@ -3,8 +3,9 @@
 // batch invariance (a token's bits alone, among 63 and among 299 other tokens, at different
 // positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit
 // (variants 1 .. 4) or within a rounding tolerance (variant 5, the GPTQ word form: other products
-// per MMA), variant 7 (per-expert tile sizes) against variant 5 bit for bit, and its refusal of
-// GPTQ act-order experts.
+// per MMA), variant 7 (per-expert tile sizes) against variant 5 bit for bit, variant 8 (the swapAB
+// decode kernels, ops_moe_mma_swap.cu) against variant 7 bit for bit, alone vs in a batch and against
+// the CPU MoE, and its refusal of GPTQ act-order experts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,8 +83,11 @@ cuda::DeviceExperts upload(const Experts& ex) {
 // residual (f32 [M, H]) after moe_routed_experts_mma; *ran = its return value. The workspace is
 // filled with 0xFF bytes first (NaN as f32): a slot whose expert output no tile computed reads a
 // NaN, not a stale value of an earlier call that happened to get the same allocation.
+// shared_out [M, H] / shared_gate [M] (both or neither): the gated shared expert, added by the combine.
 std::vector<float> run_mma(const cuda::DeviceExperts& d, const std::vector<float>& x, const std::vector<float>& logits,
-                           const std::vector<float>& residual, int M, const ExpertCase& c, bool* ran) {
+                           const std::vector<float>& residual, int M, const ExpertCase& c, bool* ran,
+                           const std::vector<float>* shared_out = nullptr,
+                           const std::vector<float>* shared_gate = nullptr) {
   const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
   const size_t ws_bytes = cuda::moe_mma_workspace_bytes(shape, M);
   DeviceBuffer<uint8_t> ws(ws_bytes);
@@ -91,8 +95,15 @@ std::vector<float> run_mma(const cuda::DeviceExperts& d, const std::vector<float
   auto d_x = to_device_f32(x);
   auto d_logits = to_device_f32(logits);
   auto d_res = to_device_f32(residual);
+  DeviceBuffer<float> d_shared, d_gate;
+  if (shared_out) {
+    d_shared = to_device_f32(*shared_out);
+    d_gate = to_device_f32(*shared_gate);
+  }
   *ran = cuda::moe_routed_experts_mma(d_x.data(), d_logits.data(), shape, d, M, ws.data(), ws_bytes, d_res.data(),
-                                      nullptr);
+                                      nullptr, shared_out ? d_shared.data() : nullptr,
+                                      shared_out ? d_gate.data() : nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("moe_routed_experts_mma failed on the device");
   return to_host(d_res);
 }
 
@@ -449,4 +460,231 @@ TEST(GpuOpsMoeMma, FallsBackOnActOrder) {
   int diffs = 0;
   for (size_t i = 0; i < got.size(); ++i) diffs += !bits_equal(got[i], residual[i]);
   EXPECT_EQ(diffs, 0) << "the residual changed although the call returned false";
+}
+
+// Variant 8 (the swapAB decode kernels, ops_moe_mma_swap.cu: the weights as the MMA's A operand, the
+// slots as B, used for GPTQ at <= 4 slots per expert on average) against variant 7 (the word form,
+// kernel form 3, on 16-slot tiles there), BIT FOR BIT: the two compute every output with the same
+// MMAs (the same 16 exact products per MMA at the same k positions, the same C) and the same f32
+// operations, only with A and B swapped. A mismatch here means the hardware's MMA is not symmetric
+// in its operands, or a wrong fragment / nibble / column / slot / group / zero / scale in the swap
+// kernels (those move outputs far more). The first mismatch is reported. Cases: E 32 at the
+// 122B-A10B expert shape (M 1 .. 16: <= 4 slots per expert), E 256 with smaller H / I (M 1 .. 64:
+// decode batches up to 64 at top-8), small E (M 1 .. 4), odd multiples of the group (partial rounds
+// of 4 groups, a single partial round), sym and asym zeros, groups 32 / 64 / 128, with and without
+// the gated shared expert.
+TEST(GpuOpsMoeMma, SwapTilingMatchesWordFormBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(77);
+  struct SwapCase {
+    ExpertCase c;
+    std::vector<int> Ms;
+  };
+  const std::vector<int> kDecode{1, 2, 3, 5, 8, 16, 33, 64};
+  const std::vector<SwapCase> cases{{{32, 8, 3072, 1024, "gptq-sym-g128"}, {1, 2, 3, 5, 8, 16}},
+                                    {{32, 8, 3072, 1024, "gptq-asym-g128"}, {1, 2, 3, 5, 8, 16}},
+                                    {{32, 8, 3072, 1024, "gptq-asym-g32"}, {1, 5, 16}},
+                                    {{256, 8, 256, 128, "gptq-asym-g64"}, kDecode},
+                                    {{256, 8, 256, 128, "gptq-sym-g32"}, kDecode},
+                                    {{256, 8, 384, 128, "gptq-asym-g128"}, kDecode},
+                                    {{8, 2, 352, 96, "gptq-asym-g32"}, {1, 2, 3, 4}},
+                                    {{8, 2, 320, 192, "gptq-sym-g64"}, {1, 2, 3, 4}},
+                                    {{6, 3, 640, 384, "gptq-asym-g128"}, {1, 2, 3, 4}}};
+  for (const auto& sc : cases) {
+    const ExpertCase& c = sc.c;
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : sc.Ms) {
+      ASSERT_LE(M * c.k, 4 * c.E) << "the case must be in the swap kernels' regime";
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      for (bool with_shared : {false, true}) {
+        const auto* so = with_shared ? &shared : nullptr;
+        const auto* sg = with_shared ? &gate : nullptr;
+        bool ran = false;
+        cuda::set_moe_mma_variant(7);
+        const auto ref = run_mma(d, x, logits, residual, M, c, &ran, so, sg);
+        ASSERT_TRUE(ran);
+        int changed = 0;  // the experts did add something (a guard against comparing two no-ops)
+        for (size_t i = 0; i < ref.size(); ++i) changed += !bits_equal(ref[i], residual[i]);
+        EXPECT_GT(changed, int(ref.size() / 2)) << "M=" << M;
+        cuda::set_moe_mma_variant(8);
+        const auto got = run_mma(d, x, logits, residual, M, c, &ran, so, sg);
+        ASSERT_TRUE(ran);
+        int diffs = 0, nans = 0;
+        size_t first = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          nans += !std::isfinite(got[i]);
+          if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+        }
+        EXPECT_EQ(nans, 0) << "M=" << M;
+        float gf = got[first], rf = ref[first];
+        uint32_t gb = 0, rb = 0;
+        std::memcpy(&gb, &gf, 4);
+        std::memcpy(&rb, &rf, 4);
+        EXPECT_EQ(diffs, 0) << "M=" << M << (with_shared ? " (shared expert)" : "") << ": " << diffs << " of "
+                            << got.size() << " outputs of variant 8 differ from variant 7; first at token "
+                            << first / size_t(c.H) << " column " << first % size_t(c.H) << ": " << gf << " (0x"
+                            << std::hex << gb << ") vs " << rf << " (0x" << rb << ")" << std::dec;
+      }
+    }
+  }
+  cuda::set_moe_mma_variant(guard.saved);
+}
+
+// Variant 8's batch invariance: a token's residual row is bit-identical alone (M = 1) and at
+// positions inside batches of 2 .. 64 tokens (the others random; all in the swap kernels' regime
+// at E 256 / top-8 and at E 32 with the 122B-A10B expert shape), and equal to variant 7's token alone.
+TEST(GpuOpsMoeMma, SwapTilingTokenOutputIndependentOfBatch) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  cuda::moe_mma_prepare();
+  Rng rng(78);
+  const std::vector<ExpertCase> cases{{256, 8, 256, 128, "gptq-asym-g64"},
+                                      {256, 8, 384, 256, "gptq-sym-g128"},
+                                      {32, 8, 3072, 1024, "gptq-sym-g128"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    const auto xt = random_f32(rng, size_t(c.H), 1.0f);
+    const auto lt = random_f32(rng, size_t(c.E), 2.0f);
+    const auto rt = random_f32(rng, size_t(c.H), 1.0f);
+    bool ran = false;
+    cuda::set_moe_mma_variant(8);
+    const auto alone = run_mma(d, xt, lt, rt, 1, c, &ran);
+    ASSERT_TRUE(ran);
+    cuda::set_moe_mma_variant(7);
+    const auto alone7 = run_mma(d, xt, lt, rt, 1, c, &ran);
+    ASSERT_TRUE(ran);
+    int diffs7 = 0;
+    for (int h = 0; h < c.H; ++h) diffs7 += !bits_equal(alone[size_t(h)], alone7[size_t(h)]);
+    EXPECT_EQ(diffs7, 0) << "the token alone: variant 8 differs from variant 7";
+    cuda::set_moe_mma_variant(8);
+    const int max_m = 4 * c.E / c.k;
+    for (auto [M, pos] : std::vector<std::pair<int, int>>{{2, 1}, {7, 3}, {16, 0}, {33, 20}, {64, 63}, {64, 17}}) {
+      if (M > max_m) continue;
+      auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
+      std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
+      std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
+      const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      int diffs = 0;
+      for (int h = 0; h < c.H; ++h) diffs += !bits_equal(alone[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
+      EXPECT_EQ(diffs, 0) << "token at " << pos << " of " << M << ": " << diffs << " of " << c.H
+                          << " outputs differ from the token alone";
+    }
+  }
+  cuda::set_moe_mma_variant(guard.saved);
+}
+
+// Variant 8 against the CPU MoE (as MatchesCpuMoe) at M 1 and 8 (E 16, top-8: 0.5 and 4 slots per
+// expert, the swap kernels), GPTQ sym / asym at the 122B-A10B expert shape and a small odd shape.
+// Error: max |got − ref| / max |routed| < 1e-3.
+TEST(GpuOpsMoeMma, SwapTilingMatchesCpuMoe) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(79);
+  const std::vector<ExpertCase> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
+                                      {16, 8, 3072, 1024, "gptq-asym-g128"},
+                                      {16, 8, 352, 96, "gptq-asym-g32"},
+                                      {16, 8, 320, 192, "gptq-sym-g64"}};
+  for (const auto& c : cases) {
+    const std::string name = case_name(c);
+    SCOPED_TRACE(name);
+    const Experts ex = make_experts(rng, c, true);
+    const TestWeight router = make_dense_bf16(rng, c.E, c.H, 0.05f);
+    const int Is = 8;  // a zero shared expert: cpu::moe_forward then returns the routed sum alone
+    const auto zero_gate = dense_f32(std::vector<float>(size_t(Is) * c.H, 0.0f), Is, c.H, "shared.gate");
+    const auto zero_up = dense_f32(std::vector<float>(size_t(Is) * c.H, 0.0f), Is, c.H, "shared.up");
+    const auto zero_down = dense_f32(std::vector<float>(size_t(c.H) * Is, 0.0f), c.H, Is, "shared.down");
+    const auto zero_sg = dense_f32(std::vector<float>(size_t(c.H), 0.0f), 1, c.H, "shared_expert_gate");
+    std::vector<cpu::ExpertWeights> cpu_experts;
+    for (int e = 0; e < c.E; ++e)
+      cpu_experts.push_back({&ex.ref_gate[size_t(e)], &ex.ref_up[size_t(e)], &ex.ref_down[size_t(e)]});
+    const cpu::MoeParams params{&router.weight, cpu_experts, {&zero_gate, &zero_up, &zero_down}, &zero_sg, c.k};
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 8}) {
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      std::vector<float> logits(size_t(M) * c.E);
+      cpu::linear(pool(), x.data(), M, router.weight, logits.data());
+      std::vector<float> routed(size_t(M) * c.H);
+      cpu::moe_forward(pool(), params, x.data(), M, routed.data());
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      cuda::set_moe_mma_variant(8);
+      bool ran = false;
+      const auto got = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran) << "moe_routed_experts_mma refused a supported format";
+      double max_err = 0, max_ref = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        max_err = std::max(max_err, std::fabs(double(got[i]) - (double(residual[i]) + double(routed[i]))));
+        max_ref = std::max(max_ref, std::fabs(double(routed[i])));
+      }
+      const double rel = max_err / max_ref;
+      std::printf("  moe_mma swap %s M=%d: max|err| %.3e, max|routed| %.3e, rel %.3e\n", name.c_str(), M, max_err,
+                  max_ref, rel);
+      EXPECT_LT(rel, 1e-3) << name << " M=" << M;
+    }
+  }
+  cuda::set_moe_mma_variant(guard.saved);
+}
+
+// Variant 8 against variant 7, bit for bit, at every swap tile size: top-2 routing forced so that
+// experts get exactly 1 .. 8 slots (one tile each), 9, 12 and 17 (two and three tiles: 8 + 1, 8 + 4,
+// 8 + 8 + 1) at the 122B-A10B expert shape, so gate_up runs both of its B paths (the tile's x split
+// once into shared-memory planes: up to 4 slots at g 128, 2 at g 32; x split in registers per round
+// above), and with the gated shared expert. 74 slots on 32 experts: 2.3 per expert, the swap regime.
+TEST(GpuOpsMoeMma, SwapTilingMatchesWordFormAtEveryTileCount) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(80);
+  std::vector<int> counts(32, 0);
+  const int filled[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17};
+  for (int i = 0; i < 11; ++i) counts[size_t(3 * i % 32)] = filled[i];  // spread over the expert ids
+  for (const char* format : {"gptq-asym-g128", "gptq-sym-g32"}) {
+    const ExpertCase c{32, 2, 3072, 1024, format};
+    SCOPED_TRACE(case_name(c));
+    int slots = 0;
+    for (int n : counts) slots += n;
+    ASSERT_EQ(slots % 2, 0);
+    const int M = slots / 2;
+    ASSERT_LE(slots, 4 * c.E);
+    std::vector<int> list;  // the slots' experts in ascending order; token m takes list[m], list[m + M]
+    for (int e = 0; e < c.E; ++e) list.insert(list.end(), size_t(counts[size_t(e)]), e);
+    auto logits = random_f32(rng, size_t(M) * c.E, 0.5f);
+    for (int m = 0; m < M; ++m) {
+      ASSERT_NE(list[size_t(m)], list[size_t(m + M)]);
+      logits[size_t(m) * c.E + size_t(list[size_t(m)])] = 5.0f;
+      logits[size_t(m) * c.E + size_t(list[size_t(m + M)])] = 4.0f;
+    }
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+    const auto gate = random_f32(rng, size_t(M), 1.0f);
+    bool ran = false;
+    cuda::set_moe_mma_variant(7);
+    const auto ref = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
+    ASSERT_TRUE(ran);
+    cuda::set_moe_mma_variant(8);
+    const auto got = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
+    ASSERT_TRUE(ran);
+    int diffs = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+    EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
+                        << " outputs of variant 8 differ from variant 7; first at token " << first / size_t(c.H)
+                        << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+  }
+  cuda::set_moe_mma_variant(guard.saved);
 }

@@ -114,8 +114,11 @@ size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= 
 // 6 measured no faster. 7 (default): variant 5's kernels with the tile size chosen per EXPERT above
 // 4 slots per expert on average (64-slot tiles, an expert's remainder of <= 32 slots on a 32-slot
 // tile: one weight pass for an expert of 33-64 slots instead of two; two tile lists, four expert
-// launches), variant 5's bits. Read on the host at launch (a captured CUDA graph keeps the kernels
-// it captured).
+// launches), variant 5's bits. 8: variant 7, except that GPTQ steps of <= 4 slots per expert on
+// average (decode sizes: up to 128 tokens at E 256, top-8) run the swapAB kernels
+// (ops_moe_mma_swap.cu: the weights as the MMA's A operand, tiles of <= 8 slots as its B operand,
+// the activation split fused into gate_up, programmatic dependent launches), variant 5's bits.
+// Read on the host at launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_mma_variant(int variant);
 int moe_mma_variant();
 // Opts the kernels of moe_routed_experts_mma in to their (> 48 KB) dynamic shared memory on the

@@ -60,6 +60,11 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+// The tensor-core expert kernels' SwiGLU (ops_moe_mma.cu, ops_moe_mma_swap.cu: one definition, so
+// both give the same bits): explicit roundings, silu(g)·u = (g / (1 + e^-g))·u.
+__device__ __forceinline__ float silu_mul_rn(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
+}
 
 // Routing of one token, shared by the grouping CTA, moe_route_kernel (ops_moe.cu) and the
 // decode kernels (ops_moe_decode.cu), so every path gets the same ids and weight bits: lane L

@@ -98,6 +98,11 @@
 //      64-slot pass over its weights instead of two 32-slot passes; at 8K tokens (~256 per expert)
 //      a remainder of <= 32 slots runs on a 32-slot tile instead of a mostly empty 64-slot one.
 //      Every tiling computes each output with the same operations, so variant 5's bits.
+//   8: variant 7, except that GPTQ steps of <= 4 slots per expert on average (the small tiling's
+//      regime: decode sizes) run the swapAB kernels of ops_moe_mma_swap.cu: the weights as the
+//      MMA's A operand (16 columns per m16 fragment), tiles of <= 8 slots (kSwapTile) as B (one n8
+//      fragment), gate_up reading x f32 and splitting it in registers (no split launch), PDL
+//      launches; every output gets the word form's operations, so variant 5's bits.
 //
 // Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (0 .. 4 or
 // 5 .. 7) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
@@ -136,6 +141,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
+#include "backend/cuda/ops_moe_mma_swap.cuh"
 #include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
@@ -217,10 +223,6 @@ template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 
 template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
 template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
 template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
-
-__device__ __forceinline__ float silu_mul_rn(float g, float u) {
-  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, __expf(-g))), u);
-}
 
 // x f32 [n4 float4] -> hi, lo bf16 (pairs as uint32).
 __global__ void split_rows_kernel(const float4* __restrict__ x, size_t n4, uint2* __restrict__ hi,
@@ -725,10 +727,11 @@ struct Workspace {
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 // The buffers in order; base == nullptr only sizes them. The tile arrays are sized for the
-// smaller tile (the larger tile count); variant 7's two lists fit in them (mixed_tile_layout).
+// smallest tile (variant 8's swap tiles of kSwapTile slots: the largest tile count); variant 7's two
+// lists fit in them (mixed_tile_layout).
 size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   const size_t slots = size_t(max_tokens) * size_t(s.top_k);
-  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kSmallBM));
+  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kSwapTile));  // variant 8's 8-slot tiles
   size_t off = 0;
   auto take = [&](size_t bytes) {
     void* r = base ? static_cast<uint8_t*>(base) + off : nullptr;
@@ -880,7 +883,7 @@ void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts&
 // Variant 7: per-expert tile sizes (route_and_group_mixed). The 32-slot list occupies tile
 // indices [0, mid_cap), the 64-slot list [mid_cap, mid_cap + large_cap): mid_cap = min(slots, E)
 // (at most one 32-slot tile per expert), large_cap = slots / 33 (every 64-slot tile holds >= 33
-// slots), together <= max_tiles(slots, E, kSmallBM), the arrays' size (slots / 33 <= ceil(slots / 16)).
+// slots), together <= max_tiles(slots, E, kSmallBM) <= the arrays' size (slots / 33 <= ceil(slots / 16)).
 struct MixedLayout {
   int mid_cap, large_cap;
 };
@@ -924,12 +927,19 @@ void launch_experts_mixed(const MoeShape& s, const DeviceExperts& ex, const Tile
 
 std::atomic<int> g_variant{7};  // per-expert tile sizes over the word form (5)
 
+// Variant 8 at <= 4 slots per expert (the small tiling's regime) with GPTQ experts: the swapAB kernels
+// (ops_moe_mma_swap.cu: weights as the MMA's A operand, 8-slot tiles as B, the split fused into
+// gate_up), the word form's bits.
+bool swap_serves(int variant, int bm, const MoeShape& s, const DeviceExperts& ex) {
+  return variant == 8 && bm == kSmallBM && swap_supported(s, ex);
+}
+
 }  // namespace
 
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 7) throw Error("moe_mma: variant must be 0 (previous kernels) .. 7");
+  if (variant < 0 || variant > 8) throw Error("moe_mma: variant must be 0 (previous kernels) .. 8");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -938,6 +948,7 @@ void moe_mma_prepare() {
   opt_in_all<BFmt::Gptq>();
   opt_in_all<BFmt::Fp8>();
   opt_in_all<BFmt::Bf16>();
+  swap_prepare();
 }
 
 bool moe_routed_experts_mma(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex,
@@ -970,15 +981,29 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   // 4 slots per expert on average: 64-slot tiles, an expert's remainder of <= 32 slots (or all
   // its slots, if <= 32) on a 32-slot tile (route_and_group_mixed), so an expert of 33-64 slots
   // takes one pass over its weights instead of two 32-slot passes.
+  // Variant 8 is variant 7 except at <= 4 slots per expert with GPTQ experts: the swapAB kernels on
+  // tiles of kSwapTile slots (route_and_group, swap gate_up with the split fused, swap down, the
+  // combine), the same bits.
   const int variant = g_variant.load();
   int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
   if (bm != kSmallBM && (variant == 2 || variant == 3)) bm = variant == 2 ? kMidBM : kLargeBM;
-  const bool mixed = variant == 7 && bm != kSmallBM;
-  const long long grid_tiles = (slots + bm - 1) / bm + std::min<long long>(slots, s.num_experts);
+  const bool mixed = (variant == 7 || variant == 8) && bm != kSmallBM;
+  const bool swap = swap_serves(variant, bm, s, ex);
+  const int tile = swap ? kSwapTile : bm;
+  const long long grid_tiles = (slots + tile - 1) / tile + std::min<long long>(slots, s.num_experts);
   if (grid_tiles > 65535) throw Error("moe_mma: too many tokens for one launch");
   const MixedLayout mix = mixed_tile_layout(slots, s.num_experts);  // both <= grid_tiles (see MixedLayout)
   Workspace w;
   carve(workspace, s, M, &w);
+  if (swap) {
+    route_and_group(router_logits, s, M, kSwapTile, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start,
+                    w.tile_count, w.order, stream);
+    const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
+    swap_gate_up(x, s, ex, tiles, int(grid_tiles), w.act_hi, w.act_lo, stream);
+    swap_down(w.act_hi, w.act_lo, s, ex, tiles, int(grid_tiles), w.y, stream);
+    combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
+    return true;
+  }
   if (mixed)
     route_and_group_mixed(router_logits, s, M, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start,
                           w.tile_count, mix.mid_cap, w.order, stream);
