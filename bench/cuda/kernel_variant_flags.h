@@ -28,13 +28,11 @@ struct KernelVariantFlags {
   int gdn_chunked = cuda::gdn_chunked_variant();
 
   void add_to(CLI::App& app) {
-    app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: registers, cp-async, bulk, lean");
+    app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
     app.add_option("--gemv-tiled-variant", gemv_tiled,
                    "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
                    "shape; 0 x via L1");
-    app.add_option("--moe-decode-variant", moe_decode,
-                   "expert kernels for <= 8 tokens: 1 streaming, 2 lean streaming, 3 lean + narrow down items, 0 "
-                   "previous");
+    app.add_option("--moe-decode-variant", moe_decode, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
     app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (<= 8: off)");
     app.add_option("--attention-decode-variant", attention_decode,
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");

@@ -691,14 +691,8 @@ struct FeedGuard {
   ~FeedGuard() { cuda::set_row_gemv_feed(saved); }
 };
 
-constexpr cuda::RowGemvFeed kFeeds[] = {cuda::RowGemvFeed::Registers, cuda::RowGemvFeed::CpAsync,
-                                        cuda::RowGemvFeed::Bulk, cuda::RowGemvFeed::Lean};
-const char* feed_name(cuda::RowGemvFeed f) {
-  return f == cuda::RowGemvFeed::Registers ? "Registers"
-         : f == cuda::RowGemvFeed::CpAsync ? "CpAsync"
-         : f == cuda::RowGemvFeed::Bulk    ? "Bulk"
-                                           : "Lean";
-}
+constexpr cuda::RowGemvFeed kFeeds[] = {cuda::RowGemvFeed::Registers, cuda::RowGemvFeed::Lean};
+const char* feed_name(cuda::RowGemvFeed f) { return f == cuda::RowGemvFeed::Registers ? "Registers" : "Lean"; }
 
 // row_gemv_f32_gated over the first M rows of g, u; y starts as init (or zeros).
 std::vector<float> row_gemv_gated1(const cuda::DeviceLinear& w, const float* d_g, const float* d_u, int M,
@@ -711,14 +705,14 @@ std::vector<float> row_gemv_gated1(const cuda::DeviceLinear& w, const float* d_g
 
 }  // namespace
 
-// One and two tokens through every feed: the shared-memory rings (CpAsync: 16-byte cp.async;
-// Bulk: cp.async.bulk on mbarriers) must give the register ring's bits, for FP8, INT8 and bf16,
-// K = 1024 (2 steps: fewer than the ring's slots), 3072, 8192 (16 steps: every slot reused, the
-// mbarrier parity flipping), 1040 (a partial last step of 16 k and a partial scale block, rows
-// 16-byte aligned) and 1000 (bf16: a partial step in the rings; FP8/INT8: rows not 16-byte
-// aligned, so every feed falls back to registers), short N (1 row per warp) and tall N (4 rows
-// per warp); plain, accumulating and gated; and one launch of several mixed jobs. Every result
-// is also compared with the same rows of the M = 16 tiled kernel, which no feed touches.
+// One and two tokens through both feeds: Lean (running pointers, immediate offsets) must give
+// the register ring's bits, for FP8, INT8 and bf16, K = 1024 (2 steps: fewer than the ring's
+// slots), 3072, 8192 (16 steps: every slot reused), 1040 (a partial last step of 16 k and a
+// partial scale block) and 1000 (a partial step; Lean needs K % 512 == 0, so these two take
+// Registers under either feed), short N (1 row per warp) and tall N (4 rows per warp); plain,
+// accumulating and gated; and one launch of several mixed jobs. Every result is also compared
+// with the same rows of the M = 16 tiled kernel, which no feed touches. The removed feeds'
+// names are rejected.
 TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
   MOESERVE_REQUIRE_GPU();
   FeedGuard guard;
@@ -820,6 +814,10 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
       }
     }
   }
+  EXPECT_EQ(cuda::parse_row_gemv_feed("registers"), cuda::RowGemvFeed::Registers);
+  EXPECT_EQ(cuda::parse_row_gemv_feed("lean"), cuda::RowGemvFeed::Lean);
+  EXPECT_THROW(cuda::parse_row_gemv_feed("cp-async"), Error);
+  EXPECT_THROW(cuda::parse_row_gemv_feed("bulk"), Error);
 }
 
 // ---- The token-tile kernel's two forms (set_row_gemv_tiled_variant) ------------------------

@@ -76,11 +76,10 @@ void set_moe_grouped_max_tokens(int max_tokens);
 // Whether moe_routed_experts would take the grouped kernels for this step (given an aligned x).
 bool moe_grouped_serves(const MoeShape& shape, const DeviceExperts& experts, int M);
 // The generated-token GPTQ expert kernels (M <= 8, ops_moe_decode.cu) that moe_routed_experts
-// launches: 1 (default) the streaming kernels (cp.async ring, 32-column CTAs), 2 the streaming
-// kernels with lean addressing (compile-time ring depth, running offsets), 3 the lean kernels
-// with half-width down items (more warps when the down grid has fewer CTAs than SMs), 0 the
-// previous kernels, for an A/B in one binary (bench flags); all give every output the same bits. Takes
-// effect at the next launch (a captured CUDA graph keeps the kernels it captured).
+// launches: 1 (default) the streaming kernels (cp.async ring, 32-column CTAs), 0 the previous
+// kernels, for an A/B in one binary (bench flags); both give every output the same bits. Throws
+// Error on other values. Takes effect at the next launch (a captured CUDA graph keeps the
+// kernels it captured).
 void set_moe_decode_variant(int variant);
 int moe_decode_variant();
 

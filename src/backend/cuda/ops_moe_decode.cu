@@ -7,13 +7,10 @@
 // residual f32 [M, H]. A packed row of one expert is N·4 bytes; 32 consecutive columns of it
 // are one 128-byte line.
 //
-// Four forms with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h; default
-// 1): the streaming kernels with the general loop (1), with the lean loop (2), the same with
-// single-vector down items where the down grid does not fill the SMs (3), and the previous
-// kernels (0). 2 and 3 measured slower than 1 at batch 1 on the H200 (docs/PERF.md run S7: 34.5
-// and 34.0 us per layer against 26.8): fewer instructions per word did not pay there.
+// Two forms with the same bits, chosen at run time (set_moe_decode_variant, ops_moe.h; default
+// 1): the streaming kernels (1) and the previous kernels (0).
 //
-// Streaming kernels (stream_gate_up_kernel, stream_down_kernel), variants 1 and 2:
+// Streaming kernels (stream_gate_up_kernel, stream_down_kernel), variant 1:
 //   Grid: gate/up one CTA per (slot, 32 columns of I): M·k·I/32 CTAs (256 at M = 1 for I 1024);
 //   down one CTA per (token, 32 columns of H), all k ranks: M·H/32 (96 at M = 1 for H 3072).
 //   A CTA covers whole 128-byte lines, so each line of an expert is requested by one CTA only.
@@ -47,26 +44,6 @@
 //   Shared memory above 48 KB: the kernels are opted in to the device's per-block maximum on
 //   the first call per device (cudaFuncSetAttribute: not a stream operation, so also legal when
 //   that first call is inside CUDA-graph capture).
-// Lean loop (variant 2; stream_items_lean, template argument kLeanR = R): the same
-//   grid, items, threads, order and sums; what changes is the instruction count per weight
-//   word. The ring is compile-time (R in {8, 6, 4, 3, 2} steps of 2 rows, R <= the item's
-//   block / 2 steps: plan_lean_launch chooses as plan_stream_launch does, e.g. H200 122B-A10B:
-//   gate/up R = 6 at M = 1 and 3 at M >= 2, down 8 and 3), so cp.async.wait_group takes an
-//   immediate; a thread's ring is contiguous (R x 64 B, threads 16 B apart more: conflict-free
-//   16-byte accesses), so every request and read is one running slot offset plus an immediate;
-//   the weight pointers of A and B advance two rows per step (no per-request index math or
-//   valid tests: N % 32 == 0); scales (__ldg when the item starts, stored after its last row)
-//   and zero words (__ldg by the producer) sit in registers instead of item slots; the x
-//   staging and the per-item (rank, block, group) indices use FastDiv (multiply-high) instead
-//   of integer divisions. Shapes outside these (odd blocks, block 2, N % 32 != 0, very large
-//   H or I for FastDiv) run the general loop (variant 1's kernels).
-// Variant 3 (measured slower than 1): as 2, but when the down grid has no
-//   more CTAs than the device has SMs (M·H/32 <= SMs: 96 CTAs at M = 1 on the H200's 132),
-//   down items hold one vector (4 columns, it = 8·(k·blk + r) + c): 2·4·k·nblk items, up to
-//   512 threads per CTA (one CTA per SM at <= 128 registers), each thread half the words, so
-//   the SMs that work run twice the warps. It does not spread the 96 CTAs over more SMs (that
-//   would need a split of the rank or K sums across CTAs with a fixed-order reduction).
-//
 // Previous kernels (decode_gate_up_kernel, decode_down_kernel), variant 0:
 // decode_gate_up_kernel: one CTA per (slot, 16 columns of I). Warp 0 routes the slot's token
 //   (route_token, the grouping kernel's code; E <= 256; arg-max rounds 0..r only) while the
@@ -112,10 +89,7 @@
 // (and_or): otherwise the new path measured 33. 25 is the floor of this arithmetic (an exact
 // f32 (q - z) per nibble costs an OR and a subtract, then its FMA). The streaming kernels add
 // per step of S rows: 2·S shared-memory weight loads, 2·S x loads, 2·S cp.async and the ring's
-// bookkeeping (about 4 instructions per word at S = 2, not counted from SASS). The lean loop's
-// step (2 rows, 16 words), measured as the cubin growth when the step body is duplicated
-// (sm_90, the item change excluded): 408 (gate/up) and 416 (down) instructions for symmetric
-// weights, 25.5 and 26 per word; 512 (32 per word) for asymmetric ones. The rest of a
+// bookkeeping (about 4 instructions per word at S = 2, not counted from SASS). The rest of a
 // thread's instructions (staging, routing, range sums, item setup) is fixed per thread: with
 // one item of 128 words per thread at the 122B shapes it is spread over few words. At 25 per word
 // the SMs' issue rate is of the same order as the DRAM rate (a word is 4 bytes), so the
@@ -622,170 +596,14 @@ __device__ __forceinline__ void stream_items_any(const Src& src, int items, int 
     stream_items<kSym, 1>(src, items, block, N, R, IR, ring, islots, bsm, scm);
 }
 
-// ---------------------------------------------------------------------------------------------
-// The lean streaming loop (variant 2; see the header comment): the streaming
-// kernels' items, order and sums, with fewer instructions per weight word. Requires an even
-// block (S = 2 rows per step, NS = block / 2 steps per item), all vectors in range (N % 32 == 0)
-// and a compile-time ring of R <= NS steps:
-// - the thread's ring is contiguous, R slots of 64 bytes ([row of the step][A, B] x 16 B) at a
-//   per-thread stride of R·64 + 16 bytes (an odd number of 16-byte units: the 8 threads of a
-//   quarter-warp phase hit different bank groups), so every ring address is one running slot
-//   offset plus an immediate; the slot just read is the one the next request fills;
-// - cp.async.wait_group R - 1 is an immediate (no switch on a run-time R);
-// - the weight pointers of A and B run along the item (+2 rows per step): no index arithmetic
-//   per request; the valid-vector tests are gone (N % 32 == 0);
-// - scales are read with __ldg when the consumer starts an item (needed only after its last
-//   row, so the load hides behind the item's compute), zero words (asymmetric) with __ldg when
-//   the producer starts the item (R <= NS: the consumer starts an item before the producer
-//   leaves it), into registers: no item slots in shared memory.
-// V: vectors per item (2: A and B; 1: A only, the single-vector down items of variant 3): a
-// step is 2 rows x V x 16 B; a thread's ring R steps plus 16 bytes (an odd number of 16-byte
-// units for V = 1 and 2).
-__host__ __device__ constexpr size_t lean_thread_bytes(int R, int V = 2) { return size_t(R) * V * 32 + 16; }
-__host__ __device__ constexpr size_t lean_ring_bytes(int R, int nthr, int part_floats, int V = 2) {
-  return lean_thread_bytes(R, V) * size_t(nthr) > size_t(part_floats) * 4 ? lean_thread_bytes(R, V) * size_t(nthr)
-                                                                           : size_t(part_floats) * 4;
-}
-
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-
-template <bool kSym, int R, class Src, int V = 2>
-__device__ __forceinline__ void stream_items_lean(const Src& src, int items, int block, int N, char* ring, float* bsm,
-                                                  float* scm) {
-  static_assert(R >= 1 && R <= 8, "ring of 1..8 steps");
-  static_assert(V == 1 || V == 2, "one or two vectors per item");
-  constexpr int kStep = V * 32;  // bytes per step: rows 2u, 2u + 1 x vectors A (, B)
-  const int tid = threadIdx.x, nthr = blockDim.x;
-  const int NS = block / 2;  // steps per item (block even)
-  char* my_ring = ring + size_t(tid) * lean_thread_bytes(R, V);
-  const uint32_t my_ring_s = smem_u32(my_ring);
-  const size_t rowb = size_t(N) * 4;  // bytes of one packed row
-
-  // Producer: item p_it (starting at tid), p_left steps of it still to request.
-  int p_it = tid - nthr, p_left = 0;
-  const char* pa = nullptr;
-  const char* pb = nullptr;
-  uint32_t pza = 0, pzb = 0;  // the producer's item's zero words (asymmetric)
-  auto issue = [&](int slot) {
-    if (p_left == 0 && p_it < items) {  // the next item's first step
-      p_it += nthr;
-      if (p_it < items) {
-        const StreamItem s = src.get(p_it);
-        pa = reinterpret_cast<const char*>(s.wa);
-        pb = reinterpret_cast<const char*>(s.wb);
-        p_left = NS;
-        if constexpr (!kSym) {
-          pza = uint32_t(__ldg(s.za));
-          if constexpr (V == 2) pzb = uint32_t(__ldg(s.zb));
-        }
-      }
-    }
-    if (p_left > 0) {
-      const uint32_t d = my_ring_s + uint32_t(slot);
-      if constexpr (V == 2) {
-        cp_async16_s(d, pa);
-        cp_async16_s(d + 16, pb);
-        cp_async16_s(d + 32, pa + rowb);
-        cp_async16_s(d + 48, pb + rowb);
-        pb += 2 * rowb;
-      } else {
-        cp_async16_s(d, pa);
-        cp_async16_s(d + 16, pa + rowb);
-      }
-      pa += 2 * rowb;
-      --p_left;
-    }
-    cp_async_commit();  // empty past the last step: every step commits one group
-  };
-#pragma unroll
-  for (int i = 0; i < R; ++i) issue(kStep * i);
-
-  NibbleExp nexp;
-  if constexpr (kSym) nexp = nibble_exponents();
-  int cur = 0;  // byte offset of the slot being consumed (= the slot the next request fills)
-  for (int it = tid; it < items; it += nthr) {
-    const StreamItem q = src.get(it);
-    const uint2 sra = __ldg(reinterpret_cast<const uint2*>(q.sa));
-    const uint2 srb = V == 2 ? __ldg(reinterpret_cast<const uint2*>(q.sb)) : make_uint2(0, 0);
-    __half2 zza[4], zzb[4];
-    if constexpr (!kSym) {
-      // The producer is still on this item (R <= NS), so pza / pzb are its zero words.
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        zza[c] = __float2half2_rn(1024.0f + float(int((pza >> (q.zshift + 4 * c)) & 0xF) + 1));
-        zzb[c] = __float2half2_rn(1024.0f + float(int((pzb >> (q.zshift + 4 * c)) & 0xF) + 1));
-      }
-    }
-    const float* xr = q.xr;
-    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f}, b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int u = 0; u < NS; ++u) {
-      // Groups committed so far: R + (steps consumed); this step's is done when <= R - 1 pend.
-      cp_async_wait<R - 1>();
-      const char* rs = my_ring + cur;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {  // rows 2u + j, in k order
-        const uint4 wa = *reinterpret_cast<const uint4*>(rs + kStep / 2 * j);
-        const uint4 wb = V == 2 ? *reinterpret_cast<const uint4*>(rs + kStep / 2 * j + 16) : make_uint4(0, 0, 0, 0);
-        const float4 x0 = *reinterpret_cast<const float4*>(xr + 8 * j);
-        const float4 x1 = *reinterpret_cast<const float4*>(xr + 8 * j + 4);
-        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        const uint32_t wca[4] = {wa.x, wa.y, wa.z, wa.w}, wcb[4] = {wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float f[8], g[8];
-          if constexpr (kSym) {
-            dequant8_const_zero<8>(wca[c], nexp, f);
-            if constexpr (V == 2) dequant8_const_zero<8>(wcb[c], nexp, g);
-          } else {
-            dequant8(wca[c], zza[c], f);
-            if constexpr (V == 2) dequant8(wcb[c], zzb[c], g);
-          }
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            a[c] = fmaf(f[i], xv[i], a[c]);
-            if constexpr (V == 2) b[c] = fmaf(g[i], xv[i], b[c]);
-          }
-        }
-      }
-      xr += 16;
-      issue(cur);  // the step R ahead, into the slot just read
-      cur = cur == kStep * (R - 1) ? 0 : cur + kStep;
-    }
-    const __half2* sha = reinterpret_cast<const __half2*>(&sra);
-    const __half2* shb = reinterpret_cast<const __half2*>(&srb);
-    const float sa[4] = {__low2float(sha[0]), __high2float(sha[0]), __low2float(sha[1]), __high2float(sha[1])};
-    const float sb[4] = {__low2float(shb[0]), __high2float(shb[0]), __low2float(shb[1]), __high2float(shb[1])};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) bsm[q.oa + j] = a[j], scm[q.oa + j] = sa[j];
-    if constexpr (V == 2)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bsm[q.ob + j] = b[j], scm[q.ob + j] = sb[j];
-  }
-  cp_async_wait<0>();  // nothing of this thread's still lands in the ring (reused for part)
-}
-
-// floor(e / d) by a multiply-high (2 instructions with the remainder, instead of a run-time
-// integer division), exact for e·d < 2^32: m = ceil(2^32 / d) (2^32 / d for a power of two),
-// e·m / 2^32 = e / d + δ with 0 <= δ < e / 2^32 < 1 / d, and frac(e / d) <= 1 - 1 / d. d = 1
-// gives m = 0 (wrapped) and takes e itself.
-struct FastDiv {
-  uint32_t d, m;
-  __device__ __forceinline__ explicit FastDiv(uint32_t dd) : d(dd), m(0xFFFFFFFFu / dd + 1u) {}
-  __device__ __forceinline__ uint32_t div(uint32_t e) const { return m ? __umulhi(e, m) : e; }
-};
-
 // Copies rows x len activations (len % 4 == 0) into shared memory as f32: element (row, e) goes
 // to dst[row·row_stride + (e / seg)·seg_stride + e % seg] (seg % 4 == 0: padding between
 // segments moves the x of different scale blocks to different banks). One L2 round trip per
-// kStageVecs vectors per thread, like stage_rows. kFast: the index divisions by FastDiv (the
-// lean kernels; rows·len·len < 2^32, checked by plan_lean_launch's caller).
-template <bool kFast = false, typename T>
+// kStageVecs vectors per thread, like stage_rows.
+template <typename T>
 __device__ __forceinline__ void stage_segments(const T* __restrict__ src, int rows, int len, float* dst,
                                                int row_stride, int seg, int seg_stride, int t0, int nt) {
   const int nvec = rows * len / 4;
-  const FastDiv flen(uint32_t(kFast ? len : 1)), fseg(uint32_t(kFast ? seg : 1));
   for (int base = 0; base < nvec; base += kStageVecs * nt) {
     float4 v[kStageVecs];
 #pragma unroll
@@ -797,14 +615,8 @@ __device__ __forceinline__ void stage_segments(const T* __restrict__ src, int ro
     for (int j = 0; j < kStageVecs; ++j) {
       const int vi = base + j * nt + t0;
       if (vi < nvec) {
-        if constexpr (kFast) {
-          const int row = int(flen.div(uint32_t(4 * vi))), e = 4 * vi - row * len;
-          const int sg = int(fseg.div(uint32_t(e)));
-          *reinterpret_cast<float4*>(dst + row * row_stride + sg * seg_stride + (e - sg * seg)) = v[j];
-        } else {
-          const int row = 4 * vi / len, e = 4 * vi % len;
-          *reinterpret_cast<float4*>(dst + row * row_stride + (e / seg) * seg_stride + e % seg) = v[j];
-        }
+        const int row = 4 * vi / len, e = 4 * vi % len;
+        *reinterpret_cast<float4*>(dst + row * row_stride + (e / seg) * seg_stride + e % seg) = v[j];
       }
     }
   }
@@ -831,19 +643,16 @@ __device__ __forceinline__ float series_sum32(const float* part, int series, int
   return v;
 }
 
-// gate/up items: it = 8·blk + c; vector A = gate, B = up, both columns n0 + 4c .. + 3. kFast:
-// the group index by FastDiv (gdiv, of group), the lean kernels.
-template <bool kFast>
-struct GateUpSrcT {
+// gate/up items: it = 8·blk + c; vector A = gate, B = up, both columns n0 + 4c .. + 3.
+struct GateUpSrc {
   const int32_t *gq, *uq;
   const __half *gs, *us;
   const int32_t *gz, *uz;
   const float* xs;
   int I, n0, block, nblk, group, xseg;
-  FastDiv gdiv;
   __device__ __forceinline__ StreamItem get(int it) const {
     const int c = it % 8, blk = it / 8, n = n0 + 4 * c, kp = blk * block;
-    const int g = kFast ? int(gdiv.div(uint32_t(kp * 8))) : kp * 8 / group;
+    const int g = kp * 8 / group;
     const size_t wo = size_t(kp) * I + n, so = size_t(g) * I + n, zo = size_t(g) * (I / 8) + n / 8;
     StreamItem s;
     s.wa = gq + wo;
@@ -862,23 +671,19 @@ struct GateUpSrcT {
 };
 
 // down items: it = 4·(k·blk + r) + c; rank r's expert; A = columns n0 + 4c .., B = n0 + 16 + 4c ..
-// kFast: (r, blk) and the group index by FastDiv (kdiv of k, gdiv of group), the lean kernels.
-// V = 1 (variant 3's single-vector items): it = 8·(k·blk + r) + c, A = columns n0 + 4c .. only.
-template <bool kFast, int V = 2>
-struct DownSrcT {
+struct DownSrc {
   const int32_t* q;
   const __half* s;
   const int32_t* z;
   const int32_t* ids;  // shared memory: the token's k expert ids
   const float* xs;
   int H, I, k, n0, block, nblk, group, xstride;
-  FastDiv kdiv, gdiv;
   int groups;  // I / group
   __device__ __forceinline__ StreamItem get(int it) const {
-    const int c = it % (8 / V), qq = it / (8 / V);
-    const int blk = kFast ? int(kdiv.div(uint32_t(qq))) : qq / k, r = qq - blk * k;
+    const int c = it % 4, qq = it / 4;
+    const int blk = qq / k, r = qq - blk * k;
     const int e = ids[r], n = n0 + 4 * c, kp = blk * block;
-    const int g = kFast ? int(gdiv.div(uint32_t(kp * 8))) : kp * 8 / group;
+    const int g = kp * 8 / group;
     StreamItem t;
     t.wa = q + (size_t(e) * (I / 8) + kp) * H + n;
     t.wb = t.wa + 16;
@@ -897,9 +702,8 @@ struct DownSrcT {
 };
 
 // Dynamic shared memory: ring (part after the loop) | item slots [IR][threads] | xs (nblk
-// segments of 8·block + 4 floats) | bsm, scm [2][nblk][32]. kLeanR > 0: the lean loop with a
-// ring of kLeanR steps (lean_ring_bytes; no item slots; R and IR unused), else stream_items.
-template <typename T, bool kSym, int kLeanR>
+// segments of 8·block + 4 floats) | bsm, scm [2][nblk][32].
+template <typename T, bool kSym>
 __global__ void __maxnreg__(kSUpRegisters)
     stream_gate_up_kernel(const T* __restrict__ x, const float* __restrict__ logits, int E, int k, ExpertView gate,
                           ExpertView up, int block, int R, int IR, int32_t* __restrict__ ids_out,
@@ -911,8 +715,7 @@ __global__ void __maxnreg__(kSUpRegisters)
   const int tid = threadIdx.x, nthr = blockDim.x;
   char* ring = reinterpret_cast<char*>(smem4);
   char* islots = ring + ring_bytes(R, rows_per_step(block), nthr, 2 * kRanges * kSCols);
-  float* xs = kLeanR ? reinterpret_cast<float*>(ring + lean_ring_bytes(kLeanR, nthr, 2 * kRanges * kSCols))
-                     : reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
+  float* xs = reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
   float* bsm = xs + nblk * xseg;
   float* scm = bsm + 2 * nblk * kSCols;
   float* part = reinterpret_cast<float*>(ring);
@@ -924,9 +727,9 @@ __global__ void __maxnreg__(kSUpRegisters)
   const bool publisher = blockIdx.x == 0 && r == 0;
   if (tid < 32) route_token<8>(logits + size_t(m) * E, E, publisher ? k : r + 1, s_ids, s_w);  // E <= 256
   if (nthr <= 32)
-    stage_segments<(kLeanR > 0)>(x + size_t(m) * H, 1, H, xs, 0, 8 * block, xseg, tid, nthr);
+    stage_segments(x + size_t(m) * H, 1, H, xs, 0, 8 * block, xseg, tid, nthr);
   else if (tid >= 32)
-    stage_segments<(kLeanR > 0)>(x + size_t(m) * H, 1, H, xs, 0, 8 * block, xseg, tid - 32, nthr - 32);
+    stage_segments(x + size_t(m) * H, 1, H, xs, 0, 8 * block, xseg, tid - 32, nthr - 32);
   __syncthreads();
   pdl_launch_dependents();
   const int e = min(max(s_ids[r], 0), E - 1);
@@ -936,24 +739,10 @@ __global__ void __maxnreg__(kSUpRegisters)
   }
   const int groups = H / gate.group;
   const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * groups * I, zoff = size_t(e) * groups * (I / 8);
-  GateUpSrcT<(kLeanR > 0)> src{gate.qweight + qoff,
-                                up.qweight + qoff,
-                                gate.scales + soff,
-                                up.scales + soff,
-                                kSym ? nullptr : gate.qzeros + zoff,
-                                kSym ? nullptr : up.qzeros + zoff,
-                                xs,
-                                I,
-                                n0,
-                                block,
-                                nblk,
-                                gate.group,
-                                xseg,
-                                FastDiv(uint32_t(gate.group))};
-  if constexpr (kLeanR > 0)
-    stream_items_lean<kSym, kLeanR>(src, 8 * nblk, block, I, ring, bsm, scm);
-  else
-    stream_items_any<kSym>(src, 8 * nblk, block, I, R, IR, ring, islots, bsm, scm);
+  GateUpSrc src{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
+                kSym ? nullptr : gate.qzeros + zoff, kSym ? nullptr : up.qzeros + zoff, xs, I, n0, block, nblk,
+                gate.group, xseg};
+  stream_items_any<kSym>(src, 8 * nblk, block, I, R, IR, ring, islots, bsm, scm);
   __syncthreads();
   range_sums32(bsm, scm, 2, nblk, part);
   __syncthreads();
@@ -962,9 +751,8 @@ __global__ void __maxnreg__(kSUpRegisters)
 }
 
 // Dynamic shared memory: ring (part after the loop) | item slots | xs [k][I + kXPad] | bsm, scm
-// [k][nblk][32]. kLeanR as in stream_gate_up_kernel; kVecs = 1: single-vector items (twice the
-// items and threads, lean loop only: variant 3).
-template <bool kSym, int kLeanR, int kVecs = 2>
+// [k][nblk][32].
+template <bool kSym>
 __global__ void __maxnreg__(kSRegisters)
     stream_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
                        int k, ExpertView down, int block, int R, int IR, float* __restrict__ residual,
@@ -976,9 +764,7 @@ __global__ void __maxnreg__(kSRegisters)
   const int tid = threadIdx.x, nthr = blockDim.x;
   char* ring = reinterpret_cast<char*>(smem4);
   char* islots = ring + ring_bytes(R, rows_per_step(block), nthr, k * kRanges * kSCols);
-  static_assert(kVecs == 2 || kLeanR > 0, "single-vector items only in the lean loop");
-  float* xs = kLeanR ? reinterpret_cast<float*>(ring + lean_ring_bytes(kLeanR, nthr, k * kRanges * kSCols, kVecs))
-                     : reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
+  float* xs = reinterpret_cast<float*>(islots + size_t(IR) * nthr * kItemSlotBytes);
   float* bsm = xs + k * xstride;
   float* scm = bsm + k * nblk * kSCols;
   float* part = reinterpret_cast<float*>(ring);
@@ -990,7 +776,7 @@ __global__ void __maxnreg__(kSRegisters)
     s_ids[tid] = __ldcg(ids + size_t(m) * k + tid);
     s_w[tid] = __ldcg(wts + size_t(m) * k + tid);
   }
-  stage_segments<(kLeanR > 0)>(act + size_t(m) * k * I, k, I, xs, xstride, I, 0, tid, nthr);
+  stage_segments(act + size_t(m) * k * I, k, I, xs, xstride, I, 0, tid, nthr);
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   if (fin) {
     res = __ldcg(residual + size_t(m) * H + col);
@@ -1000,13 +786,9 @@ __global__ void __maxnreg__(kSRegisters)
     }
   }
   __syncthreads();
-  DownSrcT<(kLeanR > 0), kVecs> src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, xs, H, I, k, n0, block,
-                             nblk, down.group, xstride, FastDiv(uint32_t(k)), FastDiv(uint32_t(down.group)),
-                             I / down.group};
-  if constexpr (kLeanR > 0)
-    stream_items_lean<kSym, kLeanR, decltype(src), kVecs>(src, 8 / kVecs * k * nblk, block, H, ring, bsm, scm);
-  else
-    stream_items_any<kSym>(src, 4 * k * nblk, block, H, R, IR, ring, islots, bsm, scm);
+  DownSrc src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, xs, H, I, k, n0, block, nblk,
+              down.group, xstride, I / down.group};
+  stream_items_any<kSym>(src, 4 * k * nblk, block, H, R, IR, ring, islots, bsm, scm);
   __syncthreads();
   range_sums32(bsm, scm, k, nblk, part);
   __syncthreads();
@@ -1083,24 +865,12 @@ const DeviceCaps& device_caps() {
       MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                int(cudaSharedmemCarveoutMaxShared)));
     };
-    auto opt_in_ring = [&]<int R>() {
-      opt_in(stream_gate_up_kernel<float, true, R>);
-      opt_in(stream_gate_up_kernel<float, false, R>);
-      opt_in(stream_gate_up_kernel<bf16, true, R>);
-      opt_in(stream_gate_up_kernel<bf16, false, R>);
-      opt_in(stream_down_kernel<true, R>);
-      opt_in(stream_down_kernel<false, R>);
-      if constexpr (R > 0) {
-        opt_in(stream_down_kernel<true, R, 1>);
-        opt_in(stream_down_kernel<false, R, 1>);
-      }
-    };
-    opt_in_ring.template operator()<0>();  // stream_items (variant 1)
-    opt_in_ring.template operator()<2>();  // the lean loop's rings (kLeanRings)
-    opt_in_ring.template operator()<3>();
-    opt_in_ring.template operator()<4>();
-    opt_in_ring.template operator()<6>();
-    opt_in_ring.template operator()<8>();
+    opt_in(stream_gate_up_kernel<float, true>);
+    opt_in(stream_gate_up_kernel<float, false>);
+    opt_in(stream_gate_up_kernel<bf16, true>);
+    opt_in(stream_gate_up_kernel<bf16, false>);
+    opt_in(stream_down_kernel<true>);
+    opt_in(stream_down_kernel<false>);
     caps[dev] = c;
     have[dev] = true;
   }
@@ -1148,68 +918,6 @@ StreamLaunch plan_stream_launch(int items, int block, int part_floats, size_t fi
   return L;
 }
 
-// The lean loop's rings (compile-time: kLeanR), largest first.
-constexpr int kLeanRings[] = {8, 6, 4, 3, 2};
-
-// plan_stream_launch for the lean loop: the same choice of CTAs per SM and ring, over the
-// compiled rings of at most NS = block / 2 steps (R <= NS: stream_items_lean's zero words);
-// not ok (the caller takes stream_items) for an odd block, block 2 or N % 32 != 0.
-// V: vectors per item (lean_thread_bytes); max_threads: the CTA's thread cap (items beyond loop).
-StreamLaunch plan_lean_launch(int items, int block, int N, int part_floats, size_t fixed_bytes, int ctas, int regs,
-                              const DeviceCaps& c, int V = 2, int max_threads = kSMaxThreads) {
-  StreamLaunch L;
-  if (block % 2 != 0 || N % kSCols != 0) return L;
-  const int max_ring = std::min(8, block / 2);
-  int top = 0;
-  for (int R : kLeanRings)
-    if (R <= max_ring) {
-      top = R;
-      break;
-    }
-  if (top == 0) return L;
-  L.threads = std::min(max_threads, (items + 31) / 32 * 32);
-  constexpr size_t kStatic = 2 * kMaxTopK * 4;  // s_ids, s_w
-  const int reg_max = c.regs_sm / (L.threads * regs), thread_max = c.threads_sm / L.threads;
-  if (reg_max < 1) return L;  // the CTA's registers exceed the SM's
-  const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
-  for (int want = want_max; want >= 1; --want) {
-    const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(kStatic);
-    for (int R : kLeanRings) {
-      if (R > max_ring) continue;
-      const size_t smem = lean_ring_bytes(R, L.threads, part_floats, V) + fixed_bytes;
-      const size_t ring = size_t(R) * V * 32 * L.threads;
-      if (long(smem) <= budget && (want == 1 || R == top || want * ring >= size_t(c.smem_sm) / 4)) {
-        L.ok = true;
-        L.ring = R;
-        L.smem = smem;
-        return L;
-      }
-    }
-  }
-  return L;
-}
-
-template <typename T, bool kSym>
-auto lean_gate_up_kernel(int R) {
-  switch (R) {
-    case 8: return stream_gate_up_kernel<T, kSym, 8>;
-    case 6: return stream_gate_up_kernel<T, kSym, 6>;
-    case 4: return stream_gate_up_kernel<T, kSym, 4>;
-    case 3: return stream_gate_up_kernel<T, kSym, 3>;
-    default: return stream_gate_up_kernel<T, kSym, 2>;
-  }
-}
-template <bool kSym, int V = 2>
-auto lean_down_kernel(int R) {
-  switch (R) {
-    case 8: return stream_down_kernel<kSym, 8, V>;
-    case 6: return stream_down_kernel<kSym, 6, V>;
-    case 4: return stream_down_kernel<kSym, 4, V>;
-    case 3: return stream_down_kernel<kSym, 3, V>;
-    default: return stream_down_kernel<kSym, 2, V>;
-  }
-}
-
 }  // namespace
 
 bool gptq_decode_supported(const MoeShape& s, const DeviceExperts& ex, int M) {
@@ -1236,51 +944,12 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
                                                int(grid_up.x * grid_up.y), kSUpRegisters, c);
     const StreamLaunch dn = plan_stream_launch(4 * k * nblk_down, p.block_down, k * kRanges * kSCols, fixed_down,
                                                int(grid_down.x * grid_down.y), kSRegisters, c);
-    // FastDiv's range (the staging's element indices and the group index): rows·len·len < 2^32.
-    const bool fast_div_ok = uint64_t(H) * H < (uint64_t(1) << 32) && uint64_t(k) * I * I < (uint64_t(1) << 32);
-    if (moe_decode_variant() >= 2 && fast_div_ok) {
-      // The lean loop (same bits) where its preconditions hold; else stream_items below.
-      const StreamLaunch lu = plan_lean_launch(8 * nblk_up, p.block_up, I, 2 * kRanges * kSCols, fixed_up,
-                                               int(grid_up.x * grid_up.y), kSUpRegisters, c);
-      const StreamLaunch ld = plan_lean_launch(4 * k * nblk_down, p.block_down, H, k * kRanges * kSCols, fixed_down,
-                                               int(grid_down.x * grid_down.y), kSRegisters, c);
-      // Variant 3: when the down grid leaves SMs without a CTA (M·H/32 <= SMs: 96 CTAs at
-      // M = 1 on 132 SMs), single-vector down items: twice the threads per CTA (up to 512, one
-      // CTA per SM at <= 128 registers), each with half the words: more warps to hide the
-      // latency on the SMs that work, the same sums.
-      StreamLaunch ld1;
-      if (moe_decode_variant() == 3 && int(grid_down.x * grid_down.y) <= c.sms)
-        ld1 = plan_lean_launch(8 * k * nblk_down, p.block_down, H, k * kRanges * kSCols, fixed_down,
-                               int(grid_down.x * grid_down.y), kSRegisters, c, 1, 2 * kSMaxThreads);
-      if (lu.ok && ld1.ok) {
-        launch_pdl(true, ex.gate.sym ? lean_gate_up_kernel<T, true>(lu.ring) : lean_gate_up_kernel<T, false>(lu.ring),
-                   grid_up, dim3(unsigned(lu.threads)), lu.smem, stream, x, router_logits, s.num_experts, k,
-                   view_of(ex.gate), view_of(ex.up), p.block_up, 0, 0, ids, weights, act);
-        if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-        launch_pdl(true, ex.down.sym ? lean_down_kernel<true, 1>(ld1.ring) : lean_down_kernel<false, 1>(ld1.ring),
-                   grid_down, dim3(unsigned(ld1.threads)), ld1.smem, stream, static_cast<const float*>(act),
-                   static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down),
-                   p.block_down, 0, 0, residual, shared_out, shared_gate_logit);
-        return;
-      }
-      if (lu.ok && ld.ok) {
-        launch_pdl(true, ex.gate.sym ? lean_gate_up_kernel<T, true>(lu.ring) : lean_gate_up_kernel<T, false>(lu.ring),
-                   grid_up, dim3(unsigned(lu.threads)), lu.smem, stream, x, router_logits, s.num_experts, k,
-                   view_of(ex.gate), view_of(ex.up), p.block_up, 0, 0, ids, weights, act);
-        if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-        launch_pdl(true, ex.down.sym ? lean_down_kernel<true>(ld.ring) : lean_down_kernel<false>(ld.ring), grid_down,
-                   dim3(unsigned(ld.threads)), ld.smem, stream, static_cast<const float*>(act),
-                   static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down),
-                   p.block_down, 0, 0, residual, shared_out, shared_gate_logit);
-        return;
-      }
-    }
     if (up.ok && dn.ok) {
-      launch_pdl(true, ex.gate.sym ? stream_gate_up_kernel<T, true, 0> : stream_gate_up_kernel<T, false, 0>, grid_up,
+      launch_pdl(true, ex.gate.sym ? stream_gate_up_kernel<T, true> : stream_gate_up_kernel<T, false>, grid_up,
                  dim3(unsigned(up.threads)), up.smem, stream, x, router_logits, s.num_experts, k, view_of(ex.gate),
                  view_of(ex.up), p.block_up, up.ring, up.islots, ids, weights, act);
       if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-      launch_pdl(true, ex.down.sym ? stream_down_kernel<true, 0> : stream_down_kernel<false, 0>, grid_down,
+      launch_pdl(true, ex.down.sym ? stream_down_kernel<true> : stream_down_kernel<false>, grid_down,
                  dim3(unsigned(dn.threads)), dn.smem, stream, static_cast<const float*>(act),
                  static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k, view_of(ex.down),
                  p.block_down, dn.ring, dn.islots, residual, shared_out, shared_gate_logit);
@@ -1312,13 +981,16 @@ template void gptq_decode<bf16>(const bf16*, const float*, const MoeShape&, cons
 namespace moeserve::cuda {
 
 namespace {
-// 1 (default): the streaming kernels; 2: the lean streaming loop, 3: the same with single-vector
-// down items where the down grid does not fill the SMs (both slower at batch 1 on the H200,
-// docs/PERF.md run S7: 34.5 / 34.0 us against 26.8); 0: the previous ones.
+// 1 (default): the streaming kernels; 0: the previous ones.
 std::atomic<int> g_decode_variant{1};
 }  // namespace
 
-void set_moe_decode_variant(int variant) { g_decode_variant.store(std::clamp(variant, 0, 3)); }
+void set_moe_decode_variant(int variant) {
+  if (variant != 0 && variant != 1)
+    throw Error("set_moe_decode_variant: " + std::to_string(variant) +
+                " (0: the previous kernels, 1: the streaming kernels)");
+  g_decode_variant.store(variant);
+}
 
 int moe_decode_variant() { return g_decode_variant.load(); }
 

@@ -77,18 +77,15 @@ void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinea
                         cudaStream_t stream);
 
 // How the M <= 2 streaming kernel (row_gemv_f32 and row_gemv_f32_gated at one or two tokens)
-// feeds its weights, process-wide, for A/B measurements in one binary; every feed gives the
+// feeds its weights, process-wide, for A/B measurements in one binary; both feeds give the
 // same bits. Lean (the default): the register ring with lean addressing (running pointers,
 // immediate offsets, no bounds tests) where K % 512 == 0, else Registers; the tiled kernel (M >=
-// 3) takes the lean form too. Registers: a ring of 4-byte loads per lane in registers. CpAsync:
-// 16-byte cp.async.cg copies into a per-warp ring in shared memory. Bulk: 1-D cp.async.bulk
-// copies of each row's step on an mbarrier (sm_90+; CpAsync elsewhere). A launch whose rows
-// are not 16-byte aligned (K·elem % 16 != 0), or whose ring would not fit the kernel's shared
-// memory, takes Registers (or CpAsync instead of Bulk). Read at launch time: a captured CUDA
-// graph keeps the feed it was captured with.
-enum class RowGemvFeed { Registers = 0, CpAsync = 1, Bulk = 2, Lean = 3 };
+// 3) takes the lean form too. Registers: a ring of 4-byte loads per lane in registers. Read at
+// launch time: a captured CUDA graph keeps the feed it was captured with.
+enum class RowGemvFeed { Registers = 0, Lean = 1 };
 void set_row_gemv_feed(RowGemvFeed feed);
-// "registers", "cp-async", "bulk" or "lean" (bench flags); throws Error otherwise.
+// "registers" or "lean" (bench flags); throws Error otherwise (also for the removed feeds
+// "cp-async" and "bulk").
 RowGemvFeed parse_row_gemv_feed(const std::string& name);
 RowGemvFeed row_gemv_feed();
 

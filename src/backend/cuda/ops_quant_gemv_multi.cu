@@ -33,7 +33,7 @@
 // full wave of warps (>= 64 rows per SM: the LM head, q_proj, in_proj; each x load serves 4
 // rows); otherwise R = 1 (3 CTAs per SM: o_proj / out_proj 3072 x 8192 is one wave of 384
 // CTAs; the router set). FP8: a warp's rows share one 128-row scale block: one scale load per
-// step serves them all. The ring has three feeds (RowGemvFeed, set_row_gemv_feed; the same
+// step serves them all. The ring has two feeds (RowGemvFeed, set_row_gemv_feed; the same
 // arithmetic, the same bits; the table of D per feed: launch_small_m):
 //   Registers: a lane loads its own groups into registers (FP8/INT8: 4-byte loads, one
 //     128-byte line per warp instruction; bf16 8-byte loads, D/2 steps): R = 4, D = 3 (2 at two
@@ -43,22 +43,8 @@
 //     per step, the 4 groups as immediate offsets, no per-lane k < K tests. At one token these
 //     kernels are issue-bound, not byte-bound (docs/PERF.md runs S1-S4: ~10 instructions per
 //     weight before, ~4.5 after); R = 4, D = 2; R = 1, D = 4.
-//   CpAsync: a per-warp ring in shared memory, [D slots][R rows][512·elem B], each
-//     slot one step of R rows copied as-is by 16-byte cp.async.cg (a warp instruction moves
-//     512 B, 4x the bytes of a 4-byte load, without L1 allocation or registers); one commit
-//     group per step, wait_group(D - 1) + __syncwarp before a step is read; lanes then read
-//     their 4-byte (bf16 8-byte) groups from the slot, conflict-free, in the same lane -> k
-//     mapping. R = 1: D = 8, 32 KB per CTA (96 KB in flight per SM at 3 CTAs; the registers
-//     allow more where the grid has them); R = 4: D = 3, 48 KB per CTA (2-3 CTAs per SM).
-//   Bulk: the same ring; lane 0 fills a slot with one cp.async.bulk per row (512 B, bf16 1 KB,
-//     less in the last step) completing on the slot's mbarrier (expect_tx = exactly the bytes
-//     copied; the n-th use of slot d completes phase n, waited by parity n & 1). R = 4: D = 2
-//     (the barriers do not fit beside 48 KB of ring).
-//   Shared memory stays <= 48 KB per CTA (no opt-in; sm_121's 100 KB per SM holds 3 CTAs of
-//   one row per warp or 2 of four); a launch whose ring does not fit (gated with long K) or
-//   whose rows do not start 16-byte aligned (K·elem % 16 != 0) takes Registers. x stays on
-//   the L1 path (__ldg, 16 B per lane); the gated tile's silu(g)·u follows the ring in
-//   shared memory.
+//   x stays on the L1 path (__ldg, 16 B per lane); gated: the tile's silu(g)·u is the kernel's
+//   dynamic shared memory (MT·K·4 <= kGatedSmem, no opt-in).
 //
 // M >= 3 (gated: M >= 2 with K <= 5888): row_gemv_f32_kernel. A CTA is 8 warps = 8/S row
 // groups x S slices; a warp takes R consecutive output rows of one job over its slice (each x
@@ -87,12 +73,11 @@
 // L2) and y. Per weight at one token a lane spends about 4 instructions (convert, FP8 scale
 // multiply, fma, its share of loads and x), well under the issue rate that the HBM bandwidth
 // asks for, so M <= 2 is bound by the bytes in flight (the ring; Little's law: the bytes in
-// flight per SM must cover the HBM bandwidth per SM times the memory latency; the CpAsync and
-// Bulk feeds also take the weights off the per-lane load path, which at 4 bytes per lane moves
-// one 128-byte line per request). At one token and one row per warp x is 4 bytes per weight
-// (f32, from L1): the L1 data path carries it beside the weights. At M = 8 the FMAs (8 per
-// weight on CUDA cores) and the x loads from L1 (16 B per 4 weights per token per R rows) take
-// about as long as the FP8 bytes: CUDA cores cannot do better there.
+// flight per SM must cover the HBM bandwidth per SM times the memory latency). At one token
+// and one row per warp x is 4 bytes per weight (f32, from L1): the L1 data path carries it
+// beside the weights. At M = 8 the FMAs (8 per weight on CUDA cores) and the x loads from L1
+// (16 B per 4 weights per token per R rows) take about as long as the FP8 bytes: CUDA cores
+// cannot do better there.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -134,9 +119,6 @@ __device__ __forceinline__ void with_format(int fmt, Body&& body) {
 // static partial sums (<= 1 KB) a CTA stays within the 48 KB that need no opt-in.
 constexpr size_t kGatedSmem = 46 * 1024;
 constexpr int kPdlMaxRows = 64;  // launches of up to this many rows of x use PDL
-// The streaming kernel's dynamic shared memory (ring + gated tile) stays within the 48 KB that
-// need no cudaFuncSetAttribute opt-in (so no first-call set-up, capture-safe).
-constexpr size_t kStreamSmemMax = 48 * 1024;
 
 struct Job {
   const uint8_t* w;
@@ -687,20 +669,14 @@ __global__ void __launch_bounds__(W * 32, 2)
 // (FP8/INT8) in flight from its first to its last step (the slice-per-warp kernel issues
 // everything at once, then computes with nothing in flight, then meets at a barrier). FP8: the
 // R rows of a warp lie in one 128-row scale block (R | 128, first row a multiple of R), so one
-// scale load per step serves them all. Three feeds of the ring (RowGemvFeed, ops_quant_gemv.h),
+// scale load per step serves them all. Two feeds of the ring (RowGemvFeed, ops_quant_gemv.h),
 // the same arithmetic (step_fma, slice_sum, store_rows below are shared):
-//   Registers: the ring is registers; a lane loads its own 4-byte groups (FP8/INT8: one
-//     128-byte line per warp instruction; bf16 8-byte loads), 4·R loads in flight per step.
-//   CpAsync:   the ring is the warp's slice of shared memory; the warp copies each step of
-//     each row as-is with 16-byte cp.async.cg (one instruction per 512 B per warp), one commit
-//     group per step; the lanes then read their 4-byte (bf16: 8-byte) groups from the slot in
-//     the same lane -> k mapping (conflict-free: 32 consecutive words per group).
-//   Bulk:      the same ring, filled by lane 0 with one cp.async.bulk per row and step
-//     (512 B FP8/INT8, 1 KB bf16; less for the last step) on the slot's mbarrier.
-// Shared memory of a CTA (dynamic): [8 warps][D slots][R rows][512·elem B] ring (bf16: D/2
-// slots of 1 KB rows: the same bytes), then (Bulk) [8 warps][D] mbarriers, then (gated) the
-// tile's silu(g)·u [MT][K] f32. At most 48 KB (no opt-in); launches that would need more, or
-// whose rows are not 16-byte aligned (K·elem % 16 != 0, base % 16 != 0) take Registers.
+//   Registers (stream_rows): the ring is registers; a lane loads its own 4-byte groups
+//     (FP8/INT8: one 128-byte line per warp instruction; bf16 8-byte loads), 4·R loads in
+//     flight per step.
+//   Lean (stream_rows_lean, K % 512 == 0): the same ring with lean addressing (below).
+// Shared memory of a CTA (dynamic): gated only, the tile's silu(g)·u [MT][K] f32 (<= kGatedSmem,
+// no opt-in).
 
 // One step of one lane: its 4 groups k = kbase + 128i of its R rows, times the tile's tokens,
 // into its fma chains acc[r][m] (every lane of the warp calls this: the scale shuffles).
@@ -775,7 +751,7 @@ __device__ __forceinline__ void store_rows(const Job& job, float (&tot)[R][MT], 
 }
 
 // The feeds (host and device): RowGemvFeed's values.
-enum : int { kFeedRegisters = 0, kFeedCpAsync = 1, kFeedBulk = 2, kFeedLean = 3 };
+enum : int { kFeedRegisters = 0, kFeedLean = 1 };
 
 template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void stream_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
@@ -833,143 +809,6 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
       step_fma<F, MT, R, kGated>(raw[d], F == kFp8 ? rs[d] : 0.0f, xt, K, mt, t * kStep + 4 * lane, acc);
       if (t + D < steps) load(t + D, raw[d], rs[d]);  // refill the slot just consumed
       if (--left == 0 || t + 1 == steps) {           // end of a slice (warp-uniform)
-        slice_sum<MT, R>(acc, tot, first);
-        first = false;
-        left = T;
-      }
-    }
-  }
-  store_rows<F, MT, R>(job, tot, row_scale, n0, m0, mt, steps, S, T);
-}
-
-// Shared-memory ring bytes per warp (FP8/INT8 step units: bf16 has half the slots of twice
-// the size) and mbarrier bytes per warp (Bulk).
-template <int R, int kD>
-inline constexpr int kRingBytes = kD * R * kStep;
-template <int kD, int kFeed>
-inline constexpr int kBarBytes = kFeed == kFeedBulk ? kD * 8 : 0;
-
-// The CpAsync / Bulk feeds: the same loop as stream_rows, the ring in shared memory.
-template <int F, int MT, int R, int kD, bool kGated, int kFeed>
-__device__ __forceinline__ void stream_rows_smem(const Job& job, const float* __restrict__ x,
-                                                 const float* __restrict__ u, uint8_t* smem, int K, int n0, int m0,
-                                                 int mt, int S, int T) {
-  static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
-  static_assert(kFeed == kFeedCpAsync || kFeed == kFeedBulk);
-  namespace ac = async_copy;
-  constexpr int kElem = F == kBf16 ? 2 : 1;
-  constexpr int kStepBytes = kStep * kElem;                // one row's step: 512 B (bf16 1 KB)
-  constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // slots: the same bytes
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int kb = (K + 127) / 128;
-  const int steps = (K + kStep - 1) / kStep;
-  const int row_bytes = K * kElem;  // a multiple of 16 (the launch checked)
-  const bool active = n0 < job.N;   // warp-uniform; inactive warps only help the gated fill
-  const uint8_t* rows[R];
-  float row_scale[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int n = min(n0 + r, job.N - 1);  // rows past N repeat N - 1 and are not stored
-    rows[r] = job.w + size_t(n) * size_t(K) * kElem;
-    row_scale[r] = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
-  }
-  const float* srow = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * kb : nullptr;
-  uint8_t* ring = smem + size_t(warp) * kRingBytes<R, kD>;  // slot d, row r: + (d·R + r)·kStepBytes
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kRingBytes<R, kD> +
-                                               size_t(warp) * kBarBytes<kD, kFeed>);
-  float* act = reinterpret_cast<float*>(smem + size_t(kWarps) * (kRingBytes<R, kD> + kBarBytes<kD, kFeed>));
-  float rs[D];  // FP8: the scale of block 4t + lane % 4, in registers as in stream_rows
-  // Request step t into slot d (and its FP8 scale into s).
-  auto request = [&](int t, int d, float& s) {
-    uint8_t* slot = ring + d * (R * kStepBytes);
-    const int off = t * kStepBytes;  // <= row_bytes - 1 < INT_MAX
-    if constexpr (kFeed == kFeedCpAsync) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int c = 0; c < kStepBytes / 512; ++c) {
-          const int b = 16 * (32 * c + lane);   // byte within the row's step
-          if (off + b < row_bytes)              // whole 16-byte chunks: never past the row
-            ac::cp_async16(slot + r * kStepBytes + b, rows[r] + off + b);
-        }
-    } else {
-      if (lane == 0) {
-        const uint32_t bytes = uint32_t(min(kStepBytes, row_bytes - off));  // > 0, a multiple of 16
-        ac::mbar_arrive_expect_tx(bars + d, uint32_t(R) * bytes);           // exactly what follows
-#pragma unroll
-        for (int r = 0; r < R; ++r) ac::bulk_copy_g2s(slot + r * kStepBytes, rows[r] + off, bytes, bars + d);
-      }
-    }
-    if constexpr (F == kFp8) s = __ldg(srow + min(4 * t + (lane & 3), kb - 1));
-  };
-  if (active) {
-    if constexpr (kFeed == kFeedBulk) {
-      if (lane == 0) {
-#pragma unroll
-        for (int d = 0; d < D; ++d) ac::mbar_init(bars + d, 1);
-        ac::mbar_init_fence();
-      }
-      __syncwarp();
-    }
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-      if (d < steps) request(d, d, rs[d]);  // in flight while the previous kernel finishes
-      if constexpr (kFeed == kFeedCpAsync) ac::cp_async_commit();  // one group per slot, even empty
-    }
-  }
-  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
-  const float* xt;
-  if constexpr (kGated) {
-    fill_act(x, u, K, m0, mt, act);  // every thread of the CTA: the barrier inside
-    xt = act;
-  } else {
-    xt = x + size_t(m0) * K;
-  }
-  if (!active) return;  // no barrier below; this warp issued no copies
-
-  float acc[R][MT], tot[R][MT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f, tot[r][m] = 0.0f;
-  bool first = true;
-  int left = T;
-  uint32_t parity = 0;  // Bulk: slot d holds steps d, d + D, ...: the n-th use completes phase n
-  for (int t0 = 0; t0 < steps; t0 += D, parity ^= 1u) {
-#pragma unroll
-    for (int d = 0; d < D; ++d) {
-      const int t = t0 + d;
-      if (t >= steps) break;  // warp-uniform
-      // Step t has landed: cp.async: D + t groups committed, group j holds step j, so at most
-      // D - 1 pending means group t is done (each lane's own copies), then the warp barrier
-      // shows every lane's copies to all; Bulk: the slot's phase.
-      if constexpr (kFeed == kFeedCpAsync) ac::cp_async_wait<D - 1>();
-      else ac::mbar_wait(bars + d, parity);
-      __syncwarp();
-      const uint8_t* slot = ring + d * (R * kStepBytes);
-      const int kbase = t * kStep + 4 * lane;
-      StepRaw<F> raw[R];  // the lane's groups, as load_step_w would have loaded them
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          if (kbase + 128 * i >= K) break;  // never copied (past the row): not read
-          if constexpr (F == kBf16) {
-            const uint2 p = reinterpret_cast<const uint2*>(slot + r * kStepBytes)[32 * i + lane];
-            raw[r].v[2 * i] = p.x, raw[r].v[2 * i + 1] = p.y;
-          } else {
-            raw[r].v[i] = reinterpret_cast<const uint32_t*>(slot + r * kStepBytes)[32 * i + lane];
-          }
-        }
-      step_fma<F, MT, R, kGated>(raw, F == kFp8 ? rs[d] : 0.0f, xt, K, mt, kbase, acc);
-      __syncwarp();  // every lane has read the slot before it is refilled
-      if (t + D < steps) {
-        if constexpr (kFeed == kFeedBulk)
-          if (lane == 0) ac::fence_proxy_async_smem();  // generic reads before the async writes
-        request(t + D, d, rs[d]);
-      }
-      if constexpr (kFeed == kFeedCpAsync) ac::cp_async_commit();  // keeps group j = step j
-      if (--left == 0 || t + 1 == steps) {
         slice_sum<MT, R>(acc, tot, first);
         first = false;
         left = T;
@@ -1074,27 +913,16 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
 }
 
 // CTAs per SM the registers are budgeted for: 3 (80 per thread) for one row per warp, 2 for
-// four (launch_small_m); 3 for four rows of one token in a cp.async ring (no ring in registers;
-// the H200's shared memory holds 3 such CTAs, sm_121's 2).
-template <int MT, int R, int kFeed>
-inline constexpr int kStreamMinBlocks = R == 1 || (MT == 1 && kFeed == kFeedCpAsync) ? 3 : 2;
-
-// Dynamic shared memory of a streaming launch: the ring and barriers (CpAsync / Bulk) and the
-// gated tile's silu(g)·u.
-template <int MT, int R, int D, bool kGated, int kFeed>
-size_t stream_smem(int K) {
-  const size_t ring = kFeed == kFeedRegisters || kFeed == kFeedLean
-                          ? 0
-                          : size_t(kWarps) * (kRingBytes<R, D> + kBarBytes<D, kFeed>);
-  return ring + (kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0);
-}
+// four (launch_small_m).
+template <int R>
+inline constexpr int kStreamMinBlocks = R == 1 ? 3 : 2;
 
 template <int MT, int R, int D, bool kGated, int kFeed>
-__global__ void __launch_bounds__(kThreads, kStreamMinBlocks<MT, R, kFeed>)
+__global__ void __launch_bounds__(kThreads, kStreamMinBlocks<R>)
     row_gemv_f32_stream_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
                                int S, int T, int tiles) {
   pdl_launch_dependents();
-  extern __shared__ float4 stream_smem_f4[];  // the ring (CpAsync / Bulk), then the gated tile's silu(g)·u
+  extern __shared__ float4 stream_smem_f4[];  // gated: the tile's silu(g)·u [MT][K] f32
   const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
   Job job = jobs.job[0];
 #pragma unroll
@@ -1103,16 +931,13 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks<MT, R, kFeed>)
   const int warp = threadIdx.x >> 5;
   const int n0 = ((rb - job.block_begin) * kWarps + warp) * R;
   const int m0 = tile * MT, mt = min(MT, M - m0);
-  uint8_t* smem = reinterpret_cast<uint8_t*>(stream_smem_f4);
-  float* act = reinterpret_cast<float*>(smem);  // Lean / Registers: the gated tile (no ring)
+  float* act = reinterpret_cast<float*>(stream_smem_f4);
   with_format(job.fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
     if constexpr (kFeed == kFeedLean)
       stream_rows_lean<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
-    else if constexpr (kFeed == kFeedRegisters)
-      stream_rows<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
     else
-      stream_rows_smem<F, MT, R, D, kGated, kFeed>(job, x, u, smem, K, n0, m0, mt, S, T);
+      stream_rows<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
   });
 }
 
@@ -1222,39 +1047,24 @@ void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cuda
   const KSplit ks = k_split(K);
   const int tiles = (M + MT - 1) / MT;
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
-  const size_t smem = stream_smem<MT, R, D, kGated, kFeed>(K);  // <= kStreamSmemMax (the callers check)
+  const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
   launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed>, dim3(grid), dim3(kThreads),
              smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-// The feed a streaming launch asks for, before the shared-memory check: the selected one
-// where the device has it (cp.async sm_80+, bulk copies sm_90+) and every job's rows start
-// 16-byte aligned (base % 16 == 0, K·elem % 16 == 0: whole 16-byte chunks, never past a row);
-// otherwise Registers.
-int requested_feed(const Jobs& jobs, int K) {
-  const int want = int(row_gemv_feed());
-  if (want == kFeedRegisters) return kFeedRegisters;
-  if (want == kFeedLean) return K % kStep == 0 ? kFeedLean : kFeedRegisters;  // whole steps only
-  if (device_major() < 8) return kFeedRegisters;
-  for (int i = 0; i < jobs.count; ++i) {
-    const size_t elem = jobs.job[i].fmt == kBf16 ? 2 : 1;
-    if (reinterpret_cast<uintptr_t>(jobs.job[i].w) % 16 != 0 || (size_t(K) * elem) % 16 != 0) return kFeedRegisters;
-  }
-  return want == kFeedBulk && device_major() < 9 ? kFeedCpAsync : want;
+// The feed a streaming launch takes: Lean where it is selected and every step is whole
+// (K % 512 == 0), otherwise Registers.
+int requested_feed(int K) {
+  return row_gemv_feed() == RowGemvFeed::Lean && K % kStep == 0 ? kFeedLean : kFeedRegisters;
 }
 
-// One streaming configuration (MT, R, kGated) in its three feeds: Bulk with DB slots, CpAsync
-// with DC, Registers with DR; a feed whose shared memory would pass kStreamSmemMax falls back
-// to the next (Bulk -> CpAsync -> Registers).
-template <int MT, int R, bool kGated, int DR, int DC, int DB, int DL>
+// One streaming configuration (MT, R, kGated) in its two feeds: Lean with DL slots, Registers
+// with DR.
+template <int MT, int R, bool kGated, int DR, int DL>
 void launch_stream_feed(int feed, const float* x, const float* u, int M, const Jobs& jobs, int K,
                         cudaStream_t stream) {
   if (feed == kFeedLean) return launch_stream<MT, R, DL, kGated, kFeedLean>(x, u, M, jobs, K, stream);
-  if (feed == kFeedBulk && stream_smem<MT, R, DB, kGated, kFeedBulk>(K) <= kStreamSmemMax)
-    return launch_stream<MT, R, DB, kGated, kFeedBulk>(x, u, M, jobs, K, stream);
-  if (feed != kFeedRegisters && stream_smem<MT, R, DC, kGated, kFeedCpAsync>(K) <= kStreamSmemMax)
-    return launch_stream<MT, R, DC, kGated, kFeedCpAsync>(x, u, M, jobs, K, stream);
   launch_stream<MT, R, DR, kGated, kFeedRegisters>(x, u, M, jobs, K, stream);
 }
 
@@ -1264,27 +1074,21 @@ void launch_stream_feed(int feed, const float* x, const float* u, int M, const J
 // long-K matrices (o_proj, out_proj: 3072 x 8192 -> 384 CTAs, one wave) and the router set get
 // the most warps and loads in flight. Ring depth D (FP8/INT8 steps; bf16 half as many slots of
 // twice the bytes), per feed:
-//                        Registers        CpAsync               Bulk
-//   4 rows, one token    3                3 (48 KB per CTA)     2 (32 KB + barriers)
-//   4 rows, two tokens   2                3                     2
-//   4 rows, gated        3                2 (32 KB + act)       2
-//   1 row,  M <= 2       8 (M = 1), 4     8 (32 KB per CTA)     8 (6 at two tokens)
-//   1 row,  gated        4                4 (16 KB + act)       4
-// Bytes in flight per SM (FP8/INT8, CpAsync): 1 row: 3 CTAs x 8 warps x 8 x 512 B = 96 KB (the
-// register budget; more CTAs where the grid has them and the registers allow); 4 rows: 2 CTAs x
-// 48 KB = 96 KB (one token: registers budgeted for 3 CTAs, 144 KB, where shared memory allows).
-// sm_121 (100 KB of shared memory per SM) holds 3 x 33 KB or 2 x 49 KB (with the per-CTA
-// reserve); the H200 (228 KB) up to 6 and 4.
+//                        Registers        Lean
+//   4 rows, one token    3                2
+//   4 rows, two tokens   2                2
+//   4 rows, gated        3                2
+//   1 row,  M <= 2       8 (M = 1), 4     4
+//   1 row,  gated        4                4
 template <int MT, bool kGated>
 void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
   long long rows = 0;
   for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
-  const int feed = requested_feed(jobs, K);
+  const int feed = requested_feed(K);
   if (rows >= 4LL * 16 * sm_count())
-    launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, kGated ? 2 : 3, 2, 2>(feed, x, u, M, jobs, K, stream);
+    launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, 2>(feed, x, u, M, jobs, K, stream);
   else
-    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, kGated ? 4 : 8, kGated ? 4 : MT == 1 ? 8 : 6, 4>(
-        feed, x, u, M, jobs, K, stream);
+    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, 4>(feed, x, u, M, jobs, K, stream);
 }
 
 // Measurement override of the one-token kernel (set_row_gemv_one_token_variant): 0 = by shape.
@@ -1369,10 +1173,11 @@ int row_gemv_tiled_variant() { return g_tiled_variant.load(std::memory_order_rel
 void set_row_gemv_feed(RowGemvFeed feed) { g_row_gemv_feed.store(int(feed), std::memory_order_relaxed); }
 RowGemvFeed parse_row_gemv_feed(const std::string& name) {
   if (name == "registers") return RowGemvFeed::Registers;
-  if (name == "cp-async") return RowGemvFeed::CpAsync;
-  if (name == "bulk") return RowGemvFeed::Bulk;
   if (name == "lean") return RowGemvFeed::Lean;
-  throw Error("unknown row GEMV feed '" + name + "' (registers, cp-async, bulk, lean)");
+  if (name == "cp-async" || name == "bulk")
+    throw Error("row GEMV feed '" + name + "' no longer exists (removed: the same bits, no faster; docs/PERF.md run S5); "
+                "the feeds are registers and lean");
+  throw Error("unknown row GEMV feed '" + name + "' (registers, lean)");
 }
 RowGemvFeed row_gemv_feed() { return RowGemvFeed(g_row_gemv_feed.load(std::memory_order_relaxed)); }
 
