@@ -1,0 +1,591 @@
+// tc_gemv_f32 / tc_gemv_f32_gated (ops_tc_gemv.h): generated tokens' dense projections on
+// mma.sync. The arithmetic (block-128 P scaling, f16 hi/lo split, k permutation, slices) is in
+// the header; every kernel form here computes exactly it.
+//
+// Layout. x f32 [M, K] (gated: g, u), 16-byte aligned rows (K % 16 == 0). W [N, K] row-major:
+// FP8 e4m3 with f32 block scales [ceil(N/128), B], INT8 with f32 row scales [N], or bf16. y f32
+// [M, N].
+//
+// Parallelisation. A CTA is 8 warps; it owns 16·8/WS consecutive rows of one job (a job's rows
+// are cut into such row blocks; CTAs of several jobs form one 1-D grid) and one token tile of
+// MT = 8·NT tokens (NT = 1, 2, 4 n8 column blocks; grid = row blocks x tiles, the tiles of one
+// row block adjacent so that the later ones read the weights from L2). Warp w owns the 16-row
+// m16 group rw = w / WS over the blocks of the slices sl·S/WS .. (sl+1)·S/WS − 1, sl = w % WS:
+// WS ("slice lanes", 1, 2, 4 or 8) warps split K, which spreads short launches (o_proj: 3072 rows
+// x K 8192 = 192 row groups) over many CTAs. The CTA walks "steps" u = 0 .. ceil(B/WS) − 1 in
+// lockstep; at step u slice lane sl works on its range's block u. WS = 1: a warp folds its
+// slices in registers; WS > 1: each slice's acc_j goes to shared memory and the epilogue folds
+// them in slice order (the same operations: bits do not depend on WS).
+//
+// Weights (A operand): thread (g = lane / 4, t4 = lane % 4) of a warp loads, per block, 16 bytes
+// at 64·j + 16·t4 of rows n0 + g and n0 + g + 8 (FP8 / INT8: j = 0, 1; bf16: j = 0..3), LDG.128
+// with running row pointers (one 64-bit add per row and block, immediate offsets), into a register
+// ring of D blocks that is refilled as soon as a block is consumed (FP8 / INT8 D = 4 at NT = 1:
+// 256 bytes per thread, 64 KB per CTA in flight; the first D blocks are requested before the PDL
+// wait). FP8: each 32-bit word s of a chunk's load is two cvt e4m3x2 -> f16x2 (low and high
+// half) = the A registers of k16 step s (rows g and g + 8: a0..a3): 8 conversions per 16 weights
+// ... 0.5 instructions per weight; INT8: one LOP3 per word, one PRMT + one HSUB2 per pair; bf16:
+// the loaded words are the A registers.
+//
+// Activations (B operand), per step, by the whole CTA: (1) cp.async copies of the step's raw x
+// (one 128-k block per slice lane and token: 512 B per unit; gated: g and u) into shared memory,
+// issued one step ahead; (2) a warp per (slice lane, token) unit converts it: lane L holds the
+// float4 of physical k 4L .. 4L + 3, the warp's max |x| gives P, the lane scales, splits
+// (f16 or, bf16 jobs, bf16 hi/lo) and writes ONE 16-byte fragment {hi b0, hi b1, lo b0, lo b1}
+// of k16 step i and thread t4 (the permutation of the header), plus 2^-P per unit. A warp then
+// reads, per k16 step and n8 column block, one LDS.128 per lane (lanes of tokens past the tile's
+// last read that token's fragment: their MMA columns are discarded, and an MMA column depends
+// only on its own B column). Two barriers per step (convert -> MMAs; the next raw copy landed).
+//
+// Per block, 16 rows and n8 block: 16 MMAs (8 k16 steps x hi/lo) from a zero accumulator, then
+// 4 FFMA (FP8: 2 FMUL for s·2^-P first) into acc_j. Inner loop per 64 weights of a thread
+// (FP8, NT = 1): 4 LDG.128, 32 cvt, 16 MMA, 8 LDS.128, ~10 scale/loop instructions ~= 1.1
+// instructions per weight, plus the staging (~45 instructions per warp, token and block of a
+// slice lane; shared by the CTA's 8/WS row groups).
+//
+// Shared memory (dynamic): fragments WS·mt·512 B, raw x WS·mt·512 B (gated 1024), 2^-P WS·mt·4 B,
+// and for WS > 1 the slice partials S·(128/WS)·mt·4 B; the host keeps it <= 96 KB (the DGX
+// Spark's 99 KB per block) and opts in above 48 KB.
+// Roofline: the weight bytes once (N·K·{1, 1, 2} + scales), x per CTA (M·K·4 from L2), y.
+// At M <= 8 the MMAs (one n8 block) cost what they cost at M = 1; at M = 64 the 16 MMAs per
+// block, 16 rows and n8 block (8 n8 blocks) bound the kernel well above the bytes.
+#include "backend/cuda/ops_tc_gemv.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_mma_frag.cuh"
+#include "backend/cuda/ops_tc_gemv_frag.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/smem_opt_in.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockK = 128;
+constexpr int kPdlMaxRows = 64;          // launches of up to this many tokens use PDL
+constexpr size_t kSmemBudget = 96 * 1024;  // the DGX Spark: 99 KB per block
+enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
+
+struct TcJob {
+  const uint8_t* w;
+  const float* scale;  // FP8 block scales, INT8 row scales, bf16: unused
+  float* y;
+  int N;
+  int fmt;
+  int block_begin;  // first CTA row block of this job
+  int accumulate;
+};
+struct TcJobs {
+  TcJob job[kMaxRowJobs];
+  int count;
+};
+
+// The launch's shape, CTA-uniform.
+struct TcShape {
+  int M, K, B, S, WS, steps, tiles, mt_max;
+};
+
+template <typename Body>
+__device__ __forceinline__ void with_format(int fmt, Body&& body) {
+  switch (fmt) {
+    case kFp8:
+      body(std::integral_constant<int, kFp8>{});
+      break;
+    case kInt8:
+      body(std::integral_constant<int, kInt8>{});
+      break;
+    default:
+      body(std::integral_constant<int, kBf16>{});
+      break;
+  }
+}
+
+// ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
+__device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+// The ring depth in blocks: FP8 / INT8 16 registers per block, bf16 32.
+template <int F, int NT>
+inline constexpr int kRingD = F == kBf16 ? (NT == 1 ? 2 : NT == 2 ? 2 : 1) : (NT == 1 ? 4 : 2);
+template <int F>
+inline constexpr int kLoadsPerRow = F == kBf16 ? 4 : 2;  // 16-byte loads per row and block
+template <int F>
+inline constexpr int kRowBlockBytes = F == kBf16 ? 256 : 128;
+
+// One ring slot: a thread's weights of one block for rows g (w[0]) and g + 8 (w[1]), and (FP8)
+// the block scale of the row group.
+template <int F>
+struct Slot {
+  uint4 w[2][kLoadsPerRow<F>];
+  float s;
+};
+
+// Shared-memory carve-up (bytes), the same on host and device.
+struct SmemLayout {
+  int frag, raw, raw_u, pinv, partial, total;
+};
+__host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool gated) {
+  SmemLayout l{};
+  const int units = WS * mt;
+  l.frag = 0;
+  l.raw = l.frag + units * 512;
+  l.raw_u = l.raw + units * 512;
+  l.pinv = l.raw_u + (gated ? units * 512 : 0);
+  l.partial = l.pinv + ((units * 4 + 15) / 16) * 16;
+  l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
+  return l;
+}
+
+// The CTA's staging of step u: cp.async copies of the raw x of every (slice lane, token) unit
+// whose slice lane has a block at this step (one commit group).
+template <bool kGated>
+__device__ __forceinline__ void stage_copy(const TcShape& sh, const float* __restrict__ x, const float* __restrict__ u,
+                                           int m0, int mt, int step, uint8_t* smem, const SmemLayout& L) {
+  const int SPL = sh.S / sh.WS;
+  const int pieces = sh.WS * mt * 32;
+  for (int e = threadIdx.x; e < pieces; e += kThreads) {
+    const int unit = e >> 5, p = e & 31;
+    const int sl = unit / mt, m = unit - sl * mt;
+    const int b = tc_gemv_slice_begin(sh.B, sh.S, sl * SPL) + step;
+    if (b >= tc_gemv_slice_begin(sh.B, sh.S, (sl + 1) * SPL)) continue;  // this lane's range is done
+    const int k = b * kBlockK + 4 * p;
+    const bool in = k < sh.K;  // K % 16 == 0: a 16-byte piece is whole or past the row
+    const size_t row = size_t(m0 + m) * size_t(sh.K);
+    const size_t off = row + (in ? size_t(k) : 0);
+    const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem + L.raw + (unit * 128 + 4 * p) * 4));
+    mma_frag::cp_async16(dst, x + off, in ? 16 : 0);
+    if constexpr (kGated) {
+      const uint32_t dst_u = uint32_t(__cvta_generic_to_shared(smem + L.raw_u + (unit * 128 + 4 * p) * 4));
+      mma_frag::cp_async16(dst_u, u + off, in ? 16 : 0);
+    }
+  }
+  mma_frag::cp_async_commit();
+}
+
+// Converts the raw units of step u into B fragments (a warp per unit; f16 split with P for FP8 /
+// INT8 CTAs, bf16 split for bf16 CTAs).
+template <int F, bool kGated>
+__device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int step, uint8_t* smem, const SmemLayout& L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int SPL = sh.S / sh.WS;
+  const float* raw = reinterpret_cast<const float*>(smem + L.raw);
+  const float* raw_u = reinterpret_cast<const float*>(smem + L.raw_u);
+  uint4* frag = reinterpret_cast<uint4*>(smem + L.frag);
+  float* pinv = reinterpret_cast<float*>(smem + L.pinv);
+  for (int unit = warp; unit < sh.WS * mt; unit += kWarps) {
+    const int sl = unit / mt, m = unit - sl * mt;
+    const int b = tc_gemv_slice_begin(sh.B, sh.S, sl * SPL) + step;
+    if (b >= tc_gemv_slice_begin(sh.B, sh.S, (sl + 1) * SPL)) continue;  // warp-uniform
+    float4 v = *reinterpret_cast<const float4*>(raw + unit * 128 + 4 * lane);
+    if constexpr (kGated) {
+      const float4 uu = *reinterpret_cast<const float4*>(raw_u + unit * 128 + 4 * lane);
+      v = make_float4(silu_mul_value(v.x, uu.x), silu_mul_value(v.y, uu.y), silu_mul_value(v.z, uu.z),
+                      silu_mul_value(v.w, uu.w));
+    }
+    uint32_t h0, h1, l0, l1;
+    int t4, i8;
+    const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
+    if constexpr (F == kBf16) {
+      mma_frag::split2(v.x, v.y, h0, l0);
+      mma_frag::split2(v.z, v.w, h1, l1);
+      t4 = (f & 7) >> 1;
+      i8 = 4 * c + 2 * (f >> 3) + (f & 1);
+    } else {
+      float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+      const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
+      const int P = a == 0.0f ? 0 : min(14 - e, 126);  // subnormal a: e = -127 -> clamped
+      const float sc = tc_frag::exp2i(P);
+      tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
+      tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
+      if (lane == 0) pinv[unit] = tc_frag::exp2i(-P);
+      t4 = f >> 2;
+      i8 = 4 * c + (f & 3);
+    }
+    frag[((sl * 8 + i8) * mt + m) * 4 + t4] = make_uint4(h0, h1, l0, l1);
+  }
+}
+
+// A registers of k16 step i8 (0..7) of the block held in a slot.
+template <int F>
+__device__ __forceinline__ void a_frag(const Slot<F>& s, int i8, uint32_t (&a)[4]) {
+  if constexpr (F == kBf16) {
+    const int j = i8 >> 1, o = 2 * (i8 & 1);
+    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&s.w[0][j]);
+    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&s.w[1][j]);
+    a[0] = r0[o], a[1] = r8[o], a[2] = r0[o + 1], a[3] = r8[o + 1];
+  } else if constexpr (F == kFp8) {
+    const int j = i8 >> 2, w = i8 & 3;
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&s.w[0][j])[w];
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&s.w[1][j])[w];
+    a[0] = tc_frag::e4m3x2_lo_to_f16x2(v0), a[1] = tc_frag::e4m3x2_lo_to_f16x2(v8);
+    a[2] = tc_frag::e4m3x2_hi_to_f16x2(v0), a[3] = tc_frag::e4m3x2_hi_to_f16x2(v8);
+  } else {
+    const int j = i8 >> 2, w = i8 & 3;
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&s.w[0][j])[w] ^ 0x80808080u;
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&s.w[1][j])[w] ^ 0x80808080u;
+    a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
+    a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
+  }
+}
+
+template <int F>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool zero_c) {
+  if constexpr (F == kBf16) {
+    if (zero_c) mma_frag::mma_bf16_zc(c, a, b0, b1);
+    else mma_frag::mma_bf16(c, a, b0, b1);
+  } else {
+    if (zero_c) tc_frag::mma_f16_zc(c, a, b0, b1);
+    else tc_frag::mma_f16(c, a, b0, b1);
+  }
+}
+
+// One CTA of format F: the whole main loop and the epilogue.
+template <int F, int NT, bool kGated, bool kWhole>
+__device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
+                                       const float* __restrict__ u, int row_first, int m0, int mt, uint8_t* smem) {
+  constexpr int D = kRingD<F, NT>;
+  constexpr int J = kLoadsPerRow<F>;
+  constexpr int RB = kRowBlockBytes<F>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int WS = sh.WS, SPL = sh.S / WS;
+  const int sl = warp % WS, rw = warp / WS;
+  const int n0 = row_first + 16 * rw;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps still stage and meet the barriers
+  const int j_first = sl * SPL;
+  const int bb = tc_gemv_slice_begin(sh.B, sh.S, j_first);
+  const int be = tc_gemv_slice_begin(sh.B, sh.S, j_first + SPL);
+  const SmemLayout L = smem_layout(WS, sh.mt_max, sh.S, kGated);
+  // This CTA's layout uses its own mt (the host sized the buffer for mt_max >= mt).
+  const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated);
+  (void)L;
+
+  // Row pointers of this thread (rows past N repeat N - 1; their outputs are not stored).
+  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
+  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * RB + 16 * t4;
+  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * RB + 16 * t4;
+  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
+  int next_load = bb;  // the next block the ring requests
+
+  Slot<F> ring[D];
+  auto load = [&](Slot<F>& s) {
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (kWhole || next_load * kBlockK + (j * 64 + 16 * t4) / (F == kBf16 ? 2 : 1) < sh.K) {
+        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
+        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
+      } else {
+        s.w[0][j] = make_uint4(0, 0, 0, 0);
+        s.w[1][j] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    if constexpr (F == kFp8) s.s = __ldg(sp++);
+    wp0 += RB;
+    wp8 += RB;
+    ++next_load;
+  };
+  if (active) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+      if (bb + d < be) load(ring[d]);  // in flight while the previous kernel finishes
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+
+  stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
+  mma_frag::cp_async_wait<0>();
+  __syncthreads();
+
+  const uint4* frag = reinterpret_cast<const uint4*>(smem + Lc.frag);
+  const float* pinv = reinterpret_cast<const float*>(smem + Lc.pinv);
+  float* partial = reinterpret_cast<float*>(smem + Lc.partial);
+  const int cta_rows = 16 * (kWarps / WS);
+  // This lane's B column of n8 block nt: token 8·nt + g, clamped into the tile (the columns past
+  // the tile compute garbage that is never stored). And the tokens of its C columns.
+  int bcol[NT], ccol[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    bcol[nt] = min(8 * nt + g, mt - 1) * 4 + t4;
+    ccol[nt][0] = min(8 * nt + 2 * t4, mt - 1);
+    ccol[nt][1] = min(8 * nt + 2 * t4 + 1, mt - 1);
+  }
+
+  float acc[NT][4], tot[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f, tot[nt][i] = 0.0f;
+  int j_cur = j_first;  // the slice being accumulated
+  int slice_end = tc_gemv_slice_begin(sh.B, sh.S, j_cur + 1);
+
+  for (int u0 = 0; u0 < sh.steps; u0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int step = u0 + d;
+      if (step >= sh.steps) break;  // CTA-uniform
+      stage_convert<F, kGated>(sh, mt, step, smem, Lc);
+      __syncthreads();  // the step's fragments are visible; the raw buffer is free
+      if (step + 1 < sh.steps) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);
+      const int b = bb + step;
+      if (active && b < be) {  // warp-uniform
+        const Slot<F>& s = ring[d];
+        float c[NT][4];
+#pragma unroll
+        for (int i8 = 0; i8 < 8; ++i8) {
+          uint32_t a[4];
+          a_frag<F>(s, i8, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint4 bf = frag[(sl * 8 + i8) * (mt * 4) + bcol[nt]];
+            mma<F>(c[nt], a, bf.x, bf.y, i8 == 0);
+            mma<F>(c[nt], a, bf.z, bf.w, false);
+          }
+        }
+        // acc_j += C_b · factor (per token column).
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (F == kBf16) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], c[nt][i]);
+          } else {
+            float f0 = pinv[sl * mt + ccol[nt][0]], f1 = pinv[sl * mt + ccol[nt][1]];
+            if constexpr (F == kFp8) f0 = __fmul_rn(s.s, f0), f1 = __fmul_rn(s.s, f1);
+            acc[nt][0] = __fmaf_rn(c[nt][0], f0, acc[nt][0]);
+            acc[nt][1] = __fmaf_rn(c[nt][1], f1, acc[nt][1]);
+            acc[nt][2] = __fmaf_rn(c[nt][2], f0, acc[nt][2]);
+            acc[nt][3] = __fmaf_rn(c[nt][3], f1, acc[nt][3]);
+          }
+        }
+        if (next_load < be) load(ring[d]);  // refill the slot just consumed (block b + D)
+        if (b + 1 == slice_end) {           // end of slice j_cur (warp-uniform)
+          if (WS == 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) tot[nt][i] = j_cur == 0 ? acc[nt][i] : __fadd_rn(tot[nt][i], acc[nt][i]);
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const int m = 8 * nt + 2 * t4 + (i & 1), r = 16 * rw + g + 8 * (i >> 1);
+                if (m < mt) partial[(j_cur * cta_rows + r) * mt + m] = acc[nt][i];
+              }
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+          ++j_cur;
+          slice_end = tc_gemv_slice_begin(sh.B, sh.S, j_cur + 1);
+        }
+      }
+      mma_frag::cp_async_wait<0>();
+      __syncthreads();  // the next step's raw x has landed; every warp is done with the fragments
+    }
+  }
+
+  // Epilogue: the INT8 row scale (once), then y (= or +=).
+  if (WS == 1) {
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = n0 + g + 8 * (i >> 1);
+      if (n >= job.N) continue;
+      const float rs = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int m = 8 * nt + 2 * t4 + (i & 1);
+        if (m >= mt) continue;
+        const float v = F == kInt8 ? __fmul_rn(tot[nt][i], rs) : tot[nt][i];
+        float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+        *p = job.accumulate ? __fadd_rn(*p, v) : v;
+      }
+    }
+  } else {
+    // Every warp's partials were written before the last step's barrier.
+    for (int e = threadIdx.x; e < cta_rows * mt; e += kThreads) {
+      const int m = e / cta_rows, r = e - m * cta_rows, n = row_first + r;
+      if (n >= job.N) continue;
+      float v = partial[r * mt + m];
+      for (int j = 1; j < sh.S; ++j) v = __fadd_rn(v, partial[(j * cta_rows + r) * mt + m]);
+      if (F == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));
+      float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  }
+}
+
+template <int NT, bool kGated, bool kWhole>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
+    tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
+  pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
+  extern __shared__ float4 tc_smem_f4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(tc_smem_f4);
+  const int tile = int(blockIdx.x) % sh.tiles, rb = int(blockIdx.x) / sh.tiles;
+  // The CTA's job, by static indices (a dynamic index would copy the parameters to local memory).
+  TcJob job = jobs.job[0];
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  const int cta_rows = 16 * (kWarps / sh.WS);
+  const int row_first = (rb - job.block_begin) * cta_rows;
+  const int m0 = tile * 8 * NT, mt = min(8 * NT, sh.M - m0);
+  with_format(job.fmt, [&](auto f) {
+    tc_cta<decltype(f)::value, NT, kGated, kWhole>(job, sh, x, u, row_first, m0, mt, smem);
+  });
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+int fmt_of(const DeviceLinear& w) {
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      return kFp8;
+    case quant::WeightFormat::Int8Rowwise:
+      return kInt8;
+    default:
+      return kBf16;  // Dense and NVFP4 (dequantised to bf16 at load)
+  }
+}
+
+TcJob make_job(const RowGemvJob& j) {
+  const DeviceLinear& w = *j.w;
+  const int f = fmt_of(w);
+  const uint8_t* bytes = f == kFp8    ? w.fp8.data()
+                         : f == kInt8 ? reinterpret_cast<const uint8_t*>(w.int8.data())
+                                      : reinterpret_cast<const uint8_t*>(w.dense.data());
+  return TcJob{bytes, f == kBf16 ? nullptr : w.scale.data(), j.y, int(w.N), f, 0, j.accumulate ? 1 : 0};
+}
+
+// Numbers the jobs' row blocks consecutively and returns their count.
+long long number_blocks(TcJobs& jobs, int cta_rows) {
+  long long blocks = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.job[i].block_begin = int(blocks);
+    blocks += (jobs.job[i].N + cta_rows - 1) / cta_rows;
+  }
+  return blocks;
+}
+
+std::atomic<int> g_split{0};
+
+template <int NT, bool kGated, bool kWhole>
+void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
+  const long long blocks = number_blocks(jobs, 16 * (kWarps / sh.WS));
+  if (blocks * sh.tiles > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
+  const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated).total);
+  auto kernel = tc_gemv_kernel<NT, kGated, kWhole>;
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole>>(kSmemBudget);
+  launch_pdl(sh.M <= kPdlMaxRows, kernel, dim3(unsigned(blocks * sh.tiles)), dim3(kThreads), smem, stream, x, u,
+             jobs, sh);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kGated>
+void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStream_t stream) {
+  TcShape sh{};
+  sh.M = M;
+  sh.K = K;
+  sh.B = (K + kBlockK - 1) / kBlockK;
+  sh.S = tc_gemv_slices(sh.B);
+  const int NT = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  sh.tiles = (M + 8 * NT - 1) / (8 * NT);
+  sh.mt_max = std::min(M, 8 * NT);
+  // Slice lanes: the fewest (each CTA then stages x for the most rows) that still give two CTAs
+  // per SM, within the shared-memory budget; or forced (set_tc_gemv_split). Bits do not depend on it.
+  auto ctas = [&](int ws) {
+    long long blocks = 0;
+    for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + 16 * (kWarps / ws) - 1) / (16 * (kWarps / ws));
+    return blocks * sh.tiles;
+  };
+  auto fits = [&](int ws) { return size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= kSmemBudget; };
+  const int forced = g_split.load(std::memory_order_relaxed);
+  int ws = 1;
+  if (forced > 0) {
+    while (2 * ws <= std::min(forced, sh.S) && fits(2 * ws)) ws *= 2;
+  } else {
+    while (2 * ws <= sh.S && ctas(ws) < 2LL * sm_count() && fits(2 * ws)) ws *= 2;
+  }
+  sh.WS = ws;
+  sh.steps = (sh.B + ws - 1) / ws;
+  const bool whole = K % kBlockK == 0;
+  if (NT == 1) {
+    if (whole) launch_nt<1, kGated, true>(x, u, jobs, sh, stream);
+    else launch_nt<1, kGated, false>(x, u, jobs, sh, stream);
+  } else if (NT == 2) {
+    if (whole) launch_nt<2, kGated, true>(x, u, jobs, sh, stream);
+    else launch_nt<2, kGated, false>(x, u, jobs, sh, stream);
+  } else {
+    if (whole) launch_nt<4, kGated, true>(x, u, jobs, sh, stream);
+    else launch_nt<4, kGated, false>(x, u, jobs, sh, stream);
+  }
+}
+
+}  // namespace
+
+void set_tc_gemv_split(int warps_over_k) {
+  if (warps_over_k != 0 && warps_over_k != 1 && warps_over_k != 2 && warps_over_k != 4 && warps_over_k != 8)
+    throw Error("set_tc_gemv_split: 0 (by shape), 1, 2, 4 or 8");
+  g_split.store(warps_over_k, std::memory_order_relaxed);
+}
+
+bool tc_gemv_supported(const DeviceLinear& w) {
+  if (w.N <= 0 || w.K <= 0 || w.K % 16 != 0 || w.N > INT_MAX / 2 || w.K > INT_MAX / 4) return false;
+  const size_t nk = size_t(w.N) * size_t(w.K);
+  const size_t blocks = size_t((w.K + kBlockK - 1) / kBlockK);
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      return w.fp8.size() == nk && w.scale.size() >= size_t((w.N + 127) / 128) * blocks;
+    case quant::WeightFormat::Int8Rowwise:
+      return w.int8.size() == nk && w.scale.size() >= size_t(w.N);
+    case quant::WeightFormat::Dense:
+    case quant::WeightFormat::Nvfp4:
+      return w.dense.size() == nk;
+    default:
+      return false;
+  }
+}
+
+bool tc_gemv_gated_supported(const DeviceLinear& w) { return tc_gemv_supported(w); }
+
+void tc_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream) {
+  if (M <= 0 || jobs.empty()) return;
+  const int64_t K = jobs[0].w->K;
+  for (const auto& j : jobs)
+    if (!tc_gemv_supported(*j.w) || j.w->K != K)
+      throw Error("tc_gemv_f32: every job needs an FP8 / INT8 / bf16 weight with the same K, K % 16 == 0");
+  for (size_t b = 0; b < jobs.size(); b += kMaxRowJobs) {  // more than kMaxRowJobs: several launches
+    TcJobs js{};
+    js.count = int(std::min(jobs.size() - b, size_t(kMaxRowJobs)));
+    for (int i = 0; i < js.count; ++i) js.job[i] = make_job(jobs[b + size_t(i)]);
+    launch<false>(x, nullptr, M, js, int(K), stream);
+  }
+}
+
+void tc_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
+                       cudaStream_t stream) {
+  if (M <= 0) return;
+  if (!tc_gemv_gated_supported(w)) throw Error("tc_gemv_f32_gated: needs an FP8 / INT8 / bf16 weight, K % 16 == 0");
+  TcJobs js{};
+  js.count = 1;
+  js.job[0] = make_job(RowGemvJob{&w, y, accumulate});
+  launch<true>(g, u, M, js, int(w.K), stream);
+}
+
+}  // namespace moeserve::cuda
