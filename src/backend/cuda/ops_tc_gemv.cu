@@ -110,20 +110,24 @@ __device__ __forceinline__ void with_format(int fmt, Body&& body) {
 // ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
 __device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
-// The ring depth in blocks: FP8 / INT8 16 registers per block, bf16 32.
+// The weight ring, in 64-k chunks (a chunk slot: a thread's 16-byte loads of one chunk for rows
+// g and g + 8: FP8 / INT8 one per row, 8 registers; bf16 two per row, 16 registers). RC chunks
+// are in flight per thread: FP8 / INT8 6 at NT = 1 (192 B per thread, 48 KB per CTA), bf16 3
+// (the same bytes); 4 and 2 at NT > 1 (more accumulators). The step loop is unrolled by kU
+// blocks so that 2·kU chunks are a whole number of ring turns (static slot indices).
 template <int F, int NT>
-inline constexpr int kRingD = F == kBf16 ? (NT == 1 ? 2 : NT == 2 ? 2 : 1) : (NT == 1 ? 4 : 2);
+inline constexpr int kRingChunks = F == kBf16 ? (NT == 1 ? 2 : 2) : (NT == 1 ? 4 : 4);
+template <int F, int NT>
+inline constexpr int kUnroll = kRingChunks<F, NT> == 6 || kRingChunks<F, NT> == 3 ? 3 : kRingChunks<F, NT> / 2;
 template <int F>
-inline constexpr int kLoadsPerRow = F == kBf16 ? 4 : 2;  // 16-byte loads per row and block
+inline constexpr int kLoadsPerRow = F == kBf16 ? 2 : 1;  // 16-byte loads per row and chunk
 template <int F>
-inline constexpr int kRowBlockBytes = F == kBf16 ? 256 : 128;
+inline constexpr int kChunkBytes = F == kBf16 ? 128 : 64;  // one row's chunk
 
-// One ring slot: a thread's weights of one block for rows g (w[0]) and g + 8 (w[1]), and (FP8)
-// the block scale of the row group.
+// One ring slot: a thread's weights of one 64-k chunk for rows g (w[0]) and g + 8 (w[1]).
 template <int F>
 struct Slot {
   uint4 w[2][kLoadsPerRow<F>];
-  float s;
 };
 
 // Shared-memory carve-up (bytes), the same on host and device.
@@ -213,24 +217,22 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
   }
 }
 
-// A registers of k16 step i8 (0..7) of the block held in a slot.
+// A registers of k16 step s (0..3) of the chunk held in a slot.
 template <int F>
-__device__ __forceinline__ void a_frag(const Slot<F>& s, int i8, uint32_t (&a)[4]) {
+__device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4]) {
   if constexpr (F == kBf16) {
-    const int j = i8 >> 1, o = 2 * (i8 & 1);
-    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&s.w[0][j]);
-    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&s.w[1][j]);
+    const int j = s >> 1, o = 2 * (s & 1);
+    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&sl.w[0][j]);
+    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&sl.w[1][j]);
     a[0] = r0[o], a[1] = r8[o], a[2] = r0[o + 1], a[3] = r8[o + 1];
   } else if constexpr (F == kFp8) {
-    const int j = i8 >> 2, w = i8 & 3;
-    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&s.w[0][j])[w];
-    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&s.w[1][j])[w];
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s];
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s];
     a[0] = tc_frag::e4m3x2_lo_to_f16x2(v0), a[1] = tc_frag::e4m3x2_lo_to_f16x2(v8);
     a[2] = tc_frag::e4m3x2_hi_to_f16x2(v0), a[3] = tc_frag::e4m3x2_hi_to_f16x2(v8);
   } else {
-    const int j = i8 >> 2, w = i8 & 3;
-    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&s.w[0][j])[w] ^ 0x80808080u;
-    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&s.w[1][j])[w] ^ 0x80808080u;
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s] ^ 0x80808080u;
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s] ^ 0x80808080u;
     a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
     a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
   }
@@ -251,9 +253,11 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 template <int F, int NT, bool kGated, bool kWhole>
 __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
                                        const float* __restrict__ u, int row_first, int m0, int mt, uint8_t* smem) {
-  constexpr int D = kRingD<F, NT>;
-  constexpr int J = kLoadsPerRow<F>;
-  constexpr int RB = kRowBlockBytes<F>;
+  constexpr int RC = kRingChunks<F, NT>;
+  constexpr int U = kUnroll<F, NT>;
+  constexpr int LR = kLoadsPerRow<F>;
+  constexpr int CB = kChunkBytes<F>;
+  static_assert((2 * U) % RC == 0 && RC <= 2 * U, "2·U chunks must be whole ring turns");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int WS = sh.WS, SPL = sh.S / WS;
@@ -263,23 +267,26 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   const int j_first = sl * SPL;
   const int bb = tc_gemv_slice_begin(sh.B, sh.S, j_first);
   const int be = tc_gemv_slice_begin(sh.B, sh.S, j_first + SPL);
-  const SmemLayout L = smem_layout(WS, sh.mt_max, sh.S, kGated);
-  // This CTA's layout uses its own mt (the host sized the buffer for mt_max >= mt).
+  const int chunks = 2 * (be - bb);  // this warp's chunks, in order
+  // The layout for this CTA's own mt (the host sized the buffer for mt_max >= mt).
   const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated);
-  (void)L;
 
-  // Row pointers of this thread (rows past N repeat N - 1; their outputs are not stored).
+  // Running row pointers of this thread at its next chunk to request (rows past N repeat N - 1;
+  // their outputs are not stored): FP8 / INT8 bytes 16·t4 of the chunk, bf16 16·t4 and 64 + 16·t4.
   const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
-  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * RB + 16 * t4;
-  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * RB + 16 * t4;
+  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
   const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
-  int next_load = bb;  // the next block the ring requests
+  int next_chunk = 0;  // the next chunk the ring requests (relative to bb)
 
-  Slot<F> ring[D];
-  auto load = [&](Slot<F>& s) {
+  Slot<F> ring[RC];
+  float bscale[U];  // FP8: the block scales of the next U blocks (slot = step % U)
+  auto request = [&](Slot<F>& s) {
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
-      if (kWhole || next_load * kBlockK + (j * 64 + 16 * t4) / (F == kBf16 ? 2 : 1) < sh.K) {
+    for (int j = 0; j < LR; ++j) {
+      // k of this load: the chunk's first k + (FP8 / INT8: 16·t4; bf16: 32·j + 8·t4).
+      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
+      if (kWhole || k < sh.K) {
         s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
         s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
       } else {
@@ -287,15 +294,19 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
         s.w[1][j] = make_uint4(0, 0, 0, 0);
       }
     }
-    if constexpr (F == kFp8) s.s = __ldg(sp++);
-    wp0 += RB;
-    wp8 += RB;
-    ++next_load;
+    wp0 += CB;
+    wp8 += CB;
+    ++next_chunk;
   };
   if (active) {
 #pragma unroll
-    for (int d = 0; d < D; ++d)
-      if (bb + d < be) load(ring[d]);  // in flight while the previous kernel finishes
+    for (int q = 0; q < RC; ++q)
+      if (q < chunks) request(ring[q]);  // in flight while the previous kernel finishes
+    if constexpr (F == kFp8) {
+#pragma unroll
+      for (int d = 0; d < U; ++d)
+        if (bb + d < be) bscale[d] = __ldg(sp + d);
+    }
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
 
@@ -325,9 +336,9 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   int j_cur = j_first;  // the slice being accumulated
   int slice_end = tc_gemv_slice_begin(sh.B, sh.S, j_cur + 1);
 
-  for (int u0 = 0; u0 < sh.steps; u0 += D) {
+  for (int u0 = 0; u0 < sh.steps; u0 += U) {
 #pragma unroll
-    for (int d = 0; d < D; ++d) {
+    for (int d = 0; d < U; ++d) {
       const int step = u0 + d;
       if (step >= sh.steps) break;  // CTA-uniform
       stage_convert<F, kGated>(sh, mt, step, smem, Lc);
@@ -335,18 +346,23 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
       if (step + 1 < sh.steps) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);
       const int b = bb + step;
       if (active && b < be) {  // warp-uniform
-        const Slot<F>& s = ring[d];
         float c[NT][4];
 #pragma unroll
-        for (int i8 = 0; i8 < 8; ++i8) {
-          uint32_t a[4];
-          a_frag<F>(s, i8, a);
+        for (int ch = 0; ch < 2; ++ch) {
+          Slot<F>& slot = ring[(2 * d + ch) % RC];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint4 bf = frag[(sl * 8 + i8) * (mt * 4) + bcol[nt]];
-            mma<F>(c[nt], a, bf.x, bf.y, i8 == 0);
-            mma<F>(c[nt], a, bf.z, bf.w, false);
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_frag<F>(slot, s, a);
+            const int i8 = 4 * ch + s;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint4 bf = frag[(sl * 8 + i8) * (mt * 4) + bcol[nt]];
+              mma<F>(c[nt], a, bf.x, bf.y, i8 == 0);
+              mma<F>(c[nt], a, bf.z, bf.w, false);
+            }
           }
+          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
         }
         // acc_j += C_b · factor (per token column).
 #pragma unroll
@@ -356,15 +372,16 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
             for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], c[nt][i]);
           } else {
             float f0 = pinv[sl * mt + ccol[nt][0]], f1 = pinv[sl * mt + ccol[nt][1]];
-            if constexpr (F == kFp8) f0 = __fmul_rn(s.s, f0), f1 = __fmul_rn(s.s, f1);
+            if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
             acc[nt][0] = __fmaf_rn(c[nt][0], f0, acc[nt][0]);
             acc[nt][1] = __fmaf_rn(c[nt][1], f1, acc[nt][1]);
             acc[nt][2] = __fmaf_rn(c[nt][2], f0, acc[nt][2]);
             acc[nt][3] = __fmaf_rn(c[nt][3], f1, acc[nt][3]);
           }
         }
-        if (next_load < be) load(ring[d]);  // refill the slot just consumed (block b + D)
-        if (b + 1 == slice_end) {           // end of slice j_cur (warp-uniform)
+        if constexpr (F == kFp8)
+          if (b + U < be) bscale[d] = __ldg(sp + (step + U));  // the scale of block b + U
+        if (b + 1 == slice_end) {  // end of slice j_cur (warp-uniform)
           if (WS == 1) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
