@@ -70,7 +70,10 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlockK = 128;
 constexpr int kPdlMaxRows = 64;          // launches of up to this many tokens use PDL
-constexpr size_t kSmemBudget = 96 * 1024;  // the DGX Spark: 99 KB per block
+// Dynamic shared memory per CTA: at most the device's opt-in limit (the DGX Spark: 99 KB) and
+// 112 KB (two CTAs per H200 SM). Which slice-lane count a launch gets may so differ between
+// devices; the bits do not.
+constexpr size_t kSmemCap = 112 * 1024;
 enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
 
 struct TcJob {
@@ -87,10 +90,12 @@ struct TcJobs {
   int count;
 };
 
-// The launch's shape, CTA-uniform.
+// The launch's shape, CTA-uniform. S is a power of two (log2S): slice bounds are shifts.
 struct TcShape {
-  int M, K, B, S, WS, steps, tiles, mt_max;
+  int M, K, B, S, log2S, WS, steps, tiles, mt_max;
 };
+// Slice j's first block (tc_gemv_slice_begin without the division).
+__device__ __forceinline__ int slice_begin(const TcShape& sh, int j) { return (j * sh.B) >> sh.log2S; }
 
 template <typename Body>
 __device__ __forceinline__ void with_format(int fmt, Body&& body) {
@@ -130,7 +135,13 @@ struct Slot {
   uint4 w[2][kLoadsPerRow<F>];
 };
 
-// Shared-memory carve-up (bytes), the same on host and device.
+// Shared-memory carve-up (bytes), the same on host and device. A unit is one (slice lane, token)
+// pair of a step: 128 k of x. Fragments: two buffers (step u, step u + 1) of [WS][mt] units of
+// 8 k16 steps x 4 t4 16-byte fragments, a unit padded to 576 B (the 8 lanes of an LDS.128 phase,
+// two tokens, then cover all 32 banks); raw x: one buffer of [units][128] f32 (gated: g and u),
+// private to the warp that copies and converts a unit; 2^-P: two buffers of [units] f32; slice
+// partials (WS > 1): [S][16·8/WS rows][mt] f32.
+constexpr int kUnitFragBytes = 576;
 struct SmemLayout {
   int frag, raw, raw_u, pinv, partial, total;
 };
@@ -138,82 +149,85 @@ __host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool ga
   SmemLayout l{};
   const int units = WS * mt;
   l.frag = 0;
-  l.raw = l.frag + units * 512;
+  l.raw = l.frag + 2 * units * kUnitFragBytes;
   l.raw_u = l.raw + units * 512;
   l.pinv = l.raw_u + (gated ? units * 512 : 0);
-  l.partial = l.pinv + ((units * 4 + 15) / 16) * 16;
+  l.partial = l.pinv + ((2 * units * 4 + 15) / 16) * 16;
   l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
   return l;
 }
 
-// The CTA's staging of step u: cp.async copies of the raw x of every (slice lane, token) unit
-// whose slice lane has a block at this step (one commit group).
+// The staging of step u: warp w owns units w, w + 8, ... (unit = slice lane · mt + token), lane L
+// piece L (x[k 4L .. 4L + 3] of the unit's block). stage_copy issues its cp.async copies of the
+// raw x (one commit group); stage_convert, after the warp's wait, turns them into fragments. The
+// same lane copies and reads a piece, so the raw buffer needs no barrier of its own.
 template <bool kGated>
 __device__ __forceinline__ void stage_copy(const TcShape& sh, const float* __restrict__ x, const float* __restrict__ u,
                                            int m0, int mt, int step, uint8_t* smem, const SmemLayout& L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int SPL = sh.S / sh.WS;
-  const int pieces = sh.WS * mt * 32;
-  for (int e = threadIdx.x; e < pieces; e += kThreads) {
-    const int unit = e >> 5, p = e & 31;
-    const int sl = unit / mt, m = unit - sl * mt;
-    const int b = tc_gemv_slice_begin(sh.B, sh.S, sl * SPL) + step;
-    if (b >= tc_gemv_slice_begin(sh.B, sh.S, (sl + 1) * SPL)) continue;  // this lane's range is done
-    const int k = b * kBlockK + 4 * p;
-    const bool in = k < sh.K;  // K % 16 == 0: a 16-byte piece is whole or past the row
-    const size_t row = size_t(m0 + m) * size_t(sh.K);
-    const size_t off = row + (in ? size_t(k) : 0);
-    const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem + L.raw + (unit * 128 + 4 * p) * 4));
-    mma_frag::cp_async16(dst, x + off, in ? 16 : 0);
-    if constexpr (kGated) {
-      const uint32_t dst_u = uint32_t(__cvta_generic_to_shared(smem + L.raw_u + (unit * 128 + 4 * p) * 4));
-      mma_frag::cp_async16(dst_u, u + off, in ? 16 : 0);
+  int sl = warp / mt, m = warp - sl * mt;
+  for (int unit = warp; unit < sh.WS * mt; unit += kWarps) {
+    const int b = slice_begin(sh, sl * SPL) + step;
+    if (b < slice_begin(sh, (sl + 1) * SPL)) {  // else this slice lane's range is done
+      const int k = b * kBlockK + 4 * lane;
+      const bool in = k < sh.K;  // K % 16 == 0: a 16-byte piece is whole or past the row
+      const size_t off = size_t(m0 + m) * size_t(sh.K) + (in ? size_t(k) : 0);
+      const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem + L.raw + (unit * 128 + 4 * lane) * 4));
+      mma_frag::cp_async16(dst, x + off, in ? 16 : 0);
+      if constexpr (kGated) mma_frag::cp_async16(dst + uint32_t(L.raw_u - L.raw), u + off, in ? 16 : 0);
     }
+    if (unit + kWarps < sh.WS * mt)
+      for (m += kWarps; m >= mt; m -= mt) ++sl;  // the next unit's (slice lane, token)
   }
   mma_frag::cp_async_commit();
 }
 
-// Converts the raw units of step u into B fragments (a warp per unit; f16 split with P for FP8 /
-// INT8 CTAs, bf16 split for bf16 CTAs).
+// Converts this warp's raw units of step u into the fragments of buffer buf (f16 split with P for
+// FP8 / INT8 CTAs, bf16 split for bf16 CTAs). Waits for the warp's own copies first.
 template <int F, bool kGated>
-__device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int step, uint8_t* smem, const SmemLayout& L) {
+__device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int step, int buf, uint8_t* smem,
+                                              const SmemLayout& L) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int SPL = sh.S / sh.WS;
+  const int SPL = sh.S / sh.WS, units = sh.WS * mt;
+  mma_frag::cp_async_wait<0>();
   const float* raw = reinterpret_cast<const float*>(smem + L.raw);
   const float* raw_u = reinterpret_cast<const float*>(smem + L.raw_u);
-  uint4* frag = reinterpret_cast<uint4*>(smem + L.frag);
-  float* pinv = reinterpret_cast<float*>(smem + L.pinv);
-  for (int unit = warp; unit < sh.WS * mt; unit += kWarps) {
-    const int sl = unit / mt, m = unit - sl * mt;
-    const int b = tc_gemv_slice_begin(sh.B, sh.S, sl * SPL) + step;
-    if (b >= tc_gemv_slice_begin(sh.B, sh.S, (sl + 1) * SPL)) continue;  // warp-uniform
-    float4 v = *reinterpret_cast<const float4*>(raw + unit * 128 + 4 * lane);
-    if constexpr (kGated) {
-      const float4 uu = *reinterpret_cast<const float4*>(raw_u + unit * 128 + 4 * lane);
-      v = make_float4(silu_mul_value(v.x, uu.x), silu_mul_value(v.y, uu.y), silu_mul_value(v.z, uu.z),
-                      silu_mul_value(v.w, uu.w));
-    }
-    uint32_t h0, h1, l0, l1;
-    int t4, i8;
-    const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
-    if constexpr (F == kBf16) {
-      mma_frag::split2(v.x, v.y, h0, l0);
-      mma_frag::split2(v.z, v.w, h1, l1);
-      t4 = (f & 7) >> 1;
-      i8 = 4 * c + 2 * (f >> 3) + (f & 1);
-    } else {
-      float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
+  float* pinv = reinterpret_cast<float*>(smem + L.pinv) + buf * units;
+  const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
+  // (step i8, thread t4) of this lane's float4 (the permutation of ops_tc_gemv.h).
+  const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
+  const int i8 = F == kBf16 ? 4 * c + 2 * (f >> 3) + (f & 1) : 4 * c + (f & 3);
+  int sl = warp / mt, m = warp - sl * mt;
+  for (int unit = warp; unit < units; unit += kWarps) {
+    const int b = slice_begin(sh, sl * SPL) + step;
+    if (b < slice_begin(sh, (sl + 1) * SPL)) {  // warp-uniform
+      float4 v = *reinterpret_cast<const float4*>(raw + unit * 128 + 4 * lane);
+      if constexpr (kGated) {
+        const float4 uu = *reinterpret_cast<const float4*>(raw_u + unit * 128 + 4 * lane);
+        v = make_float4(silu_mul_value(v.x, uu.x), silu_mul_value(v.y, uu.y), silu_mul_value(v.z, uu.z),
+                        silu_mul_value(v.w, uu.w));
+      }
+      uint32_t h0, h1, l0, l1;
+      if constexpr (F == kBf16) {
+        mma_frag::split2(v.x, v.y, h0, l0);
+        mma_frag::split2(v.z, v.w, h1, l1);
+      } else {
+        float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-      const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
-      const int P = a == 0.0f ? 0 : min(14 - e, 126);  // subnormal a: e = -127 -> clamped
-      const float sc = tc_frag::exp2i(P);
-      tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
-      tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
-      if (lane == 0) pinv[unit] = tc_frag::exp2i(-P);
-      t4 = f >> 2;
-      i8 = 4 * c + (f & 3);
+        for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
+        const int P = a == 0.0f ? 0 : min(14 - e, 126);               // subnormal a: e = -127 -> clamped
+        const float sc = tc_frag::exp2i(P);
+        tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
+        tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
+        if (lane == 0) pinv[unit] = tc_frag::exp2i(-P);
+      }
+      *reinterpret_cast<uint4*>(frag + unit * kUnitFragBytes + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
     }
-    frag[((sl * 8 + i8) * mt + m) * 4 + t4] = make_uint4(h0, h1, l0, l1);
+    if (unit + kWarps < units)
+      for (m += kWarps; m >= mt; m -= mt) ++sl;
   }
 }
 
@@ -265,8 +279,8 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   const int n0 = row_first + 16 * rw;
   const bool active = n0 < job.N;  // warp-uniform; inactive warps still stage and meet the barriers
   const int j_first = sl * SPL;
-  const int bb = tc_gemv_slice_begin(sh.B, sh.S, j_first);
-  const int be = tc_gemv_slice_begin(sh.B, sh.S, j_first + SPL);
+  const int bb = slice_begin(sh, j_first);
+  const int be = slice_begin(sh, j_first + SPL);
   const int chunks = 2 * (be - bb);  // this warp's chunks, in order
   // The layout for this CTA's own mt (the host sized the buffer for mt_max >= mt).
   const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated);
@@ -311,22 +325,26 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
 
   stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
-  mma_frag::cp_async_wait<0>();
+  stage_convert<F, kGated>(sh, mt, 0, 0, smem, Lc);
   __syncthreads();
 
-  const uint4* frag = reinterpret_cast<const uint4*>(smem + Lc.frag);
-  const float* pinv = reinterpret_cast<const float*>(smem + Lc.pinv);
+  const int units = WS * mt;
   float* partial = reinterpret_cast<float*>(smem + Lc.partial);
   const int cta_rows = 16 * (kWarps / WS);
-  // This lane's B column of n8 block nt: token 8·nt + g, clamped into the tile (the columns past
-  // the tile compute garbage that is never stored). And the tokens of its C columns.
-  int bcol[NT], ccol[NT][2];
+  // This lane's fragments in buffer 0: unit (sl, token 8·nt + g) at k16 step i8 and t4: + i8·64
+  // and + nt·8 units are immediates. The token is clamped into the tile (the MMA columns past the
+  // tile compute garbage that is never stored; a column depends only on its own B column). Buffer
+  // 1 is units·576 bytes further. pinv: the 2^-P of this lane's C columns (tokens 2·t4, +1).
+  const int gq = min(g, mt - 1);  // NT > 1: mt > 8·(NT - 1) for every tile but the last
+  const uint8_t* frag_lane = smem + Lc.frag + (sl * mt + gq) * kUnitFragBytes + t4 * 16;
+  int bcol_off[NT], ccol[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    bcol[nt] = min(8 * nt + g, mt - 1) * 4 + t4;
-    ccol[nt][0] = min(8 * nt + 2 * t4, mt - 1);
-    ccol[nt][1] = min(8 * nt + 2 * t4 + 1, mt - 1);
+    bcol_off[nt] = (min(8 * nt + g, mt - 1) - gq) * kUnitFragBytes;
+    ccol[nt][0] = sl * mt + min(8 * nt + 2 * t4, mt - 1);
+    ccol[nt][1] = sl * mt + min(8 * nt + 2 * t4 + 1, mt - 1);
   }
+  const float* pinv0 = reinterpret_cast<const float*>(smem + Lc.pinv);
 
   float acc[NT][4], tot[NT][4];
 #pragma unroll
@@ -334,16 +352,16 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f, tot[nt][i] = 0.0f;
   int j_cur = j_first;  // the slice being accumulated
-  int slice_end = tc_gemv_slice_begin(sh.B, sh.S, j_cur + 1);
+  int slice_end = slice_begin(sh, j_cur + 1);
 
   for (int u0 = 0; u0 < sh.steps; u0 += U) {
 #pragma unroll
     for (int d = 0; d < U; ++d) {
       const int step = u0 + d;
       if (step >= sh.steps) break;  // CTA-uniform
-      stage_convert<F, kGated>(sh, mt, step, smem, Lc);
-      __syncthreads();  // the step's fragments are visible; the raw buffer is free
-      if (step + 1 < sh.steps) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);
+      const bool more = step + 1 < sh.steps;
+      if (more) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);  // in flight during the MMAs
+      const int buf = step & 1;
       const int b = bb + step;
       if (active && b < be) {  // warp-uniform
         float c[NT][4];
@@ -357,7 +375,8 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
             const int i8 = 4 * ch + s;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-              const uint4 bf = frag[(sl * 8 + i8) * (mt * 4) + bcol[nt]];
+              const uint4 bf = *reinterpret_cast<const uint4*>(frag_lane + buf * units * kUnitFragBytes +
+                                                               bcol_off[nt] + i8 * 64);
               mma<F>(c[nt], a, bf.x, bf.y, i8 == 0);
               mma<F>(c[nt], a, bf.z, bf.w, false);
             }
@@ -371,7 +390,8 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], c[nt][i]);
           } else {
-            float f0 = pinv[sl * mt + ccol[nt][0]], f1 = pinv[sl * mt + ccol[nt][1]];
+            const float* pinv = pinv0 + buf * units;
+            float f0 = pinv[ccol[nt][0]], f1 = pinv[ccol[nt][1]];
             if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
             acc[nt][0] = __fmaf_rn(c[nt][0], f0, acc[nt][0]);
             acc[nt][1] = __fmaf_rn(c[nt][1], f1, acc[nt][1]);
@@ -401,11 +421,11 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
           ++j_cur;
-          slice_end = tc_gemv_slice_begin(sh.B, sh.S, j_cur + 1);
+          slice_end = slice_begin(sh, j_cur + 1);
         }
       }
-      mma_frag::cp_async_wait<0>();
-      __syncthreads();  // the next step's raw x has landed; every warp is done with the fragments
+      if (more) stage_convert<F, kGated>(sh, mt, step + 1, buf ^ 1, smem, Lc);
+      __syncthreads();  // step + 1's fragments are visible; every warp is done with buffer buf
     }
   }
 
@@ -470,6 +490,16 @@ int sm_count() {
   return n;
 }
 
+size_t smem_budget() {
+  static const size_t b = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return std::min(size_t(v > 0 ? v : 48 * 1024), kSmemCap);
+  }();
+  return b;
+}
+
 int fmt_of(const DeviceLinear& w) {
   switch (w.format) {
     case quant::WeightFormat::Fp8Block:
@@ -508,7 +538,7 @@ void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStre
   if (blocks * sh.tiles > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
   const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated).total);
   auto kernel = tc_gemv_kernel<NT, kGated, kWhole>;
-  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole>>(kSmemBudget);
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole>>(smem_budget());
   launch_pdl(sh.M <= kPdlMaxRows, kernel, dim3(unsigned(blocks * sh.tiles)), dim3(kThreads), smem, stream, x, u,
              jobs, sh);
   MOESERVE_CUDA_CHECK_LAUNCH();
@@ -521,6 +551,7 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   sh.K = K;
   sh.B = (K + kBlockK - 1) / kBlockK;
   sh.S = tc_gemv_slices(sh.B);
+  sh.log2S = sh.S == 8 ? 3 : sh.S == 4 ? 2 : sh.S == 2 ? 1 : 0;
   const int NT = M <= 8 ? 1 : M <= 16 ? 2 : 4;
   sh.tiles = (M + 8 * NT - 1) / (8 * NT);
   sh.mt_max = std::min(M, 8 * NT);
@@ -531,7 +562,7 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
     for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + 16 * (kWarps / ws) - 1) / (16 * (kWarps / ws));
     return blocks * sh.tiles;
   };
-  auto fits = [&](int ws) { return size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= kSmemBudget; };
+  auto fits = [&](int ws) { return size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= smem_budget(); };
   const int forced = g_split.load(std::memory_order_relaxed);
   int ws = 1;
   if (forced > 0) {
