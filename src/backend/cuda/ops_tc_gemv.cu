@@ -15,40 +15,48 @@
 // x K 8192 = 192 row groups) over many CTAs. The CTA walks "steps" u = 0 .. ceil(B/WS) − 1 in
 // lockstep; at step u slice lane sl works on its range's block u. WS = 1: a warp folds its
 // slices in registers; WS > 1: each slice's acc_j goes to shared memory and the epilogue folds
-// them in slice order (the same operations: bits do not depend on WS).
+// them in slice order (the same operations: bits do not depend on WS). The host takes NT = 1 for
+// M <= 8, 2 for M <= 16, else 4 (tiles of 32 tokens), and the fewest slice lanes that give two
+// CTAs per SM within the shared-memory budget (tall launches: WS = 1, a CTA of 128 rows stages x
+// once for all of them; o_proj / out_proj / the router set: WS = 8, 16 rows per CTA).
 //
-// Weights (A operand): thread (g = lane / 4, t4 = lane % 4) of a warp loads, per block, 16 bytes
-// at 64·j + 16·t4 of rows n0 + g and n0 + g + 8 (FP8 / INT8: j = 0, 1; bf16: j = 0..3), LDG.128
-// with running row pointers (one 64-bit add per row and block, immediate offsets), into a register
-// ring of D blocks that is refilled as soon as a block is consumed (FP8 / INT8 D = 4 at NT = 1:
-// 256 bytes per thread, 64 KB per CTA in flight; the first D blocks are requested before the PDL
-// wait). FP8: each 32-bit word s of a chunk's load is two cvt e4m3x2 -> f16x2 (low and high
-// half) = the A registers of k16 step s (rows g and g + 8: a0..a3): 8 conversions per 16 weights
-// ... 0.5 instructions per weight; INT8: one LOP3 per word, one PRMT + one HSUB2 per pair; bf16:
-// the loaded words are the A registers.
+// Weights (A operand): thread (g = lane / 4, t4 = lane % 4) of a warp loads, per 64-k chunk, 16
+// bytes at 16·t4 (bf16: 16·t4 and 64 + 16·t4) of rows n0 + g and n0 + g + 8, LDG.128 with
+// running row pointers (one 64-bit add per row and chunk, immediate offsets, no bounds tests
+// when K % 128 == 0), into a register ring of RC chunks refilled as soon as a chunk's A registers
+// are built: NT = 1: FP8 / INT8 4 chunks = 128 B per thread, 32 KB per CTA, 64 KB per SM at two
+// CTAs (bf16 2 chunks, the same bytes); the first RC chunks are requested before the PDL wait.
+// FP8: each 32-bit word s of a chunk's load is two cvt e4m3x2 -> f16x2 (low and high half) = the
+// A registers of k16 step s (rows g and g + 8: a0..a3): 0.5 conversions per weight; INT8: one
+// LOP3 (^ 0x80808080) per word, one PRMT + one HSUB2 per pair; bf16: the loaded words are the A
+// registers.
 //
-// Activations (B operand), per step, by the whole CTA: (1) cp.async copies of the step's raw x
-// (one 128-k block per slice lane and token: 512 B per unit; gated: g and u) into shared memory,
-// issued one step ahead; (2) a warp per (slice lane, token) unit converts it: lane L holds the
-// float4 of physical k 4L .. 4L + 3, the warp's max |x| gives P, the lane scales, splits
-// (f16 or, bf16 jobs, bf16 hi/lo) and writes ONE 16-byte fragment {hi b0, hi b1, lo b0, lo b1}
-// of k16 step i and thread t4 (the permutation of the header), plus 2^-P per unit. A warp then
-// reads, per k16 step and n8 column block, one LDS.128 per lane (lanes of tokens past the tile's
-// last read that token's fragment: their MMA columns are discarded, and an MMA column depends
-// only on its own B column). Two barriers per step (convert -> MMAs; the next raw copy landed).
+// Activations (B operand), per step: warp w owns the units w, w + 8, ... (unit = (slice lane,
+// token), 128 k of x); lane L copies piece L (x[k 4L .. 4L + 3]) with cp.async one step ahead into
+// a raw buffer that only it reads back (no barrier for it), then converts it: the warp's max |x|
+// gives P, the lane scales, splits (f16, or bf16 hi/lo in bf16 CTAs) and writes ONE 16-byte
+// fragment {hi b0, hi b1, lo b0, lo b1} of k16 step i and thread t4 (the permutation of the
+// header), lane 0 the unit's 2^-P. Fragments are double-buffered (step u read while step u + 1 is
+// written): ONE barrier per step. An MMA warp reads, per k16 step and n8 column block, one
+// LDS.128 per lane at an immediate offset from a per-step base (a unit padded to 576 B keeps the
+// two tokens of an LDS phase on different banks); lanes of tokens past the tile read the last
+// token's fragment (their MMA columns are discarded; an MMA column depends only on its own B
+// column).
 //
 // Per block, 16 rows and n8 block: 16 MMAs (8 k16 steps x hi/lo) from a zero accumulator, then
-// 4 FFMA (FP8: 2 FMUL for s·2^-P first) into acc_j. Inner loop per 64 weights of a thread
-// (FP8, NT = 1): 4 LDG.128, 32 cvt, 16 MMA, 8 LDS.128, ~10 scale/loop instructions ~= 1.1
-// instructions per weight, plus the staging (~45 instructions per warp, token and block of a
-// slice lane; shared by the CTA's 8/WS row groups).
+// 4 FFMA (FP8: 2 FMUL for s·2^-P first) into acc_j. Instructions per 64 weights of a thread (one
+// block of its 2 rows, FP8, NT = 1), from the PTX (ptxas may fold the 16-bit moves of the
+// conversions): 4 LDG.128, 32 cvt e4m3x2, 16 MMA, 8 LDS.128, 2 LDS (2^-P), 6 scale FMUL/FFMA,
+// ~4 pointer adds and ~10 loop / refill / slice tests: ~1.3 per weight, plus the staging (~45 per
+// warp and unit, 1/8 of a unit per warp and step at M = 1 with WS = 1, one unit per warp with
+// WS = 8) and the barrier.
 //
-// Shared memory (dynamic): fragments WS·mt·512 B, raw x WS·mt·512 B (gated 1024), 2^-P WS·mt·4 B,
-// and for WS > 1 the slice partials S·(128/WS)·mt·4 B; the host keeps it <= 96 KB (the DGX
-// Spark's 99 KB per block) and opts in above 48 KB.
+// Shared memory (dynamic): fragments 2·WS·mt·576 B, raw x WS·mt·512 B (gated 1024), 2^-P
+// 2·WS·mt·4 B, and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the device's opt-in
+// limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
 // Roofline: the weight bytes once (N·K·{1, 1, 2} + scales), x per CTA (M·K·4 from L2), y.
-// At M <= 8 the MMAs (one n8 block) cost what they cost at M = 1; at M = 64 the 16 MMAs per
-// block, 16 rows and n8 block (8 n8 blocks) bound the kernel well above the bytes.
+// At M <= 8 the MMAs (one n8 block) cost what they cost at M = 1; at M = 64 (tiles of 32 tokens,
+// 4 n8 blocks, two tiles) the MMAs and the per-CTA staging of x bound the kernel above the bytes.
 #include "backend/cuda/ops_tc_gemv.h"
 
 #include <algorithm>
@@ -117,9 +125,9 @@ __device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (
 
 // The weight ring, in 64-k chunks (a chunk slot: a thread's 16-byte loads of one chunk for rows
 // g and g + 8: FP8 / INT8 one per row, 8 registers; bf16 two per row, 16 registers). RC chunks
-// are in flight per thread: FP8 / INT8 6 at NT = 1 (192 B per thread, 48 KB per CTA), bf16 3
-// (the same bytes); 4 and 2 at NT > 1 (more accumulators). The step loop is unrolled by kU
-// blocks so that 2·kU chunks are a whole number of ring turns (static slot indices).
+// are in flight per thread: FP8 / INT8 4 (128 B per thread, 32 KB per CTA), bf16 2 (the same
+// bytes). (6 FP8 chunks spilled at the 128 registers of two CTAs per SM.) The step loop is
+// unrolled by kU blocks so that 2·kU chunks are a whole number of ring turns (static slots).
 template <int F, int NT>
 inline constexpr int kRingChunks = F == kBf16 ? (NT == 1 ? 2 : 2) : (NT == 1 ? 4 : 4);
 template <int F, int NT>
@@ -568,7 +576,8 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   if (forced > 0) {
     while (2 * ws <= std::min(forced, sh.S) && fits(2 * ws)) ws *= 2;
   } else {
-    while (2 * ws <= sh.S && ctas(ws) < 2LL * sm_count() && fits(2 * ws)) ws *= 2;
+    // (within 10%: q_proj's 1024 row groups at WS = 2 are 256 CTAs, one wave on 132 SMs)
+    while (2 * ws <= sh.S && 10 * ctas(ws) < 18LL * sm_count() && fits(2 * ws)) ws *= 2;
   }
   sh.WS = ws;
   sh.steps = (sh.B + ws - 1) / ws;
