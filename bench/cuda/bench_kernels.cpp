@@ -5,6 +5,9 @@
 //   bench_kernels --config bench/configs/qwen3.5-122b-a10b.json --weights hybrid-int4-fp8 --batch 1,8,64
 //   bench_kernels --config bench/configs/qwen3.5-35b-a3b.json --weights bf16 --batch 1,8,64 --csv
 //   bench_kernels --only moe,lm_head --batch 1      (ops whose name contains a listed substring)
+//   bench_kernels --only proj,lm_head,router,shared --gemv-family tensor-cores
+//       (the generated tokens' dense projections through tc_gemv, ops_tc_gemv.h, instead of the
+//       CUDA-core row GEMVs; the format column then ends in "/tc")
 //
 // Built by bench/CMakeLists.txt (every bench/cuda/*.cpp is a program when MOESERVE_CUDA is on).
 // Formats (as dummy_weights() makes them): hybrid-int4-fp8 = GPTQ INT4 routed experts, FP8
@@ -61,6 +64,7 @@
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
+#include "backend/cuda/ops_tc_gemv.h"
 #include "backend/cuda/step_meta.h"
 #include "io/qwen35_config.h"
 
@@ -328,6 +332,7 @@ struct Options {
   std::vector<std::string> only;
   int iters = 100;
   double rotate_bytes = 256e6;
+  bool tensor_core_gemv = false;  // --gemv-family tensor-cores: dense projections through tc_gemv
 };
 
 class KernelBench {
@@ -431,17 +436,23 @@ class KernelBench {
     const int n = copies_for(wbytes);
     for (int i = 1; i < n; ++i) ws.push_back(mk_.linear(N, K, fmt));
     MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s_));
-    const bool small = f32_input_path && small_linear_supported(ws[0]);
+    const bool tc = o_.tensor_core_gemv && tc_gemv_supported(ws[0]);
+    const bool small = !tc && f32_input_path && small_linear_supported(ws[0]);
     auto launch = [&](int64_t i) {
       const DeviceLinear& w = ws[size_t(i % n)];
-      if (small)
+      if (tc) {
+        const RowGemvJob job{&w, y_.data(), accumulate};
+        tc_gemv_f32(x_.data(), b, std::span<const RowGemvJob>(&job, 1), s_);
+      } else if (small) {
         linear_f32_input(x_.data(), b, w, y_.data(), s_);
-      else
+      } else {
         runner_.run(x_.data(), b, w, y_.data(), /*y_f32=*/true, s_, accumulate);
+      }
     };
     const Timing t = timer_.time(launch, n);
     const double bytes = wbytes + double(b) * double(K) * 4 + double(b) * double(N) * 4 * (accumulate ? 2 : 1);
-    record(op, fmt_label(fmt), std::to_string(N) + "x" + std::to_string(K), b, calls, t, bytes);
+    record(op, std::string(fmt_label(fmt)) + (tc ? "/tc" : ""), std::to_string(N) + "x" + std::to_string(K), b, calls,
+           t, bytes);
   }
 
   // Several projections of the same f32 x in ONE row_gemv_f32 launch (mixed formats), as the
@@ -478,10 +489,15 @@ class KernelBench {
         off += size_t(b) * size_t(w.N);
       }
     }
-    auto launch = [&](int64_t i) { row_gemv_f32(x_.data(), b, jobs[size_t(i % n)], s_); };
+    bool tc = o_.tensor_core_gemv;
+    for (const auto& w : sets[0]) tc = tc && tc_gemv_supported(w);
+    auto launch = [&](int64_t i) {
+      if (tc) tc_gemv_f32(x_.data(), b, jobs[size_t(i % n)], s_);
+      else row_gemv_f32(x_.data(), b, jobs[size_t(i % n)], s_);
+    };
     const Timing t = timer_.time(launch, n);
     const double bytes = wbytes + double(b) * double(K) * 4 + double(b) * double(rows) * 4;
-    record(op, fmt, shape + "x" + std::to_string(K), b, calls, t, bytes, /*in_total=*/false);
+    record(op, fmt + (tc ? "/tc" : ""), shape + "x" + std::to_string(K), b, calls, t, bytes, /*in_total=*/false);
   }
 
   // The shared expert's down projection reading silu(g)·u directly (row_gemv_f32_gated): the
@@ -495,16 +511,18 @@ class KernelBench {
     const int n = copies_for(wbytes);
     for (int i = 1; i < n; ++i) ws.push_back(mk_.linear(H, Is, dense_proj_));
     MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s_));
-    if (!row_gemv_gated_supported(ws[0])) return;
+    const bool tc = o_.tensor_core_gemv && tc_gemv_gated_supported(ws[0]);
+    if (!tc && !row_gemv_gated_supported(ws[0])) return;
     DeviceBuffer<float> g = mk_.f32(size_t(b) * Is, -4, 4), u = mk_.f32(size_t(b) * Is, -2, 2);
     MOESERVE_CUDA_CHECK(cudaStreamSynchronize(s_));
     auto launch = [&](int64_t i) {
-      row_gemv_f32_gated(g.data(), u.data(), b, ws[size_t(i % n)], y_.data(), false, s_);
+      if (tc) tc_gemv_f32_gated(g.data(), u.data(), b, ws[size_t(i % n)], y_.data(), false, s_);
+      else row_gemv_f32_gated(g.data(), u.data(), b, ws[size_t(i % n)], y_.data(), false, s_);
     };
     const Timing t = timer_.time(launch, n);
     const double bytes = wbytes + double(b) * double(Is) * 8 + double(b) * double(H) * 4;
-    record(op, fmt_label(dense_proj_), std::to_string(H) + "x" + std::to_string(Is), b, calls, t, bytes,
-           /*in_total=*/false);
+    record(op, std::string(fmt_label(dense_proj_)) + (tc ? "/tc" : ""), std::to_string(H) + "x" + std::to_string(Is),
+           b, calls, t, bytes, /*in_total=*/false);
   }
 
   void attention(int b, int ctx, int calls, bool in_total) {
@@ -792,6 +810,8 @@ int main(int argc, char** argv) {
   bool csv = false;
   double rotate_mb = 256;
   int gemv_variant = 0;
+  std::string gemv_family = "cuda-cores";
+  int tc_split = 0;
   app.add_option("--config", config, "config.json of the model whose shapes to use");
   app.add_option("--weights", o.weights, "bf16, gptq-int4, fp8-block or hybrid-int4-fp8");
   app.add_option("--lm-head", o.lm_head, "auto (INT8 unless --weights bf16), bf16 or int8");
@@ -803,6 +823,11 @@ int main(int argc, char** argv) {
   app.add_flag("--csv", csv, "CSV output");
   app.add_option("--gemv-variant", gemv_variant,
                  "force the one-token row GEMV kernel shape (0 = by shape; see set_row_gemv_one_token_variant)");
+  app.add_option("--gemv-family", gemv_family,
+                 "generated tokens' dense projections: cuda-cores (row_gemv_f32, the model's path today) or "
+                 "tensor-cores (tc_gemv_f32, ops_tc_gemv.h)");
+  app.add_option("--tc-gemv-split", tc_split,
+                 "tensor-core GEMV: warps that split K inside a CTA (1, 2, 4, 8; 0 = by shape); same bits");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -810,6 +835,10 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     variants.apply();
+    if (gemv_family != "cuda-cores" && gemv_family != "tensor-cores")
+      throw Error("unknown --gemv-family '" + gemv_family + "' (cuda-cores, tensor-cores)");
+    o.tensor_core_gemv = gemv_family == "tensor-cores";
+    set_tc_gemv_split(tc_split);
     o.batches = bench::parse_int_list(batches);
     o.contexts = bench::parse_int_list(contexts);
     if (o.batches.empty()) throw Error("--batch is empty");

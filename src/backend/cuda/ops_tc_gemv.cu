@@ -1,0 +1,648 @@
+// tc_gemv_f32 / tc_gemv_f32_gated (ops_tc_gemv.h): generated tokens' dense projections on
+// mma.sync. The arithmetic (block-128 P scaling, f16 hi/lo split, k permutation, slices) is in
+// the header; every kernel form here computes exactly it.
+//
+// Layout. x f32 [M, K] (gated: g, u), 16-byte aligned rows (K % 16 == 0). W [N, K] row-major:
+// FP8 e4m3 with f32 block scales [ceil(N/128), B], INT8 with f32 row scales [N], or bf16. y f32
+// [M, N].
+//
+// Parallelisation. A CTA is 8 warps; it owns 16·8/WS consecutive rows of one job (a job's rows
+// are cut into such row blocks; CTAs of several jobs form one 1-D grid) and one token tile of
+// MT = 8·NT tokens (NT = 1, 2, 4 n8 column blocks; grid = row blocks x tiles, the tiles of one
+// row block adjacent so that the later ones read the weights from L2). Warp w owns the 16-row
+// m16 group rw = w / WS over the blocks of the slices sl·S/WS .. (sl+1)·S/WS − 1, sl = w % WS:
+// WS ("slice lanes", 1, 2, 4 or 8) warps split K, which spreads short launches (o_proj: 3072 rows
+// x K 8192 = 192 row groups) over many CTAs. The CTA walks "steps" u = 0 .. ceil(B/WS) − 1 in
+// lockstep; at step u slice lane sl works on its range's block u. WS = 1: a warp folds its
+// slices in registers; WS > 1: each slice's acc_j goes to shared memory and the epilogue folds
+// them in slice order (the same operations: bits do not depend on WS). The host takes NT = 1 for
+// M <= 8, 2 for M <= 16, else 4 (tiles of 32 tokens), and the fewest slice lanes that give two
+// CTAs per SM within the shared-memory budget (tall launches: WS = 1, a CTA of 128 rows stages x
+// once for all of them; o_proj / out_proj / the router set: WS = 8, 16 rows per CTA).
+//
+// Weights (A operand): thread (g = lane / 4, t4 = lane % 4) of a warp loads, per 64-k chunk, 16
+// bytes at 16·t4 (bf16: 16·t4 and 64 + 16·t4) of rows n0 + g and n0 + g + 8, LDG.128 with
+// running row pointers (one 64-bit add per row and chunk, immediate offsets, no bounds tests
+// when K % 128 == 0), into a register ring of RC chunks refilled as soon as a chunk's A registers
+// are built: NT = 1: FP8 / INT8 4 chunks = 128 B per thread, 32 KB per CTA, 64 KB per SM at two
+// CTAs (bf16 2 chunks, the same bytes); the first RC chunks are requested before the PDL wait.
+// FP8: each 32-bit word s of a chunk's load is two cvt e4m3x2 -> f16x2 (low and high half) = the
+// A registers of k16 step s (rows g and g + 8: a0..a3): 0.5 conversions per weight; INT8: one
+// LOP3 (^ 0x80808080) per word, one PRMT + one HSUB2 per pair; bf16: the loaded words are the A
+// registers.
+//
+// Activations (B operand), per step: warp w owns the units w, w + 8, ... (unit = (slice lane,
+// token), 128 k of x); lane L copies piece L (x[k 4L .. 4L + 3]) with cp.async one step ahead into
+// a raw buffer that only it reads back (no barrier for it), then converts it: the warp's max |x|
+// gives P, the lane scales, splits (f16, or bf16 hi/lo in bf16 CTAs) and writes ONE 16-byte
+// fragment {hi b0, hi b1, lo b0, lo b1} of k16 step i and thread t4 (the permutation of the
+// header), lane 0 the unit's 2^-P. Fragments are double-buffered (step u read while step u + 1 is
+// written): ONE barrier per step. An MMA warp reads, per k16 step and n8 column block, one
+// LDS.128 per lane at an immediate offset from a per-step base (a unit padded to 576 B keeps the
+// two tokens of an LDS phase on different banks); lanes of tokens past the tile read the last
+// token's fragment (their MMA columns are discarded; an MMA column depends only on its own B
+// column).
+//
+// Per block, 16 rows and n8 block: 16 MMAs (8 k16 steps x hi/lo) from a zero accumulator, then
+// 4 FFMA (FP8: 2 FMUL for s·2^-P first) into acc_j. Instructions per 64 weights of a thread (one
+// block of its 2 rows, FP8, NT = 1), from the PTX (ptxas may fold the 16-bit moves of the
+// conversions): 4 LDG.128, 32 cvt e4m3x2, 16 MMA, 8 LDS.128, 2 LDS (2^-P), 6 scale FMUL/FFMA,
+// ~4 pointer adds and ~10 loop / refill / slice tests: ~1.3 per weight, plus the staging (~45 per
+// warp and unit, 1/8 of a unit per warp and step at M = 1 with WS = 1, one unit per warp with
+// WS = 8) and the barrier.
+//
+// Shared memory (dynamic): fragments 2·WS·mt·576 B, raw x WS·mt·512 B (gated 1024), 2^-P
+// 2·WS·mt·4 B, and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the device's opt-in
+// limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
+// Roofline: the weight bytes once (N·K·{1, 1, 2} + scales), x per CTA (M·K·4 from L2), y.
+// At M <= 8 the MMAs (one n8 block) cost what they cost at M = 1; at M = 64 (tiles of 32 tokens,
+// 4 n8 blocks, two tiles) the MMAs and the per-CTA staging of x bound the kernel above the bytes.
+#include "backend/cuda/ops_tc_gemv.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/ops_mma_frag.cuh"
+#include "backend/cuda/ops_tc_gemv_frag.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/smem_opt_in.h"
+
+namespace moeserve::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlockK = 128;
+constexpr int kPdlMaxRows = 64;          // launches of up to this many tokens use PDL
+// Dynamic shared memory per CTA: at most the device's opt-in limit (the DGX Spark: 99 KB) and
+// 112 KB (two CTAs per H200 SM). Which slice-lane count a launch gets may so differ between
+// devices; the bits do not.
+constexpr size_t kSmemCap = 112 * 1024;
+enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
+
+struct TcJob {
+  const uint8_t* w;
+  const float* scale;  // FP8 block scales, INT8 row scales, bf16: unused
+  float* y;
+  int N;
+  int fmt;
+  int block_begin;  // first CTA row block of this job
+  int accumulate;
+};
+struct TcJobs {
+  TcJob job[kMaxRowJobs];
+  int count;
+};
+
+// The launch's shape, CTA-uniform. S is a power of two (log2S): slice bounds are shifts.
+struct TcShape {
+  int M, K, B, S, log2S, WS, steps, tiles, mt_max;
+};
+// Slice j's first block (tc_gemv_slice_begin without the division).
+__device__ __forceinline__ int slice_begin(const TcShape& sh, int j) { return (j * sh.B) >> sh.log2S; }
+
+template <typename Body>
+__device__ __forceinline__ void with_format(int fmt, Body&& body) {
+  switch (fmt) {
+    case kFp8:
+      body(std::integral_constant<int, kFp8>{});
+      break;
+    case kInt8:
+      body(std::integral_constant<int, kInt8>{});
+      break;
+    default:
+      body(std::integral_constant<int, kBf16>{});
+      break;
+  }
+}
+
+// ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
+__device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+// The weight ring, in 64-k chunks (a chunk slot: a thread's 16-byte loads of one chunk for rows
+// g and g + 8: FP8 / INT8 one per row, 8 registers; bf16 two per row, 16 registers). RC chunks
+// are in flight per thread: FP8 / INT8 4 (128 B per thread, 32 KB per CTA), bf16 2 (the same
+// bytes). (6 FP8 chunks spilled at the 128 registers of two CTAs per SM.) The step loop is
+// unrolled by kU blocks so that 2·kU chunks are a whole number of ring turns (static slots).
+template <int F, int NT>
+inline constexpr int kRingChunks = F == kBf16 ? (NT == 1 ? 2 : 2) : (NT == 1 ? 4 : 4);
+template <int F, int NT>
+inline constexpr int kUnroll = kRingChunks<F, NT> == 6 || kRingChunks<F, NT> == 3 ? 3 : kRingChunks<F, NT> / 2;
+template <int F>
+inline constexpr int kLoadsPerRow = F == kBf16 ? 2 : 1;  // 16-byte loads per row and chunk
+template <int F>
+inline constexpr int kChunkBytes = F == kBf16 ? 128 : 64;  // one row's chunk
+
+// One ring slot: a thread's weights of one 64-k chunk for rows g (w[0]) and g + 8 (w[1]).
+template <int F>
+struct Slot {
+  uint4 w[2][kLoadsPerRow<F>];
+};
+
+// Shared-memory carve-up (bytes), the same on host and device. A unit is one (slice lane, token)
+// pair of a step: 128 k of x. Fragments: two buffers (step u, step u + 1) of [WS][mt] units of
+// 8 k16 steps x 4 t4 16-byte fragments, a unit padded to 576 B (the 8 lanes of an LDS.128 phase,
+// two tokens, then cover all 32 banks); raw x: one buffer of [units][128] f32 (gated: g and u),
+// private to the warp that copies and converts a unit; 2^-P: two buffers of [units] f32; slice
+// partials (WS > 1): [S][16·8/WS rows][mt] f32.
+constexpr int kUnitFragBytes = 576;
+struct SmemLayout {
+  int frag, raw, raw_u, pinv, partial, total;
+};
+__host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool gated) {
+  SmemLayout l{};
+  const int units = WS * mt;
+  l.frag = 0;
+  l.raw = l.frag + 2 * units * kUnitFragBytes;
+  l.raw_u = l.raw + units * 512;
+  l.pinv = l.raw_u + (gated ? units * 512 : 0);
+  l.partial = l.pinv + ((2 * units * 4 + 15) / 16) * 16;
+  l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
+  return l;
+}
+
+// The staging of step u: warp w owns units w, w + 8, ... (unit = slice lane · mt + token), lane L
+// piece L (x[k 4L .. 4L + 3] of the unit's block). stage_copy issues its cp.async copies of the
+// raw x (one commit group); stage_convert, after the warp's wait, turns them into fragments. The
+// same lane copies and reads a piece, so the raw buffer needs no barrier of its own.
+template <bool kGated>
+__device__ __forceinline__ void stage_copy(const TcShape& sh, const float* __restrict__ x, const float* __restrict__ u,
+                                           int m0, int mt, int step, uint8_t* smem, const SmemLayout& L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int SPL = sh.S / sh.WS;
+  int sl = warp / mt, m = warp - sl * mt;
+  for (int unit = warp; unit < sh.WS * mt; unit += kWarps) {
+    const int b = slice_begin(sh, sl * SPL) + step;
+    if (b < slice_begin(sh, (sl + 1) * SPL)) {  // else this slice lane's range is done
+      const int k = b * kBlockK + 4 * lane;
+      const bool in = k < sh.K;  // K % 16 == 0: a 16-byte piece is whole or past the row
+      const size_t off = size_t(m0 + m) * size_t(sh.K) + (in ? size_t(k) : 0);
+      const uint32_t dst = uint32_t(__cvta_generic_to_shared(smem + L.raw + (unit * 128 + 4 * lane) * 4));
+      mma_frag::cp_async16(dst, x + off, in ? 16 : 0);
+      if constexpr (kGated) mma_frag::cp_async16(dst + uint32_t(L.raw_u - L.raw), u + off, in ? 16 : 0);
+    }
+    if (unit + kWarps < sh.WS * mt)
+      for (m += kWarps; m >= mt; m -= mt) ++sl;  // the next unit's (slice lane, token)
+  }
+  mma_frag::cp_async_commit();
+}
+
+// Converts this warp's raw units of step u into the fragments of buffer buf (f16 split with P for
+// FP8 / INT8 CTAs, bf16 split for bf16 CTAs). Waits for the warp's own copies first.
+template <int F, bool kGated>
+__device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int step, int buf, uint8_t* smem,
+                                              const SmemLayout& L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int SPL = sh.S / sh.WS, units = sh.WS * mt;
+  mma_frag::cp_async_wait<0>();
+  const float* raw = reinterpret_cast<const float*>(smem + L.raw);
+  const float* raw_u = reinterpret_cast<const float*>(smem + L.raw_u);
+  uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
+  float* pinv = reinterpret_cast<float*>(smem + L.pinv) + buf * units;
+  const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
+  // (step i8, thread t4) of this lane's float4 (the permutation of ops_tc_gemv.h).
+  const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
+  const int i8 = F == kBf16 ? 4 * c + 2 * (f >> 3) + (f & 1) : 4 * c + (f & 3);
+  int sl = warp / mt, m = warp - sl * mt;
+  for (int unit = warp; unit < units; unit += kWarps) {
+    const int b = slice_begin(sh, sl * SPL) + step;
+    if (b < slice_begin(sh, (sl + 1) * SPL)) {  // warp-uniform
+      float4 v = *reinterpret_cast<const float4*>(raw + unit * 128 + 4 * lane);
+      if constexpr (kGated) {
+        const float4 uu = *reinterpret_cast<const float4*>(raw_u + unit * 128 + 4 * lane);
+        v = make_float4(silu_mul_value(v.x, uu.x), silu_mul_value(v.y, uu.y), silu_mul_value(v.z, uu.z),
+                        silu_mul_value(v.w, uu.w));
+      }
+      uint32_t h0, h1, l0, l1;
+      if constexpr (F == kBf16) {
+        mma_frag::split2(v.x, v.y, h0, l0);
+        mma_frag::split2(v.z, v.w, h1, l1);
+      } else {
+        float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
+        const int P = a == 0.0f ? 0 : min(14 - e, 126);               // subnormal a: e = -127 -> clamped
+        const float sc = tc_frag::exp2i(P);
+        tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
+        tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
+        if (lane == 0) pinv[unit] = tc_frag::exp2i(-P);
+      }
+      *reinterpret_cast<uint4*>(frag + unit * kUnitFragBytes + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
+    }
+    if (unit + kWarps < units)
+      for (m += kWarps; m >= mt; m -= mt) ++sl;
+  }
+}
+
+// A registers of k16 step s (0..3) of the chunk held in a slot.
+template <int F>
+__device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4]) {
+  if constexpr (F == kBf16) {
+    const int j = s >> 1, o = 2 * (s & 1);
+    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&sl.w[0][j]);
+    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&sl.w[1][j]);
+    a[0] = r0[o], a[1] = r8[o], a[2] = r0[o + 1], a[3] = r8[o + 1];
+  } else if constexpr (F == kFp8) {
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s];
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s];
+    a[0] = tc_frag::e4m3x2_lo_to_f16x2(v0), a[1] = tc_frag::e4m3x2_lo_to_f16x2(v8);
+    a[2] = tc_frag::e4m3x2_hi_to_f16x2(v0), a[3] = tc_frag::e4m3x2_hi_to_f16x2(v8);
+  } else {
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s] ^ 0x80808080u;
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s] ^ 0x80808080u;
+    a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
+    a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
+  }
+}
+
+template <int F>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool zero_c) {
+  if constexpr (F == kBf16) {
+    if (zero_c) mma_frag::mma_bf16_zc(c, a, b0, b1);
+    else mma_frag::mma_bf16(c, a, b0, b1);
+  } else {
+    if (zero_c) tc_frag::mma_f16_zc(c, a, b0, b1);
+    else tc_frag::mma_f16(c, a, b0, b1);
+  }
+}
+
+// One CTA of format F: the whole main loop and the epilogue.
+template <int F, int NT, bool kGated, bool kWhole>
+__device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
+                                       const float* __restrict__ u, int row_first, int m0, int mt, uint8_t* smem) {
+  constexpr int RC = kRingChunks<F, NT>;
+  constexpr int U = kUnroll<F, NT>;
+  constexpr int LR = kLoadsPerRow<F>;
+  constexpr int CB = kChunkBytes<F>;
+  static_assert((2 * U) % RC == 0 && RC <= 2 * U, "2·U chunks must be whole ring turns");
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int WS = sh.WS, SPL = sh.S / WS;
+  const int sl = warp % WS, rw = warp / WS;
+  const int n0 = row_first + 16 * rw;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps still stage and meet the barriers
+  const int j_first = sl * SPL;
+  const int bb = slice_begin(sh, j_first);
+  const int be = slice_begin(sh, j_first + SPL);
+  const int chunks = 2 * (be - bb);  // this warp's chunks, in order
+  // The layout for this CTA's own mt (the host sized the buffer for mt_max >= mt).
+  const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated);
+
+  // Running row pointers of this thread at its next chunk to request (rows past N repeat N - 1;
+  // their outputs are not stored): FP8 / INT8 bytes 16·t4 of the chunk, bf16 16·t4 and 64 + 16·t4.
+  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
+  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
+  int next_chunk = 0;  // the next chunk the ring requests (relative to bb)
+
+  Slot<F> ring[RC];
+  float bscale[U];  // FP8: the block scales of the next U blocks (slot = step % U)
+  auto request = [&](Slot<F>& s) {
+#pragma unroll
+    for (int j = 0; j < LR; ++j) {
+      // k of this load: the chunk's first k + (FP8 / INT8: 16·t4; bf16: 32·j + 8·t4).
+      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
+      if (kWhole || k < sh.K) {
+        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
+        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
+      } else {
+        s.w[0][j] = make_uint4(0, 0, 0, 0);
+        s.w[1][j] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    wp0 += CB;
+    wp8 += CB;
+    ++next_chunk;
+  };
+  if (active) {
+#pragma unroll
+    for (int q = 0; q < RC; ++q)
+      if (q < chunks) request(ring[q]);  // in flight while the previous kernel finishes
+    if constexpr (F == kFp8) {
+#pragma unroll
+      for (int d = 0; d < U; ++d)
+        if (bb + d < be) bscale[d] = __ldg(sp + d);
+    }
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+
+  stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
+  stage_convert<F, kGated>(sh, mt, 0, 0, smem, Lc);
+  __syncthreads();
+
+  const int units = WS * mt;
+  float* partial = reinterpret_cast<float*>(smem + Lc.partial);
+  const int cta_rows = 16 * (kWarps / WS);
+  // This lane's fragments in buffer 0: unit (sl, token 8·nt + g) at k16 step i8 and t4: + i8·64
+  // and + nt·8 units are immediates. The token is clamped into the tile (the MMA columns past the
+  // tile compute garbage that is never stored; a column depends only on its own B column). Buffer
+  // 1 is units·576 bytes further. pinv: the 2^-P of this lane's C columns (tokens 2·t4, +1).
+  const int gq = min(g, mt - 1);  // NT > 1: mt > 8·(NT - 1) for every tile but the last
+  const uint8_t* frag_lane = smem + Lc.frag + (sl * mt + gq) * kUnitFragBytes + t4 * 16;
+  int bcol_off[NT], ccol[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    bcol_off[nt] = (min(8 * nt + g, mt - 1) - gq) * kUnitFragBytes;
+    ccol[nt][0] = sl * mt + min(8 * nt + 2 * t4, mt - 1);
+    ccol[nt][1] = sl * mt + min(8 * nt + 2 * t4 + 1, mt - 1);
+  }
+  const float* pinv0 = reinterpret_cast<const float*>(smem + Lc.pinv);
+
+  float acc[NT][4], tot[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f, tot[nt][i] = 0.0f;
+  int j_cur = j_first;  // the slice being accumulated
+  int slice_end = slice_begin(sh, j_cur + 1);
+
+  for (int u0 = 0; u0 < sh.steps; u0 += U) {
+#pragma unroll
+    for (int d = 0; d < U; ++d) {
+      const int step = u0 + d;
+      if (step >= sh.steps) break;  // CTA-uniform
+      const bool more = step + 1 < sh.steps;
+      if (more) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);  // in flight during the MMAs
+      const int buf = step & 1;
+      const int b = bb + step;
+      if (active && b < be) {  // warp-uniform
+        float c[NT][4];
+#pragma unroll
+        for (int ch = 0; ch < 2; ++ch) {
+          Slot<F>& slot = ring[(2 * d + ch) % RC];
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_frag<F>(slot, s, a);
+            const int i8 = 4 * ch + s;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint4 bf = *reinterpret_cast<const uint4*>(frag_lane + buf * units * kUnitFragBytes +
+                                                               bcol_off[nt] + i8 * 64);
+              mma<F>(c[nt], a, bf.x, bf.y, i8 == 0);
+              mma<F>(c[nt], a, bf.z, bf.w, false);
+            }
+          }
+          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
+        }
+        // acc_j += C_b · factor (per token column).
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (F == kBf16) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], c[nt][i]);
+          } else {
+            const float* pinv = pinv0 + buf * units;
+            float f0 = pinv[ccol[nt][0]], f1 = pinv[ccol[nt][1]];
+            if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
+            acc[nt][0] = __fmaf_rn(c[nt][0], f0, acc[nt][0]);
+            acc[nt][1] = __fmaf_rn(c[nt][1], f1, acc[nt][1]);
+            acc[nt][2] = __fmaf_rn(c[nt][2], f0, acc[nt][2]);
+            acc[nt][3] = __fmaf_rn(c[nt][3], f1, acc[nt][3]);
+          }
+        }
+        if constexpr (F == kFp8)
+          if (b + U < be) bscale[d] = __ldg(sp + (step + U));  // the scale of block b + U
+        if (b + 1 == slice_end) {  // end of slice j_cur (warp-uniform)
+          if (WS == 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) tot[nt][i] = j_cur == 0 ? acc[nt][i] : __fadd_rn(tot[nt][i], acc[nt][i]);
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                const int m = 8 * nt + 2 * t4 + (i & 1), r = 16 * rw + g + 8 * (i >> 1);
+                if (m < mt) partial[(j_cur * cta_rows + r) * mt + m] = acc[nt][i];
+              }
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+          ++j_cur;
+          slice_end = slice_begin(sh, j_cur + 1);
+        }
+      }
+      if (more) stage_convert<F, kGated>(sh, mt, step + 1, buf ^ 1, smem, Lc);
+      __syncthreads();  // step + 1's fragments are visible; every warp is done with buffer buf
+    }
+  }
+
+  // Epilogue: the INT8 row scale (once), then y (= or +=).
+  if (WS == 1) {
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = n0 + g + 8 * (i >> 1);
+      if (n >= job.N) continue;
+      const float rs = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int m = 8 * nt + 2 * t4 + (i & 1);
+        if (m >= mt) continue;
+        const float v = F == kInt8 ? __fmul_rn(tot[nt][i], rs) : tot[nt][i];
+        float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+        *p = job.accumulate ? __fadd_rn(*p, v) : v;
+      }
+    }
+  } else {
+    // Every warp's partials were written before the last step's barrier.
+    for (int e = threadIdx.x; e < cta_rows * mt; e += kThreads) {
+      const int m = e / cta_rows, r = e - m * cta_rows, n = row_first + r;
+      if (n >= job.N) continue;
+      float v = partial[r * mt + m];
+      for (int j = 1; j < sh.S; ++j) v = __fadd_rn(v, partial[(j * cta_rows + r) * mt + m]);
+      if (F == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));
+      float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  }
+}
+
+template <int NT, bool kGated, bool kWhole>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
+    tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
+  pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
+  extern __shared__ float4 tc_smem_f4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(tc_smem_f4);
+  const int tile = int(blockIdx.x) % sh.tiles, rb = int(blockIdx.x) / sh.tiles;
+  // The CTA's job, by static indices (a dynamic index would copy the parameters to local memory).
+  TcJob job = jobs.job[0];
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  const int cta_rows = 16 * (kWarps / sh.WS);
+  const int row_first = (rb - job.block_begin) * cta_rows;
+  const int m0 = tile * 8 * NT, mt = min(8 * NT, sh.M - m0);
+  with_format(job.fmt, [&](auto f) {
+    tc_cta<decltype(f)::value, NT, kGated, kWhole>(job, sh, x, u, row_first, m0, mt, smem);
+  });
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+size_t smem_budget() {
+  static const size_t b = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return std::min(size_t(v > 0 ? v : 48 * 1024), kSmemCap);
+  }();
+  return b;
+}
+
+int fmt_of(const DeviceLinear& w) {
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      return kFp8;
+    case quant::WeightFormat::Int8Rowwise:
+      return kInt8;
+    default:
+      return kBf16;  // Dense and NVFP4 (dequantised to bf16 at load)
+  }
+}
+
+TcJob make_job(const RowGemvJob& j) {
+  const DeviceLinear& w = *j.w;
+  const int f = fmt_of(w);
+  const uint8_t* bytes = f == kFp8    ? w.fp8.data()
+                         : f == kInt8 ? reinterpret_cast<const uint8_t*>(w.int8.data())
+                                      : reinterpret_cast<const uint8_t*>(w.dense.data());
+  return TcJob{bytes, f == kBf16 ? nullptr : w.scale.data(), j.y, int(w.N), f, 0, j.accumulate ? 1 : 0};
+}
+
+// Numbers the jobs' row blocks consecutively and returns their count.
+long long number_blocks(TcJobs& jobs, int cta_rows) {
+  long long blocks = 0;
+  for (int i = 0; i < jobs.count; ++i) {
+    jobs.job[i].block_begin = int(blocks);
+    blocks += (jobs.job[i].N + cta_rows - 1) / cta_rows;
+  }
+  return blocks;
+}
+
+std::atomic<int> g_split{0};
+
+template <int NT, bool kGated, bool kWhole>
+void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
+  const long long blocks = number_blocks(jobs, 16 * (kWarps / sh.WS));
+  if (blocks * sh.tiles > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
+  const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated).total);
+  auto kernel = tc_gemv_kernel<NT, kGated, kWhole>;
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole>>(smem_budget());
+  launch_pdl(sh.M <= kPdlMaxRows, kernel, dim3(unsigned(blocks * sh.tiles)), dim3(kThreads), smem, stream, x, u,
+             jobs, sh);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kGated>
+void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStream_t stream) {
+  TcShape sh{};
+  sh.M = M;
+  sh.K = K;
+  sh.B = (K + kBlockK - 1) / kBlockK;
+  sh.S = tc_gemv_slices(sh.B);
+  sh.log2S = sh.S == 8 ? 3 : sh.S == 4 ? 2 : sh.S == 2 ? 1 : 0;
+  const int NT = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  sh.tiles = (M + 8 * NT - 1) / (8 * NT);
+  sh.mt_max = std::min(M, 8 * NT);
+  // Slice lanes: the fewest (each CTA then stages x for the most rows) that still give two CTAs
+  // per SM, within the shared-memory budget; or forced (set_tc_gemv_split). Bits do not depend on it.
+  auto ctas = [&](int ws) {
+    long long blocks = 0;
+    for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + 16 * (kWarps / ws) - 1) / (16 * (kWarps / ws));
+    return blocks * sh.tiles;
+  };
+  auto fits = [&](int ws) { return size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= smem_budget(); };
+  const int forced = g_split.load(std::memory_order_relaxed);
+  int ws = 1;
+  if (forced > 0) {
+    while (2 * ws <= std::min(forced, sh.S) && fits(2 * ws)) ws *= 2;
+  } else {
+    // (within 10%: q_proj's 1024 row groups at WS = 2 are 256 CTAs, one wave on 132 SMs)
+    while (2 * ws <= sh.S && 10 * ctas(ws) < 18LL * sm_count() && fits(2 * ws)) ws *= 2;
+  }
+  sh.WS = ws;
+  sh.steps = (sh.B + ws - 1) / ws;
+  const bool whole = K % kBlockK == 0;
+  if (NT == 1) {
+    if (whole) launch_nt<1, kGated, true>(x, u, jobs, sh, stream);
+    else launch_nt<1, kGated, false>(x, u, jobs, sh, stream);
+  } else if (NT == 2) {
+    if (whole) launch_nt<2, kGated, true>(x, u, jobs, sh, stream);
+    else launch_nt<2, kGated, false>(x, u, jobs, sh, stream);
+  } else {
+    if (whole) launch_nt<4, kGated, true>(x, u, jobs, sh, stream);
+    else launch_nt<4, kGated, false>(x, u, jobs, sh, stream);
+  }
+}
+
+}  // namespace
+
+void set_tc_gemv_split(int warps_over_k) {
+  if (warps_over_k != 0 && warps_over_k != 1 && warps_over_k != 2 && warps_over_k != 4 && warps_over_k != 8)
+    throw Error("set_tc_gemv_split: 0 (by shape), 1, 2, 4 or 8");
+  g_split.store(warps_over_k, std::memory_order_relaxed);
+}
+
+bool tc_gemv_supported(const DeviceLinear& w) {
+  if (w.N <= 0 || w.K <= 0 || w.K % 16 != 0 || w.N > INT_MAX / 2 || w.K > INT_MAX / 4) return false;
+  const size_t nk = size_t(w.N) * size_t(w.K);
+  const size_t blocks = size_t((w.K + kBlockK - 1) / kBlockK);
+  switch (w.format) {
+    case quant::WeightFormat::Fp8Block:
+      return w.fp8.size() == nk && w.scale.size() >= size_t((w.N + 127) / 128) * blocks;
+    case quant::WeightFormat::Int8Rowwise:
+      return w.int8.size() == nk && w.scale.size() >= size_t(w.N);
+    case quant::WeightFormat::Dense:
+    case quant::WeightFormat::Nvfp4:
+      return w.dense.size() == nk;
+    default:
+      return false;
+  }
+}
+
+bool tc_gemv_gated_supported(const DeviceLinear& w) { return tc_gemv_supported(w); }
+
+void tc_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream) {
+  if (M <= 0 || jobs.empty()) return;
+  const int64_t K = jobs[0].w->K;
+  for (const auto& j : jobs)
+    if (!tc_gemv_supported(*j.w) || j.w->K != K)
+      throw Error("tc_gemv_f32: every job needs an FP8 / INT8 / bf16 weight with the same K, K % 16 == 0");
+  for (size_t b = 0; b < jobs.size(); b += kMaxRowJobs) {  // more than kMaxRowJobs: several launches
+    TcJobs js{};
+    js.count = int(std::min(jobs.size() - b, size_t(kMaxRowJobs)));
+    for (int i = 0; i < js.count; ++i) js.job[i] = make_job(jobs[b + size_t(i)]);
+    launch<false>(x, nullptr, M, js, int(K), stream);
+  }
+}
+
+void tc_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
+                       cudaStream_t stream) {
+  if (M <= 0) return;
+  if (!tc_gemv_gated_supported(w)) throw Error("tc_gemv_f32_gated: needs an FP8 / INT8 / bf16 weight, K % 16 == 0");
+  TcJobs js{};
+  js.count = 1;
+  js.job[0] = make_job(RowGemvJob{&w, y, accumulate});
+  launch<true>(g, u, M, js, int(w.K), stream);
+}
+
+}  // namespace moeserve::cuda
