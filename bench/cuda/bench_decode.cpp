@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--chunked-deltanet", chunked_deltanet, "prompt tokens of DeltaNet layers in the chunked form");
   app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
   app.add_flag("--tensor-core-decode", tensor_core_decode,
-               "generated tokens on the tensor-core kernels too (default: the GEMVs)");
+               "generated tokens on tensor cores too: dense projections through tc_gemv, experts through the prompt-token "
+               "expert kernels (default: the CUDA-core GEMVs and expert kernels)");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);

@@ -12,6 +12,7 @@
 #include "backend/cuda/ops_gdn_chunked.h"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_quant_gemv.h"
+#include "backend/cuda/ops_tc_gemv.h"
 #include "backend/cuda/pdl.h"
 #include "core/log.h"
 #include "core/progress_bar.h"
@@ -477,12 +478,12 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
                          batch, logits_host_, out, stream_);
   };
 
-  // Rows of generated tokens (the padding of a graph batch takes the kind of its rows); the
-  // matmuls take the GEMVs for them unless tensor_core_decode.
+  // Rows of generated tokens (the padding of a graph batch takes the kind of its rows); their
+  // matmuls take the generated-token family (CUDA-core GEMVs, or tc_gemv with tensor_core_decode).
   const bool all_generated = sub.generated_tokens == sub.num_tokens;
   const RowSplit split{use_graph && all_generated ? padded : sub.generated_tokens,
                        use_graph && all_generated ? padded_seqs : sub.generated_seqs};
-  const int lm_gemv_rows = options_.tensor_core_decode ? 0 : (use_graph && all_generated ? padded : gemv_logit_rows);
+  const int lm_gemv_rows = use_graph && all_generated ? padded : gemv_logit_rows;
   if (use_graph) {
     const std::pair<int, bool> key{padded, all_generated};
     auto it = graphs_.find(key);
@@ -534,24 +535,51 @@ void Qwen35CudaModel::enqueue_lm_head_rows(int row0, int rows, int gemv_rows) {
 // (GPTQ INT4 dense projections stay on the row-tiled kernels for every row).
 void Qwen35CudaModel::linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y,
                                   bool accumulate, cudaStream_t s) {
-  if (gemv_rows >= M || !mma_gemm_supported(w)) {
+  const bool tc = options_.tensor_core_decode && tc_gemv_supported(w);
+  if (!tc && (gemv_rows >= M || !mma_gemm_supported(w))) {  // one CUDA-core family for every row
     linear_->run(x, M, w, y, true, s, accumulate);
     return;
   }
-  if (gemv_rows > 0) linear_->run(x, gemv_rows, w, y, true, s, accumulate);
+  if (gemv_rows > 0) {
+    if (tc) {
+      const RowGemvJob job{&w, y, accumulate};
+      tc_gemv_f32(x, std::min(gemv_rows, M), std::span<const RowGemvJob>(&job, 1), s);
+    } else {
+      linear_->run(x, gemv_rows, w, y, true, s, accumulate);
+    }
+  }
+  if (gemv_rows >= M) return;
+  if (!mma_gemm_supported(w)) {  // prompt rows of a format without a tensor-core GEMM (GPTQ dense)
+    linear_->run(x + size_t(gemv_rows) * size_t(w.K), M - gemv_rows, w, y + size_t(gemv_rows) * size_t(w.N), true, s,
+                 accumulate);
+    return;
+  }
   mma_gemm(x + size_t(gemv_rows) * size_t(w.K), M - gemv_rows, w, y + size_t(gemv_rows) * size_t(w.N), accumulate,
            s);
 }
 
-// Several projections of the same x: the GEMV rows in one launch (quant_gemv_multi), the
-// tensor-core rows one GEMM per weight.
-void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
-                                        cudaStream_t s) {
-  if (gemv_rows >= M) {
-    quant_gemv_multi(x, M, outs, s);
+// Generated rows of several projections of the same x in one launch where the family allows:
+// tc_gemv (tensor_core_decode, every weight supported, one K) or the CUDA-core GEMVs.
+void Qwen35CudaModel::generated_multi(std::span<const LinearOut> outs, const float* x, int rows, cudaStream_t s) {
+  bool tc = options_.tensor_core_decode;
+  for (const auto& o : outs) tc = tc && tc_gemv_supported(*o.w) && o.w->K == outs[0].w->K;
+  if (!tc) {
+    quant_gemv_multi(x, rows, outs, s);
     return;
   }
-  if (gemv_rows > 0) quant_gemv_multi(x, gemv_rows, outs, s);
+  std::vector<RowGemvJob> jobs;
+  jobs.reserve(outs.size());
+  for (const auto& o : outs) jobs.push_back({o.w, o.y, false});
+  tc_gemv_f32(x, rows, jobs, s);
+}
+
+// Several projections of the same x: the generated rows in one launch (generated_multi), the
+// prompt rows one tensor-core GEMM per weight.
+void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
+                                        cudaStream_t s) {
+  const int g = std::min(gemv_rows, M);
+  if (g > 0) generated_multi(outs, x, g, s);
+  if (gemv_rows >= M) return;
   for (const auto& o : outs) {
     const DeviceLinear& w = *o.w;
     const size_t xo = size_t(gemv_rows) * size_t(w.K), yo = size_t(gemv_rows) * size_t(w.N);
@@ -563,8 +591,11 @@ void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const f
 }
 
 void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
-  // G: rows on the matmul GEMVs; the attention kernels split at the generated rows instead.
-  const int G = options_.tensor_core_decode ? 0 : split.generated_rows;
+  // G: generated rows (the matmuls' generated-token family: CUDA-core GEMVs, or tc_gemv with
+  // tensor_core_decode). G_moe: the routed experts' CUDA-core rows; with tensor_core_decode every row
+  // takes the tensor-core expert kernels (moe_routed_experts_mma: swapAB tiles at decode sizes).
+  const int G = split.generated_rows;
+  const int G_moe = options_.tensor_core_decode ? 0 : G;
   const auto& c = config_;
   const int H = int(c.hidden_size);
   const float eps = float(c.rms_norm_eps);
@@ -651,7 +682,10 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(ss, fork_event_, 0));
     }
     int sd = 0;  // rows whose down projection reads silu(g)·u directly (the gated GEMV)
-    if (G > 0 && row_gemv_gated_supported(moe.shared_down)) {
+    if (G > 0 && options_.tensor_core_decode && tc_gemv_gated_supported(moe.shared_down)) {
+      tc_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
+      sd = G;
+    } else if (G > 0 && !options_.tensor_core_decode && row_gemv_gated_supported(moe.shared_down)) {
       row_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
       sd = G;
     }
@@ -668,20 +702,20 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     }
     // The GEMV rows and the tensor-core rows route and group their experts separately.
     const int E = int(c.num_experts);
-    if (G > 0)
-      moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G, moe_ws_.data(), moe_ws_.bytes(),
+    if (G_moe > 0)
+      moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G_moe, moe_ws_.data(), moe_ws_.bytes(),
                          residual_.data(), s, shared_down_.data(), shared_gate_logit_.data(), shared_ready);
-    if (G < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
+    if (G_moe < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
       if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
-      const size_t xo = size_t(G) * size_t(H);
+      const size_t xo = size_t(G_moe) * size_t(H);
       const float* x = x32_.data() + xo;
-      const float* logits = router_logits_.data() + size_t(G) * size_t(E);
+      const float* logits = router_logits_.data() + size_t(G_moe) * size_t(E);
       float* res = residual_.data() + xo;
       const float* sh = shared_down_.data() + xo;
-      const float* shg = shared_gate_logit_.data() + G;
-      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - G, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s,
-                                  sh, shg))
-        moe_routed_experts(x, logits, ms, moe.experts, M - G, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
+      const float* shg = shared_gate_logit_.data() + G_moe;
+      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - G_moe, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res,
+                                  s, sh, shg))
+        moe_routed_experts(x, logits, ms, moe.experts, M - G_moe, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
     }
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());

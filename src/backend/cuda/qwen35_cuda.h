@@ -36,9 +36,11 @@ struct CudaModelOptions {
   // Every matmul through kernels whose per-row result does not depend on the batch
   // (linear_runner.h); off: cuBLASLt for large M (faster prefill, batch-dependent bits).
   bool batch_invariant = true;
-  // Generated tokens on the tensor-core kernels too (by default they take the GEMVs, which read
-  // weights faster at one row; prompt tokens always take the tensor cores where the format has
-  // them). Either way a token's kernels depend only on the token, not on its batch.
+  // Generated tokens on tensor cores too: dense projections through tc_gemv (ops_tc_gemv.h, swapAB
+  // mma.sync with its own fixed summation order), routed experts through the prompt-token expert
+  // kernels (moe_routed_experts_mma, swapAB tiles at decode sizes: the prompt tokens' bits). Off: the
+  // CUDA-core GEMVs and expert kernels. Prompt tokens always take the prompt-token tensor-core kernels
+  // where the format has them. Either way a token's kernels depend only on the token, not on its batch.
   bool tensor_core_decode = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
@@ -88,6 +90,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
   void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
+  void generated_multi(std::span<const LinearOut> outs, const float* x, int rows, cudaStream_t s);
   // LM head of logit rows [row_begin, row_begin + rows); the first gemv_rows of them are GEMV rows.
   void enqueue_lm_head_rows(int row_begin, int rows, int gemv_rows);
   void allocate_workspaces();
