@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
+  __shared__ int s_row[SL];
 
   const int N = a.w0.N, K = a.w0.K, groups = K / G, k = a.top_k;
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
@@ -205,9 +206,9 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
     start = __ldcg(a.tiles.start + t);
     count = __ldcg(a.tiles.count + t);
   }
-  // down: the fold warp's slot (y row and token); gate_up: its act row.
-  int my_row = 0;
-  if (warp < count) my_row = kFused ? int(blockIdx.y) : kGateUp ? start + warp : __ldcg(a.tiles.order + start + warp);
+  // Tiled: each slot's output row (gate_up: its act row = order position; down: its y row = slot),
+  // kept in shared memory for the epilogue (not in a register across the main loop).
+  if (!kFused && tid < count) s_row[tid] = kGateUp ? start + tid : __ldcg(a.tiles.order + start + tid);
 
   // ---- this thread's weight stream: word rows 4b + t4 of block b, columns col0 .. col0 + 3 ----
   const bool upm = kGateUp && g >= 4;
@@ -215,10 +216,14 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
   const bool my_sym = upm ? a.w1.sym : a.w0.sym;
   const int32_t* qw = (upm ? a.w1.qweight : a.w0.qweight) + (size_t(e) * (K / 8) + t4) * N + col0;
   const int32_t* qz = my_sym ? nullptr : (upm ? a.w1.qzeros : a.w0.qzeros) + size_t(e) * groups * (N / 8) + col0 / 8;
-  const size_t blk_stride = size_t(4) * N;  // int32 per 32-k block
-  auto block_src = [&](int gi, int kb) {
-    return reinterpret_cast<const uint4*>(qw + size_t(gi * kBPG + kb) * blk_stride);
+  // Block b's words at qw + b·4N. In round r warp w's ring slot i = j·kBPG + kb holds block
+  // 64r + kBPG·w + (8·kBPG·j + kb) (kGR·kBPG = 64 blocks per round): a per-round base and 32-bit
+  // offsets that are compile-time multiples of 4N.
+  const int blk_stride = 4 * N;  // int32 per 32-k block
+  auto slot_src = [&](const int32_t* base, int j, int kb) {
+    return reinterpret_cast<const uint4*>(base + (j * 8 * kBPG + kb) * blk_stride);
   };
+  const int32_t* qr = qw + size_t(warp * kBPG) * blk_stride;  // round 0's base
   uint4 ring[kRing];
   uint32_t zring[kGPW];
 #pragma unroll
@@ -229,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
     const int gi = j * kWarps + warp;
     if (gi < groups) {
 #pragma unroll
-      for (int kb = 0; kb < kBPG; ++kb) ring[j * kBPG + kb] = __ldg(block_src(gi, kb));
+      for (int kb = 0; kb < kBPG; ++kb) ring[j * kBPG + kb] = __ldg(slot_src(qr, j, kb));
       if (!my_sym) zring[j] = uint32_t(__ldg(qz + size_t(gi) * (N / 8)));
     }
   }
@@ -283,6 +288,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
   for (int r = 0; r < rounds; ++r) {
     if (nbuf == 1 && r > 0) __syncthreads();  // one C buffer: round r − 1's fold has read it
     float* cb = reinterpret_cast<float*>(smem + (r & (nbuf - 1)) * C::kCBufBytes);
+    qr += size_t(64) * blk_stride;  // round r + 1's base (the ring's refills)
 #pragma unroll
     for (int j = 0; j < kGPW; ++j) {
       const int gl = j * kWarps + warp, gi = r * kGR + gl;
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
             af[f][s2][2] = gptq_nibbles_j_j4_to_bf16x2(wd[2 * f] >> (8 * s2 + 4), magic, zz[2 * f]);
             af[f][s2][3] = gptq_nibbles_j_j4_to_bf16x2(wd[2 * f + 1] >> (8 * s2 + 4), magic, zz[2 * f + 1]);
           }
-        if (pre) ring[i] = __ldg(block_src(gi + kGR, kb));  // the slot's block of the next round
+        if (pre) ring[i] = __ldg(slot_src(qr, j, kb));  // the slot's block of the next round
         // B fragments (step s, register h: k 16s + 8h + 2t4 ..) from the planes.
         const uint32_t p = bq + uint32_t((gi * kBPG + kb) * 64);
         uint32_t rh[4], rl[4];
@@ -361,6 +367,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
 
   // ---- epilogue (fold warps only) ----
   if (warp >= count) return;
+  const int my_row = kFused ? int(blockIdx.y) : s_row[warp];  // written before the prologue's barrier
   if constexpr (kGateUp) {  // lanes 0..15 gate, 16..31 up of columns n0 + lane % 16
     const float up = __shfl_down_sync(0xffffffffu, acc, 16);
     if (lane < 16) {
