@@ -215,7 +215,10 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
   const int col0 = n0 + 4 * (kGateUp ? (g & 3) : g);
   const bool my_sym = upm ? a.w1.sym : a.w0.sym;
   const int32_t* qw = (upm ? a.w1.qweight : a.w0.qweight) + (size_t(e) * (K / 8) + t4) * N + col0;
-  const int32_t* qz = my_sym ? nullptr : (upm ? a.w1.qzeros : a.w0.qzeros) + size_t(e) * groups * (N / 8) + col0 / 8;
+  // Zero word of group gi: qzeros (gate_up: of gate or up) + zoff + gi·N/8 (a 32-bit offset, no
+  // 64-bit pointer held across the main loop).
+  const int zoff = e * groups * (N / 8) + col0 / 8;
+  auto zero_src = [&](int gi) { return (upm ? a.w1.qzeros : a.w0.qzeros) + (zoff + gi * (N / 8)); };
   // Block b's words at qw + b·4N. In round r warp w's ring slot i = j·kBPG + kb holds block
   // 64r + kBPG·w + (8·kBPG·j + kb) (kGR·kBPG = 64 blocks per round): a per-round base and 32-bit
   // offsets that are compile-time multiples of 4N.
@@ -235,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
     if (gi < groups) {
 #pragma unroll
       for (int kb = 0; kb < kBPG; ++kb) ring[j * kBPG + kb] = __ldg(slot_src(qr, j, kb));
-      if (!my_sym) zring[j] = uint32_t(__ldg(qz + size_t(gi) * (N / 8)));
+      if (!my_sym) zring[j] = uint32_t(__ldg(zero_src(gi)));
     }
   }
 
@@ -305,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
           const uint32_t z = 0x4300u + ((zw >> (4 * (4 * (g & 1) + q))) & 0xFu) + 1u;
           zz[q] = z | (z << 16);
         }
-        if (pre) zring[j] = uint32_t(__ldg(qz + size_t(gi + kGR) * (N / 8)));
+        if (pre) zring[j] = uint32_t(__ldg(zero_src(gi + kGR)));
       }
       float c[2][4];
 #pragma unroll
