@@ -64,8 +64,10 @@
 //
 // Shared memory (dynamic, bytes): cbuf nbuf x kGR x slots x 33 x 4, scales 2 x kGR x 64, planes
 // slots x (K + 8) x 4 (slots = 4 tiled, 1 fused). 122B-A10B (H 3072, I 1024, g 128): gate_up tiled
-// 66.6 KB (2 rounds: nbuf 2), fused 18.4 KB; down tiled 26.8 KB, fused 6.5 KB. Limit 99 KB (DGX
-// Spark): shapes above it (large H at small g) are not served (swap_supported).
+// 66.6 KB (2 rounds: nbuf 2), fused 18.2 KB; down tiled 26.4 KB, fused 8.1 KB. Limit 99 KB (DGX
+// Spark): shapes above it (large H at small g) are not served (swap_supported). Registers: <= 128
+// (__launch_bounds__(256, 2), no spills on sm_90 / sm_121), so 2 CTAs (16 warps, 64 KB of weights
+// in flight) per SM where shared memory allows.
 //
 // Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, g 128). Bytes: every tile (fused: every slot)
 // reads its expert's gate / up / down words once (4.7 MB per expert, 1.5% scales) plus its slots'
@@ -74,7 +76,12 @@
 // per tile (512 at batch 1), each streaming 48 KB of words; down H/32 = 96 per tile (768), 16 KB.
 // MMA work: 8 MMAs per warp per 32-k block = 2 MMAs per weight word (hi and lo), far below the
 // tensor cores' rate; the cost is the instructions per weight word: per block and thread 1 LDG.128
-// (4 words), 2 LDSM.x4, 12 SHF, 16 LOP3, 16 HSUB2, 8 HMMA and the ring's addressing.
+// (4 words), 2 LDSM.x4, 12 SHF, 16 LOP3, 16 HSUB2, 8 HMMA and the ring's addressing. Counted (no
+// cuobjdump on the build machine) as the growth of the cubin's .text when the ring holds 16 blocks
+// instead of 8 (8 more blocks per warp and round, their groups' C stores / zero words and 8 more
+// prologue loads), / 8 / 16 bytes: g 128 ~75 (sm_90) / ~82 (sm_121) per block and thread, all of it
+// included; the block body alone is estimated at ~63-67 (the previous shared-memory-ring kernels:
+// 56), the rest per group (C stores, zero words) and the refills' 64-bit addressing.
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
