@@ -107,7 +107,37 @@ std::vector<float> run_mma(const cuda::DeviceExperts& d, const std::vector<float
   return to_host(d_res);
 }
 
+// As run_mma, on a caller-owned workspace (not refilled: consecutive calls share its state, as the
+// model's layers do).
+std::vector<float> run_mma_on(DeviceBuffer<uint8_t>& ws, const cuda::DeviceExperts& d, const std::vector<float>& x,
+                              const std::vector<float>& logits, const std::vector<float>& residual, int M,
+                              const ExpertCase& c, bool* ran, const std::vector<float>* shared_out = nullptr,
+                              const std::vector<float>* shared_gate = nullptr) {
+  const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+  auto d_x = to_device_f32(x);
+  auto d_logits = to_device_f32(logits);
+  auto d_res = to_device_f32(residual);
+  DeviceBuffer<float> d_shared, d_gate;
+  if (shared_out) {
+    d_shared = to_device_f32(*shared_out);
+    d_gate = to_device_f32(*shared_gate);
+  }
+  *ran = cuda::moe_routed_experts_mma(d_x.data(), d_logits.data(), shape, d, M, ws.data(), ws.size(), d_res.data(),
+                                      nullptr, shared_out ? d_shared.data() : nullptr,
+                                      shared_out ? d_gate.data() : nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("moe_routed_experts_mma failed on the device");
+  return to_host(d_res);
+}
+
 bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+// Outputs of got that differ from ref in any bit; *first = the first one's index.
+int count_diffs(const std::vector<float>& got, const std::vector<float>& ref, size_t* first) {
+  int diffs = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!bits_equal(got[i], ref[i]) && diffs++ == 0) *first = i;
+  return diffs;
+}
 
 // Restores the default kernel form when a test ends (also on a failed ASSERT).
 struct VariantGuard {
@@ -685,6 +715,111 @@ TEST(GpuOpsMoeMma, SwapTilingMatchesWordFormAtEveryTileCount) {
     EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
                         << " outputs of variant 8 differ from variant 7; first at token " << first / size_t(c.H)
                         << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+  }
+  cuda::set_moe_mma_variant(guard.saved);
+}
+
+// Variant 8's fused-routing form (M <= 8, E <= 256: gate_up routes each slot itself, down combines
+// through the arrival counters; two launches) against variant 7 bit for bit at every M 1 .. 8, with
+// and without the gated shared expert, at shapes other than the 122B-A10B one: top-6 of E 64 (H of
+// 2 rounds of groups in gate_up: 2304 at g 128 / 64; 2176 at g 32, where the two C buffers do not fit
+// 99 KB and one buffer with a barrier per round runs), top-8 of E 256 (8 logits per routing lane);
+// then M 9, 12, 16 of the same shapes on the tiled form (route_and_group with 4-slot tiles, down
+// with the combine). Every routed output must differ from the residual (the experts ran).
+TEST(GpuOpsMoeMma, SwapFusedRoutingMatchesWordForm) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(81);
+  const std::vector<ExpertCase> cases{{64, 6, 2304, 256, "gptq-sym-g128"},
+                                      {64, 6, 2304, 320, "gptq-asym-g64"},
+                                      {64, 6, 2176, 192, "gptq-asym-g32"},
+                                      {256, 8, 256, 128, "gptq-sym-g128"},
+                                      {256, 8, 384, 256, "gptq-asym-g128"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+      ASSERT_LE(M * c.k, 4 * c.E) << "the case must be in the swap kernels' regime";
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      for (bool with_shared : {false, true}) {
+        const auto* so = with_shared ? &shared : nullptr;
+        const auto* sg = with_shared ? &gate : nullptr;
+        bool ran = false;
+        cuda::set_moe_mma_variant(7);
+        const auto ref = run_mma(d, x, logits, residual, M, c, &ran, so, sg);
+        ASSERT_TRUE(ran);
+        int changed = 0;
+        for (size_t i = 0; i < ref.size(); ++i) changed += !bits_equal(ref[i], residual[i]);
+        EXPECT_GT(changed, int(ref.size() / 2)) << "M=" << M;
+        cuda::set_moe_mma_variant(8);
+        const auto got = run_mma(d, x, logits, residual, M, c, &ran, so, sg);
+        ASSERT_TRUE(ran);
+        size_t first = 0;
+        const int diffs = count_diffs(got, ref, &first);
+        EXPECT_EQ(diffs, 0) << "M=" << M << (with_shared ? " (shared expert)" : "") << ": " << diffs << " of "
+                            << got.size() << " outputs of variant 8 differ from variant 7; first at token "
+                            << first / size_t(c.H) << " column " << first % size_t(c.H) << ": " << got[first]
+                            << " vs " << ref[first];
+      }
+    }
+  }
+  cuda::set_moe_mma_variant(guard.saved);
+}
+
+// Variant 8 on ONE workspace over consecutive calls (as the model's layers share one): its arrival
+// counters (down's combine: the last slot of a (token, 32 columns) combines) must be back at zero for
+// the next call, whatever M the previous call had (the workspace's layout follows M). The workspace
+// is filled with 0xFF bytes once, before the first call. Each call must give the bits of the same
+// inputs on a fresh workspace under variant 7: fused form (M 5, 8) and tiled form (M 16, 12), each
+// twice in a row and interleaved, with the gated shared expert.
+TEST(GpuOpsMoeMma, SwapRepeatedCallsOnOneWorkspace) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  Rng rng(82);
+  for (const ExpertCase& c : {ExpertCase{64, 6, 2304, 256, "gptq-asym-g128"}, ExpertCase{32, 8, 512, 256, "gptq-sym-g64"}}) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    struct Inputs {
+      int M;
+      std::vector<float> x, logits, residual, shared, gate, ref;
+    };
+    std::vector<Inputs> in;
+    for (int M : {5, 16, 8, 12}) {
+      Inputs i{M,
+               random_f32(rng, size_t(M) * c.H, 1.0f),
+               random_f32(rng, size_t(M) * c.E, 2.0f),
+               random_f32(rng, size_t(M) * c.H, 1.0f),
+               random_f32(rng, size_t(M) * c.H, 0.5f),
+               random_f32(rng, size_t(M), 1.0f),
+               {}};
+      ASSERT_LE(M * c.k, 4 * c.E);
+      bool ran = false;
+      cuda::set_moe_mma_variant(7);
+      i.ref = run_mma(d, i.x, i.logits, i.residual, M, c, &ran, &i.shared, &i.gate);
+      ASSERT_TRUE(ran);
+      in.push_back(std::move(i));
+    }
+    const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+    DeviceBuffer<uint8_t> ws(cuda::moe_mma_workspace_bytes(shape, 16));
+    ASSERT_EQ(cudaMemset(ws.data(), 0xFF, ws.size()), cudaSuccess);
+    cuda::set_moe_mma_variant(8);
+    for (int seq : {0, 0, 1, 1, 0, 2, 3, 3, 2, 1, 0}) {
+      const Inputs& i = in[size_t(seq)];
+      bool ran = false;
+      const auto got = run_mma_on(ws, d, i.x, i.logits, i.residual, i.M, c, &ran, &i.shared, &i.gate);
+      ASSERT_TRUE(ran);
+      size_t first = 0;
+      const int diffs = count_diffs(got, i.ref, &first);
+      EXPECT_EQ(diffs, 0) << "M=" << i.M << ": " << diffs << " of " << got.size()
+                          << " outputs differ from variant 7 on a fresh workspace; first at token "
+                          << first / size_t(c.H) << " column " << first % size_t(c.H);
+    }
   }
   cuda::set_moe_mma_variant(guard.saved);
 }

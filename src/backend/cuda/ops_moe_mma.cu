@@ -100,9 +100,12 @@
 //      Every tiling computes each output with the same operations, so variant 5's bits.
 //   8: variant 7, except that GPTQ steps of <= 4 slots per expert on average (the small tiling's
 //      regime: decode sizes) run the swapAB kernels of ops_moe_mma_swap.cu: the weights as the
-//      MMA's A operand (16 columns per m16 fragment), tiles of <= 8 slots (kSwapTile) as B (one n8
-//      fragment), gate_up reading x f32 and splitting it in registers (no split launch), PDL
-//      launches; every output gets the word form's operations, so variant 5's bits.
+//      MMA's A operand (16 columns per m16 fragment, streamed straight into registers), tiles of
+//      <= 4 slots (kSwapTile) as B (one n8 fragment), gate_up splitting x f32 itself (no split
+//      launch), down doing the combine (an arrival counter per (token, 32 columns): the last slot's
+//      CTA combines), PDL launches; up to 8 tokens (E <= 256) gate_up also routes (one CTA row per
+//      slot, no grouping launch): two launches per layer. Every output gets the word form's
+//      operations, so variant 5's bits.
 //
 // Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (0 .. 4 or
 // 5 .. 7) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
@@ -722,16 +725,18 @@ struct Workspace {
   bf16* act_hi;
   bf16* act_lo;
   float* y;
+  int32_t* arrivals;  // variant 8's down + combine: [max_tokens][H/32] counters (ops_moe_mma_swap.cuh)
 };
 
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
 // The buffers in order; base == nullptr only sizes them. The tile arrays are sized for the
 // smallest tile (variant 8's swap tiles of kSwapTile slots: the largest tile count); variant 7's two
-// lists fit in them (mixed_tile_layout).
+// lists fit in them (mixed_tile_layout). The arrival counters need no initialisation: variant 8's
+// gate_up zeroes the step's counters before its down kernel uses them (and a call leaves them at 0).
 size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   const size_t slots = size_t(max_tokens) * size_t(s.top_k);
-  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kSwapTile));  // variant 8's 8-slot tiles
+  const size_t tiles = size_t(max_tiles(int(slots), s.num_experts, kSwapTile));  // variant 8's 4-slot tiles
   size_t off = 0;
   auto take = [&](size_t bytes) {
     void* r = base ? static_cast<uint8_t*>(base) + off : nullptr;
@@ -752,6 +757,7 @@ size_t carve(void* base, const MoeShape& s, int max_tokens, Workspace* w) {
   o.act_hi = static_cast<bf16*>(take(slots * size_t(s.intermediate) * 2));
   o.act_lo = static_cast<bf16*>(take(slots * size_t(s.intermediate) * 2));
   o.y = static_cast<float*>(take(slots * size_t(s.hidden) * 4));
+  o.arrivals = static_cast<int32_t*>(take(swap_arrival_count(s, max_tokens) * 4));
   return off;
 }
 
@@ -928,8 +934,8 @@ void launch_experts_mixed(const MoeShape& s, const DeviceExperts& ex, const Tile
 std::atomic<int> g_variant{7};  // per-expert tile sizes over the word form (5)
 
 // Variant 8 at <= 4 slots per expert (the small tiling's regime) with GPTQ experts: the swapAB kernels
-// (ops_moe_mma_swap.cu: weights as the MMA's A operand, 8-slot tiles as B, the split fused into
-// gate_up), the word form's bits.
+// (ops_moe_mma_swap.cu: weights as the MMA's A operand, 4-slot tiles or single slots as B, the split
+// fused into gate_up, the combine into down), the word form's bits.
 bool swap_serves(int variant, int bm, const MoeShape& s, const DeviceExperts& ex) {
   return variant == 8 && bm == kSmallBM && swap_supported(s, ex);
 }
@@ -981,9 +987,9 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   // 4 slots per expert on average: 64-slot tiles, an expert's remainder of <= 32 slots (or all
   // its slots, if <= 32) on a 32-slot tile (route_and_group_mixed), so an expert of 33-64 slots
   // takes one pass over its weights instead of two 32-slot passes.
-  // Variant 8 is variant 7 except at <= 4 slots per expert with GPTQ experts: the swapAB kernels on
-  // tiles of kSwapTile slots (route_and_group, swap gate_up with the split fused, swap down, the
-  // combine), the same bits.
+  // Variant 8 is variant 7 except at <= 4 slots per expert with GPTQ experts: the swapAB kernels
+  // (up to 8 tokens: gate_up routing each slot itself, down with the combine; more: route_and_group
+  // on tiles of kSwapTile slots, gate_up, down with the combine), the same bits.
   const int variant = g_variant.load();
   int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
   if (bm != kSmallBM && (variant == 2 || variant == 3)) bm = variant == 2 ? kMidBM : kLargeBM;
@@ -995,13 +1001,17 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   const MixedLayout mix = mixed_tile_layout(slots, s.num_experts);  // both <= grid_tiles (see MixedLayout)
   Workspace w;
   carve(workspace, s, M, &w);
-  if (swap) {
+  if (swap) {  // two launches up to 8 tokens (routing fused), else three (route_and_group first)
+    const SwapBuffers sb{w.ids, w.weights, w.act_hi, w.act_lo, w.y, w.arrivals};
+    if (swap_fused_routing(s, M)) {
+      swap_experts(x, router_logits, s, ex, M, nullptr, 0, sb, residual, shared_out, shared_gate_logit, stream);
+      return true;
+    }
     route_and_group(router_logits, s, M, kSwapTile, w.ids, w.weights, w.num_tiles, w.tile_expert, w.tile_start,
                     w.tile_count, w.order, stream);
     const TileList tiles{w.num_tiles, w.tile_expert, w.tile_start, w.tile_count, w.order};
-    swap_gate_up(x, s, ex, tiles, int(grid_tiles), w.act_hi, w.act_lo, stream);
-    swap_down(w.act_hi, w.act_lo, s, ex, tiles, int(grid_tiles), w.y, stream);
-    combine_routed(w.y, w.weights, s, M, residual, shared_out, shared_gate_logit, stream);
+    swap_experts(x, router_logits, s, ex, M, &tiles, int(grid_tiles), sb, residual, shared_out, shared_gate_logit,
+                 stream);
     return true;
   }
   if (mixed)
