@@ -115,8 +115,9 @@ size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= 
 // tile: one weight pass for an expert of 33-64 slots instead of two; two tile lists, four expert
 // launches), variant 5's bits. 8: variant 7, except that GPTQ steps of <= 4 slots per expert on
 // average (decode sizes: up to 128 tokens at E 256, top-8) run the swapAB kernels
-// (ops_moe_mma_swap.cu: the weights as the MMA's A operand, tiles of <= 8 slots as its B operand,
-// the activation split fused into gate_up, programmatic dependent launches), variant 5's bits.
+// (ops_moe_mma_swap.cu: the weights as the MMA's A operand, tiles of <= 4 slots as its B operand,
+// the activation split fused into gate_up, the combine into down; at <= 8 tokens the routing too, so
+// two launches), variant 5's bits.
 // Read on the host at launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_mma_variant(int variant);
 int moe_mma_variant();
