@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moeserve CUDA decode/prefill benchmark (random weights)"};
   std::string config = std::string(MOESERVE_SOURCE_DIR) + "/bench/configs/qwen3.5-122b-a10b.json";
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
-  bool int8_head = false, graphs = true, tensor_core_decode = false, pdl = true, host_logits = false, chunked_deltanet = true;
+  bool int8_head = false, graphs = true, pdl = true, host_logits = false, chunked_deltanet = true;
   int context = 512, steps = 32;
   app.add_option("--config", config);
   app.add_option("--weights", weights);
@@ -76,9 +76,11 @@ int main(int argc, char** argv) {
                "copy every decode step's logits to the host (default: greedy sampling on the device, as served)");
   app.add_option("--chunked-deltanet", chunked_deltanet, "prompt tokens of DeltaNet layers in the chunked form");
   app.add_option("--pdl", pdl, "programmatic dependent launch between the decode kernels (pdl.cuh)");
-  app.add_flag("--tensor-core-decode", tensor_core_decode,
-               "generated tokens on tensor cores too: dense projections through tc_gemv, experts through the prompt-token "
-               "expert kernels (default: the CUDA-core GEMVs and expert kernels)");
+  std::string decode_kernels = "gemv";
+  app.add_option("--decode-kernels", decode_kernels,
+                 "generated tokens' kernels, as serve --decode-kernels: gemv (CUDA cores), tensor-cores (dense "
+                 "projections through tc_gemv, experts through the prompt-token expert kernels) or mixed (tc_gemv, "
+                 "CUDA-core experts)");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -101,7 +103,7 @@ int main(int argc, char** argv) {
     o.max_graph_batch = max_batch;
     o.max_model_len = std::max(max_prefill, context + steps) + 16;
     o.cuda_graphs = graphs;
-    o.tensor_core_decode = tensor_core_decode;
+    cuda::set_decode_kernels(o, decode_kernels);
     o.pdl = pdl;
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);

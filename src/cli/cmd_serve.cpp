@@ -44,9 +44,10 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
       ->capture_default_str();
   app.add_flag("--int8-lm-head", o->int8_lm_head, "Quantise the LM head to INT8 row-wise at load");
   app.add_option("--decode-kernels", o->decode_kernels,
-                 "CUDA kernels for generated tokens: gemv (CUDA-core GEMVs and expert kernels) or tensor-cores "
-                 "(mma.sync: dense projections through tc_gemv, routed experts through the prompt-token expert "
-                 "kernels). Either way a request's tokens do not depend on its batch")
+                 "CUDA kernels for generated tokens: gemv (CUDA-core GEMVs and expert kernels), tensor-cores "
+                 "(mma.sync: dense projections and the LM head through tc_gemv, routed experts through the "
+                 "prompt-token expert kernels) or mixed (tc_gemv, CUDA-core experts). Either way a request's tokens "
+                 "do not depend on its batch")
       ->check(CLI::IsMember({"gemv", "tensor-cores"}))
       ->capture_default_str();
   app.add_option("--sampling-device", o->sampling_device,

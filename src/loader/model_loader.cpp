@@ -54,9 +54,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir,
   gpu.max_graph_batch = std::min(options.max_num_seqs, 256);
   gpu.max_model_len = options.max_model_len;
   gpu.kv_block_size = options.kv_block_size;
-  MOESERVE_CHECK(options.decode_kernels == "gemv" || options.decode_kernels == "tensor-cores",
-                 "--decode-kernels must be gemv or tensor-cores, got '{}'", options.decode_kernels);
-  gpu.tensor_core_decode = options.decode_kernels == "tensor-cores";
+  cuda::set_decode_kernels(gpu, options.decode_kernels);
   return cuda::Qwen35CudaModel::load(model_dir, gpu);
 #else
   fail("--device cuda: this build has no CUDA backend");

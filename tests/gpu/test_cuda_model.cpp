@@ -251,21 +251,29 @@ TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {
     auto gemv = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
     const auto by_gemv = greedy_batch(*gemv, {prompt}, n)[0];
     gemv.reset();
-    o.tensor_core_decode = true;
-    auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
-    const auto alone = greedy_batch(*m, {prompt}, n)[0];
     std::vector<std::vector<int32_t>> prompts{prompt};
     for (int i = 1; i < 6; ++i) {
       auto p = prompt;
       std::rotate(p.begin(), p.begin() + i, p.end());
       prompts.push_back(p);
     }
-    const auto batched = greedy_batch(*m, prompts, n)[0];
-    int same = 0;
-    while (same < n && alone[size_t(same)] == by_gemv[size_t(same)]) ++same;
-    std::printf("[gpu-greedy-mma] %-28s first %d of %d tokens equal the GEMV decode's\n", name, same, n);
-    EXPECT_EQ(alone, batched) << "tensor-core decode: a request's greedy output changed with its batch";
+    for (const std::string mode : {"tensor-cores", "mixed"}) {
+      SCOPED_TRACE(mode);
+      cuda::set_decode_kernels(o, mode);
+      EXPECT_TRUE(o.tensor_core_decode);
+      EXPECT_EQ(o.tensor_core_decode_experts, mode == "tensor-cores");
+      auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
+      const auto alone = greedy_batch(*m, {prompt}, n)[0];
+      const auto batched = greedy_batch(*m, prompts, n)[0];
+      int same = 0;
+      while (same < n && alone[size_t(same)] == by_gemv[size_t(same)]) ++same;
+      std::printf("[gpu-greedy-mma] %-28s %-12s first %d of %d tokens equal the GEMV decode's\n", name, mode.c_str(),
+                  same, n);
+      EXPECT_EQ(alone, batched) << "tensor-core decode: a request's greedy output changed with its batch";
+    }
   }
+  auto o = small_options();
+  EXPECT_THROW(cuda::set_decode_kernels(o, "fast"), Error);
 }
 
 TEST(CudaModel, GreedyMatchesCpuAndDoesNotDependOnTheBatch) {

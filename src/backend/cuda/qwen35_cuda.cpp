@@ -20,6 +20,13 @@
 
 namespace moeserve::cuda {
 
+void set_decode_kernels(CudaModelOptions& o, const std::string& name) {
+  if (name != "gemv" && name != "tensor-cores" && name != "mixed")
+    throw Error(fmt::format("--decode-kernels must be gemv, tensor-cores or mixed, got '{}'", name));
+  o.tensor_core_decode = name != "gemv";
+  o.tensor_core_decode_experts = name == "tensor-cores";
+}
+
 namespace {
 
 // Padded decode batch sizes that get their own CUDA graph.
@@ -592,10 +599,10 @@ void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const f
 
 void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
   // G: generated rows (the matmuls' generated-token family: CUDA-core GEMVs, or tc_gemv with
-  // tensor_core_decode). G_moe: the routed experts' CUDA-core rows; with tensor_core_decode every row
+  // tensor_core_decode). G_moe: the routed experts' CUDA-core rows; with tensor_core_decode_experts every row
   // takes the tensor-core expert kernels (moe_routed_experts_mma: swapAB tiles at decode sizes).
   const int G = split.generated_rows;
-  const int G_moe = options_.tensor_core_decode ? 0 : G;
+  const int G_moe = options_.tensor_core_decode_experts ? 0 : G;
   const auto& c = config_;
   const int H = int(c.hidden_size);
   const float eps = float(c.rms_norm_eps);

@@ -36,12 +36,16 @@ struct CudaModelOptions {
   // Every matmul through kernels whose per-row result does not depend on the batch
   // (linear_runner.h); off: cuBLASLt for large M (faster prefill, batch-dependent bits).
   bool batch_invariant = true;
-  // Generated tokens on tensor cores too: dense projections through tc_gemv (ops_tc_gemv.h, swapAB
-  // mma.sync with its own fixed summation order), routed experts through the prompt-token expert
-  // kernels (moe_routed_experts_mma, swapAB tiles at decode sizes: the prompt tokens' bits). Off: the
-  // CUDA-core GEMVs and expert kernels. Prompt tokens always take the prompt-token tensor-core kernels
-  // where the format has them. Either way a token's kernels depend only on the token, not on its batch.
+  // Generated tokens' kernel families (prompt tokens always take the prompt-token tensor-core kernels
+  // where the format has them). tensor_core_decode: dense projections and the LM head through tc_gemv
+  // (ops_tc_gemv.h: swapAB mma.sync, f16 hi/lo activations, its own fixed summation order), else the
+  // CUDA-core GEMVs (ops_quant_gemv.h). tensor_core_decode_experts: routed experts through the
+  // prompt-token expert kernels (moe_routed_experts_mma, swapAB tiles at decode sizes: the prompt
+  // tokens' bits), else the CUDA-core expert kernels. Each family is fixed per op for every batch,
+  // so a token's kernels depend only on the token, not on its batch. set_decode_kernels() maps the
+  // serve flag's names onto the two.
   bool tensor_core_decode = false;
+  bool tensor_core_decode_experts = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
   // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
@@ -49,6 +53,10 @@ struct CudaModelOptions {
   // Off: the sequential recurrence for every token.
   bool chunked_deltanet = true;
 };
+
+// `--decode-kernels`: "gemv" (both families on CUDA cores), "tensor-cores" (both on tensor cores) or
+// "mixed" (dense projections on tc_gemv, experts on the CUDA-core kernels). Throws Error otherwise.
+void set_decode_kernels(CudaModelOptions& o, const std::string& name);
 
 class Qwen35CudaModel final : public model::CausalLM {
  public:
