@@ -18,8 +18,8 @@
 //    Both + 2^-140 absolute (f32 subnormal outputs and scale factors of blocks below 2^-112).
 //    max|d| / max|ref| is printed (expected ~1e-7 for FP8 / INT8, ~1e-5 for bf16).
 // 2. Batch invariance, bit for bit: a token's row at M = 1 equals the same token placed among 2,
-//    7, 63 and 99 others; every forced split of K over warps (set_tc_gemv_split) gives the same
-//    bits; a multi-job launch (mixed formats, 9 jobs = two launches) equals each job alone;
+//    7, 63 and 99 others; every forced split of K over warps (set_tc_gemv_split) and every
+//    forced kernel form (set_tc_gemv_form: stepped, lean) gives the same bits; a multi-job launch (mixed formats, 9 jobs = two launches) equals each job alone;
 //    accumulate equals y0 + the plain result; gated equals silu_mul_split + tc_gemv_f32.
 // 3. Scaling edges: block maxima that are powers of two, maxima that round up to 2^15 after
 //    scaling, 65504 and 1e20-sized values, subnormal and all-zero / all-(-0) blocks (an all-(-0)
@@ -232,8 +232,13 @@ double check_ref(const std::string& tag, const std::vector<float>& got, const Re
 }
 
 struct SplitGuard {
-  ~SplitGuard() { cuda::set_tc_gemv_split(0); }
+  ~SplitGuard() {
+    cuda::set_tc_gemv_split(0);
+    cuda::set_tc_gemv_form(0);
+  }
 };
+// The kernel forms a test forces (set_tc_gemv_form): by shape, stepped, lean where it applies.
+constexpr int kForms[] = {0, 1, 2};
 
 }  // namespace
 
@@ -314,26 +319,33 @@ TEST(TcGemv, BatchInvariantAndSplitInvariant) {
       auto xm = wide_x(rng, M, t.K);
       std::copy(x1.begin(), x1.end(), xm.begin() + long(size_t(pos) * size_t(t.K)));
       const auto d_xm = to_device_f32(xm);
-      for (int split : {0, 1, 2, 4, 8}) {
-        cuda::set_tc_gemv_split(split);
-        const auto y = tc1(d, d_xm.data(), M);
-        EXPECT_EQ(count_diffs(row_of(y, pos, t.N), alone), 0u)
-            << "token at row " << pos << " of " << M << " (split " << split << ") differs from M=1";
-        if (split == 0 && (M == 8 || M == 64)) {
-          const std::vector<std::vector<float>> init{wide_x(rng, M, t.N)};
-          const auto acc = tc({&d}, d_xm.data(), M, {true}, &init)[0];
-          std::vector<float> want(init[0].size());
-          for (size_t i = 0; i < want.size(); ++i) want[i] = init[0][i] + y[i];
-          EXPECT_EQ(count_diffs(acc, want), 0u) << "accumulate is not y0 + x·Wᵀ at M=" << M;
+      for (int form : kForms)
+        for (int split : {0, 1, 2, 4, 8}) {
+          if (form != 0 && split == 0 && M > 8) continue;  // the same launch as form 0
+          cuda::set_tc_gemv_form(form);
+          cuda::set_tc_gemv_split(split);
+          const auto y = tc1(d, d_xm.data(), M);
+          cuda::set_tc_gemv_form(0);
+          EXPECT_EQ(count_diffs(row_of(y, pos, t.N), alone), 0u) << "token at row " << pos << " of " << M << " (form "
+                                                                  << form << ", split " << split << ") differs from M=1";
+          if (form == 0 && split == 0 && (M == 8 || M == 64)) {
+            const std::vector<std::vector<float>> init{wide_x(rng, M, t.N)};
+            const auto acc = tc({&d}, d_xm.data(), M, {true}, &init)[0];
+            std::vector<float> want(init[0].size());
+            for (size_t i = 0; i < want.size(); ++i) want[i] = init[0][i] + y[i];
+            EXPECT_EQ(count_diffs(acc, want), 0u) << "accumulate is not y0 + x·Wᵀ at M=" << M;
+          }
         }
-      }
       cuda::set_tc_gemv_split(0);
     }
-    for (int split : {1, 2, 4, 8}) {
-      cuda::set_tc_gemv_split(split);
-      EXPECT_EQ(count_diffs(tc1(d, d_x1.data(), 1), alone), 0u) << "M=1 with split " << split;
-    }
+    for (int form : kForms)
+      for (int split : {0, 1, 2, 4, 8}) {
+        cuda::set_tc_gemv_form(form);
+        cuda::set_tc_gemv_split(split);
+        EXPECT_EQ(count_diffs(tc1(d, d_x1.data(), 1), alone), 0u) << "M=1 with form " << form << ", split " << split;
+      }
     cuda::set_tc_gemv_split(0);
+    cuda::set_tc_gemv_form(0);
   }
 }
 

@@ -51,6 +51,18 @@
 // warp and unit, 1/8 of a unit per warp and step at M = 1 with WS = 1, one unit per warp with
 // WS = 8) and the barrier.
 //
+// The lean form (M <= 8, when the launch's whole x fits in at most 96 KB of fragments: M <= 2 at
+// K 8192, M <= 7 at K 3072, M <= 8 at K <= 2048; chosen by the host, set_tc_gemv_form forces it
+// on or off; the same bits): one tile, the same CTA rows / slice lanes as above, but x is staged
+// ONCE in the prologue as the fragments of all B blocks of all tokens ([B][mt] units of 576 B +
+// 2^-P [B][mt]; plain L2 loads, 4 units per warp in flight, converted with the same code) while
+// the first weight chunks are in flight; after that one barrier every warp streams its rows and
+// blocks on its own (no barrier until the WS > 1 slice fold). B-operand lanes past the token
+// count (g >= M) hold zero registers and load nothing. Weight ring: FP8 / INT8 6 chunks (192 B
+// per thread, 6 KB per warp, 96 KB per SM at two CTAs of 8 warps; 8 chunks spilled at the 128
+// registers of two CTAs per SM), bf16 4 chunks (the 256 B). x is read from L2 once per CTA
+// (M·K·4 B: q_proj at M = 1, 256 CTAs of 64 rows: 3 MB of L2 reads against 50 MB of weights).
+//
 // Shared memory (dynamic): fragments 2·WS·mt·576 B, raw x WS·mt·512 B (gated 1024), 2^-P
 // 2·WS·mt·4 B, and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the device's opt-in
 // limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
@@ -468,6 +480,249 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   }
 }
 
+// ---- The lean form (M <= 8 when the launch's whole x fits in shared memory) ----
+//
+// The CTA stages ALL of its tokens' x once, in the prologue, as the fragments of every block
+// (the same values as the stepped form's per-step staging: P per (token, block), f16 hi/lo or
+// bf16 hi/lo, the permuted order), then every warp streams its rows and blocks on its own: no
+// barrier until the slice fold (WS > 1). Shared memory: fragments [B][mt] units of 576 B (unit
+// (b, m) at (b·mt + m)·576: the two tokens of an LDS.128 phase on different banks), 2^-P [B][mt]
+// f32, and for WS > 1 the slice partials [S][16·8/WS][mt] f32.
+struct LeanLayout {
+  int frag, pinv, partial, total;
+};
+__host__ __device__ inline LeanLayout lean_layout(int B, int WS, int mt, int S) {
+  LeanLayout l{};
+  l.frag = 0;
+  l.pinv = B * mt * kUnitFragBytes;
+  l.partial = l.pinv + ((B * mt * 4 + 15) / 16) * 16;
+  l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
+  return l;
+}
+// The lean ring: FP8 / INT8 8 chunks (256 B per thread, 8 KB per warp), bf16 4 (the same bytes);
+// the loop is unrolled by RC / 2 blocks (static slots).
+template <int F>
+inline constexpr int kLeanRing = F == kBf16 ? 4 : 6;
+
+// Converts one 128-k piece (lane L: x[k 4L .. 4L + 3] of block b, token m) into its fragment
+// (the permutation of ops_tc_gemv.h) and, for FP8 / INT8, returns 2^-P (the whole warp calls it).
+template <int F>
+__device__ __forceinline__ float convert_piece(float4 v, uint8_t* unit_frag, int lane) {
+  const int c = lane >> 4, f = lane & 15;
+  const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
+  const int i8 = F == kBf16 ? 4 * c + 2 * (f >> 3) + (f & 1) : 4 * c + (f & 3);
+  uint32_t h0, h1, l0, l1;
+  float pinv = 1.0f;
+  if constexpr (F == kBf16) {
+    mma_frag::split2(v.x, v.y, h0, l0);
+    mma_frag::split2(v.z, v.w, h1, l1);
+  } else {
+    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
+    const int P = a == 0.0f ? 0 : min(14 - e, 126);               // subnormal a: e = -127 -> clamped
+    const float sc = tc_frag::exp2i(P);
+    tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
+    tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
+    pinv = tc_frag::exp2i(-P);
+  }
+  *reinterpret_cast<uint4*>(unit_frag + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
+  return pinv;
+}
+
+// The lean prologue: warp w converts units w, w + 8, ... (unit = b·mt + m), kBatch units' loads
+// in flight at once (L2 only: x was written by the previous kernel). Ends with the CTA barrier.
+template <int F, bool kGated>
+__device__ __forceinline__ void lean_stage(const TcShape& sh, const float* __restrict__ x,
+                                           const float* __restrict__ u, int mt, uint8_t* smem,
+                                           const LeanLayout& L) {
+  constexpr int kBatch = kGated ? 2 : 4;  // (the weight ring's registers are live here too)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int units = sh.B * mt;
+  float* pinv = reinterpret_cast<float*>(smem + L.pinv);
+  for (int u0 = warp; u0 < units; u0 += kWarps * kBatch) {
+    float4 v[kBatch], w[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int unit = u0 + q * kWarps;
+      v[q] = w[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const int b = unit / mt, m = unit - b * mt;
+      const int k = b * kBlockK + 4 * lane;
+      if (unit < units && k < sh.K) {  // K % 16 == 0: a 16-byte piece is whole or past the row
+        const size_t off = size_t(m) * size_t(sh.K) + size_t(k);
+        v[q] = __ldcg(reinterpret_cast<const float4*>(x + off));
+        if constexpr (kGated) w[q] = __ldcg(reinterpret_cast<const float4*>(u + off));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int unit = u0 + q * kWarps;
+      if (unit < units) {  // warp-uniform
+        float4 t = v[q];
+        if constexpr (kGated)
+          t = make_float4(silu_mul_value(t.x, w[q].x), silu_mul_value(t.y, w[q].y), silu_mul_value(t.z, w[q].z),
+                          silu_mul_value(t.w, w[q].w));
+        const float p = convert_piece<F>(t, smem + L.frag + unit * kUnitFragBytes, lane);
+        if (F != kBf16 && lane == 0) pinv[unit] = p;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// One lean CTA of format F (tokens 0 .. mt − 1, mt <= 8): prologue, barrier-free main loop, fold.
+template <int F, bool kGated, bool kWhole>
+__device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
+                                            const float* __restrict__ u, int row_first, int mt, uint8_t* smem) {
+  constexpr int RC = kLeanRing<F>;
+  constexpr int U = RC / 2;
+  constexpr int LR = kLoadsPerRow<F>;
+  constexpr int CB = kChunkBytes<F>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int WS = sh.WS, SPL = sh.S / WS;
+  const int sl = warp % WS, rw = warp / WS;
+  const int n0 = row_first + 16 * rw;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps still stage and meet the barriers
+  const int j_first = sl * SPL;
+  const int bb = slice_begin(sh, j_first);
+  const int be = slice_begin(sh, j_first + SPL);
+  const int nblocks = be - bb;  // >= 1 (slices are never empty)
+  const int chunks = 2 * nblocks;
+  const LeanLayout L = lean_layout(sh.B, WS, mt, sh.S);
+
+  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
+  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
+  int next_chunk = 0;
+
+  Slot<F> ring[RC];
+  float bscale[U];
+  auto request = [&](Slot<F>& s) {
+#pragma unroll
+    for (int j = 0; j < LR; ++j) {
+      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
+      if (kWhole || k < sh.K) {
+        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
+        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
+      } else {
+        s.w[0][j] = make_uint4(0, 0, 0, 0);
+        s.w[1][j] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    wp0 += CB;
+    wp8 += CB;
+    ++next_chunk;
+  };
+  if (active) {
+#pragma unroll
+    for (int q = 0; q < RC; ++q)
+      if (q < chunks) request(ring[q]);  // in flight while the previous kernel finishes
+    if constexpr (F == kFp8) {
+#pragma unroll
+      for (int d = 0; d < U; ++d)
+        if (d < nblocks) bscale[d] = __ldg(sp + d);
+    }
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+  lean_stage<F, kGated>(sh, x, u, mt, smem, L);
+
+  float* partial = reinterpret_cast<float*>(smem + L.partial);
+  const int cta_rows = 16 * (kWarps / WS);
+  float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active) {
+    // This lane's B column is token g: lanes with g >= mt hold zero B registers (no loads; their
+    // MMA columns are discarded). Running fragment pointer: unit (b, g) + t4·16; + i8·64 immediate.
+    const bool bcol = g < mt;
+    const uint8_t* fp = smem + L.frag + (bb * mt + (bcol ? g : 0)) * kUnitFragBytes + t4 * 16;
+    const float* pv = reinterpret_cast<const float*>(smem + L.pinv) + bb * mt;
+    const int c0 = min(2 * t4, mt - 1), c1 = min(2 * t4 + 1, mt - 1);  // this lane's C columns
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int j_cur = j_first;
+    int slice_end = slice_begin(sh, j_cur + 1);
+    for (int u0 = 0; u0 < nblocks; u0 += U) {
+#pragma unroll
+      for (int d = 0; d < U; ++d) {
+        const int step = u0 + d;
+        if (step >= nblocks) break;  // warp-uniform
+        const int b = bb + step;
+        float c[4];
+#pragma unroll
+        for (int ch = 0; ch < 2; ++ch) {
+          Slot<F>& slot = ring[(2 * d + ch) % RC];
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_frag<F>(slot, s, a);
+            const int i8 = 4 * ch + s;
+            uint4 bf = make_uint4(0, 0, 0, 0);
+            if (bcol) bf = *reinterpret_cast<const uint4*>(fp + i8 * 64);
+            mma<F>(c, a, bf.x, bf.y, i8 == 0);
+            mma<F>(c, a, bf.z, bf.w, false);
+          }
+          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
+        }
+        if constexpr (F == kBf16) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], c[i]);
+        } else {
+          float f0 = pv[c0], f1 = pv[c1];
+          if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
+          acc[0] = __fmaf_rn(c[0], f0, acc[0]);
+          acc[1] = __fmaf_rn(c[1], f1, acc[1]);
+          acc[2] = __fmaf_rn(c[2], f0, acc[2]);
+          acc[3] = __fmaf_rn(c[3], f1, acc[3]);
+        }
+        if constexpr (F == kFp8)
+          if (step + U < nblocks) bscale[d] = __ldg(sp + (step + U));  // the scale of block b + U
+        fp += mt * kUnitFragBytes;
+        pv += mt;
+        if (b + 1 == slice_end) {  // end of slice j_cur (warp-uniform)
+          if (WS == 1) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) tot[i] = j_cur == 0 ? acc[i] : __fadd_rn(tot[i], acc[i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int m = 2 * t4 + (i & 1), r = 16 * rw + g + 8 * (i >> 1);
+              if (m < mt) partial[(j_cur * cta_rows + r) * mt + m] = acc[i];
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+          ++j_cur;
+          slice_end = slice_begin(sh, j_cur + 1);
+        }
+      }
+    }
+  }
+
+  if (WS == 1) {
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = n0 + g + 8 * (i >> 1), m = 2 * t4 + (i & 1);
+      if (n >= job.N || m >= mt) continue;
+      const float v = F == kInt8 ? __fmul_rn(tot[i], __ldg(job.scale + n)) : tot[i];
+      float* p = job.y + size_t(m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  } else {
+    __syncthreads();  // every warp's slice partials are written
+    for (int e = threadIdx.x; e < cta_rows * mt; e += kThreads) {
+      const int m = e / cta_rows, r = e - m * cta_rows, n = row_first + r;
+      if (n >= job.N) continue;
+      float v = partial[r * mt + m];
+      for (int j = 1; j < sh.S; ++j) v = __fadd_rn(v, partial[(j * cta_rows + r) * mt + m]);
+      if (F == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));
+      float* p = job.y + size_t(m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  }
+}
+
 template <int NT, bool kGated, bool kWhole>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
     tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
@@ -485,6 +740,24 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
   const int m0 = tile * 8 * NT, mt = min(8 * NT, sh.M - m0);
   with_format(job.fmt, [&](auto f) {
     tc_cta<decltype(f)::value, NT, kGated, kWhole>(job, sh, x, u, row_first, m0, mt, smem);
+  });
+}
+
+// The lean form: one CTA per row block, all tokens (M <= 8, one tile); two CTAs per SM.
+template <bool kGated, bool kWhole>
+__global__ void __launch_bounds__(kThreads, 2)
+    tc_gemv_lean_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
+  pdl_launch_dependents();
+  extern __shared__ float4 tc_smem_f4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(tc_smem_f4);
+  const int rb = int(blockIdx.x);
+  TcJob job = jobs.job[0];
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  const int row_first = (rb - job.block_begin) * (16 * (kWarps / sh.WS));
+  with_format(job.fmt, [&](auto f) {
+    tc_cta_lean<decltype(f)::value, kGated, kWhole>(job, sh, x, u, row_first, sh.M, smem);
   });
 }
 
@@ -539,6 +812,20 @@ long long number_blocks(TcJobs& jobs, int cta_rows) {
 }
 
 std::atomic<int> g_split{0};
+std::atomic<int> g_form{0};
+// The lean form's x fragments stay below this (two CTAs per H200 SM; the Spark's 99 KB).
+constexpr size_t kLeanSmemCap = 96 * 1024;
+
+template <bool kGated, bool kWhole>
+void launch_lean(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
+  const long long blocks = number_blocks(jobs, 16 * (kWarps / sh.WS));
+  if (blocks > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
+  const size_t smem = size_t(lean_layout(sh.B, sh.WS, sh.M, sh.S).total);
+  auto kernel = tc_gemv_lean_kernel<kGated, kWhole>;
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_lean_kernel<kGated, kWhole>>(smem_budget());
+  launch_pdl(true, kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, x, u, jobs, sh);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
 
 template <int NT, bool kGated, bool kWhole>
 void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
@@ -570,7 +857,14 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
     for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + 16 * (kWarps / ws) - 1) / (16 * (kWarps / ws));
     return blocks * sh.tiles;
   };
-  auto fits = [&](int ws) { return size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= smem_budget(); };
+  // The lean form (M <= 8): when its whole-x layout fits (at one slice lane) and is not forced off.
+  const int form = g_form.load(std::memory_order_relaxed);
+  const size_t lean_cap = std::min(smem_budget(), kLeanSmemCap);
+  const bool lean = NT == 1 && form != 1 && size_t(lean_layout(sh.B, 1, M, sh.S).total) <= lean_cap;
+  auto fits = [&](int ws) {
+    return lean ? size_t(lean_layout(sh.B, ws, M, sh.S).total) <= lean_cap
+                : size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= smem_budget();
+  };
   const int forced = g_split.load(std::memory_order_relaxed);
   int ws = 1;
   if (forced > 0) {
@@ -582,7 +876,10 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   sh.WS = ws;
   sh.steps = (sh.B + ws - 1) / ws;
   const bool whole = K % kBlockK == 0;
-  if (NT == 1) {
+  if (lean) {
+    if (whole) launch_lean<kGated, true>(x, u, jobs, sh, stream);
+    else launch_lean<kGated, false>(x, u, jobs, sh, stream);
+  } else if (NT == 1) {
     if (whole) launch_nt<1, kGated, true>(x, u, jobs, sh, stream);
     else launch_nt<1, kGated, false>(x, u, jobs, sh, stream);
   } else if (NT == 2) {
@@ -600,6 +897,11 @@ void set_tc_gemv_split(int warps_over_k) {
   if (warps_over_k != 0 && warps_over_k != 1 && warps_over_k != 2 && warps_over_k != 4 && warps_over_k != 8)
     throw Error("set_tc_gemv_split: 0 (by shape), 1, 2, 4 or 8");
   g_split.store(warps_over_k, std::memory_order_relaxed);
+}
+
+void set_tc_gemv_form(int form) {
+  if (form < 0 || form > 2) throw Error("set_tc_gemv_form: 0 (by shape), 1 (stepped) or 2 (lean where it fits)");
+  g_form.store(form, std::memory_order_relaxed);
 }
 
 bool tc_gemv_supported(const DeviceLinear& w) {

@@ -95,4 +95,10 @@ __host__ __device__ constexpr int tc_gemv_slice_begin(int blocks, int slices, in
 // choice gives the same bits.
 void set_tc_gemv_split(int warps_over_k);
 
+// Measurement and tests only: forces the kernel form. 0 = chosen by shape; 1 = the stepped form
+// (x staged per step, one barrier per step); 2 = the lean form (whole x staged once, no barrier
+// in the main loop) wherever it applies (M <= 8 and its shared memory fits; else stepped). Every
+// form gives the same bits.
+void set_tc_gemv_form(int form);
+
 }  // namespace moeserve::cuda
