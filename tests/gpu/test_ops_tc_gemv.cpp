@@ -19,7 +19,8 @@
 //    max|d| / max|ref| is printed (expected ~1e-7 for FP8 / INT8, ~1e-5 for bf16).
 // 2. Batch invariance, bit for bit: a token's row at M = 1 equals the same token placed among 2,
 //    7, 63 and 99 others; every forced split of K over warps (set_tc_gemv_split) and every
-//    forced kernel form (set_tc_gemv_form: stepped, lean) gives the same bits; a multi-job launch (mixed formats, 9 jobs = two launches) equals each job alone;
+//    forced kernel form (set_tc_gemv_form: stepped, lean, pre-converted planes) gives the same
+//    bits; a captured CUDA graph replays the eager bits (workspace reserved before the capture); a multi-job launch (mixed formats, 9 jobs = two launches) equals each job alone;
 //    accumulate equals y0 + the plain result; gated equals silu_mul_split + tc_gemv_f32.
 // 3. Scaling edges: block maxima that are powers of two, maxima that round up to 2^15 after
 //    scaling, 65504 and 1e20-sized values, subnormal and all-zero / all-(-0) blocks (an all-(-0)
@@ -237,8 +238,9 @@ struct SplitGuard {
     cuda::set_tc_gemv_form(0);
   }
 };
-// The kernel forms a test forces (set_tc_gemv_form): by shape, stepped, lean where it applies.
-constexpr int kForms[] = {0, 1, 2};
+// The kernel forms a test forces (set_tc_gemv_form): by shape, stepped (in-CTA staging), lean
+// where it applies, stepped over pre-converted planes.
+constexpr int kForms[] = {0, 1, 2, 3};
 
 }  // namespace
 
@@ -321,7 +323,8 @@ TEST(TcGemv, BatchInvariantAndSplitInvariant) {
       const auto d_xm = to_device_f32(xm);
       for (int form : kForms)
         for (int split : {0, 1, 2, 4, 8}) {
-          if (form != 0 && split == 0 && M > 8) continue;  // the same launch as form 0
+          if (form == 2 && M > 8) continue;               // the same launches as form 1
+          if (form == 3 && split == 0 && M > 8) continue;  // the same launch as form 0
           cuda::set_tc_gemv_form(form);
           cuda::set_tc_gemv_split(split);
           const auto y = tc1(d, d_xm.data(), M);
@@ -475,5 +478,45 @@ TEST(TcGemv, ScalingEdgeCases) {
       const auto alone = tc1(d, d_x.data() + size_t(m) * size_t(K), 1);
       EXPECT_EQ(count_diffs(alone, row_of(y, m, t.N)), 0u) << "token " << m << " alone differs from M=9";
     }
+  }
+}
+
+// 2d. Graph safety of the planes workspace: after tc_gemv_reserve, a launch captured in a CUDA
+// graph (M = 64, the pre-converted form, and M = 1, the lean form) replays the eager bits, also
+// after the workspace was rewritten by other launches in between.
+TEST(TcGemv, GraphReplayEqualsEager) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(806);
+  const TcWeight t = make_fp8_all_codes(rng, 1000, 3072);
+  const TcWeight tb = make_bf16(rng, 64, 3072);
+  const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+  const cuda::DeviceLinear db = cuda::upload_linear(tb.weight, nullptr);
+  cuda::tc_gemv_reserve(64, 3072);
+  for (int M : {64, 17, 1}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    const auto x = wide_x(rng, M, 3072);
+    const auto d_x = to_device_f32(x);
+    const auto want = tc({&d, &db}, d_x.data(), M);
+    DeviceBuffer<float> y(size_t(M) * 1000), yb(size_t(M) * 64);
+    const cuda::RowGemvJob jobs[2] = {{&d, y.data(), false}, {&db, yb.data(), false}};
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cuda::tc_gemv_f32(d_x.data(), M, jobs, s);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    // Other launches rewrite the planes between the capture and the replay.
+    const auto other = wide_x(rng, 64, 3072);
+    const auto d_other = to_device_f32(other);
+    (void)tc({&d, &db}, d_other.data(), 64);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(count_diffs(to_host(y), want[0]), 0u) << "graph replay differs from eager (fp8 job)";
+    EXPECT_EQ(count_diffs(to_host(yb), want[1]), 0u) << "graph replay differs from eager (bf16 job)";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
   }
 }

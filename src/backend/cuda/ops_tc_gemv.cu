@@ -63,9 +63,22 @@
 // registers of two CTAs per SM), bf16 4 chunks (the 256 B). x is read from L2 once per CTA
 // (M·K·4 B: q_proj at M = 1, 256 CTAs of 64 rows: 3 MB of L2 reads against 50 MB of weights).
 //
-// Shared memory (dynamic): fragments 2·WS·mt·576 B, raw x WS·mt·512 B (gated 1024), 2^-P
-// 2·WS·mt·4 B, and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the device's opt-in
-// limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
+// The pre-converted form (kPre: M >= 9 by default, any M when forced): a planes kernel converts
+// x (gated: silu(g)·u) ONCE per launch into [B][M] units of 528 B in a workspace (the 512 B of
+// fragments in their shared-memory order + 2^-P; f16 planes for FP8 / INT8 jobs, bf16 planes for
+// bf16 jobs; the same conversion code as the lean form), and the stepped main loop copies its
+// next step's units with cp.async (one 16-byte copy per lane and unit, issued before the MMAs,
+// waited for before the step's barrier) instead of converting: no raw buffer, no conversion
+// latency between the barriers. Token tiles of 16 (NT = 2) at two CTAs per SM (128 registers),
+// instead of 32 tokens at one CTA per SM (254 registers); the smaller smem (no raw x) lets o_proj
+// at M = 64 take WS = 4 (384 CTAs) instead of 48 CTAs. The weights are read by M / 16 tiles
+// (the later tiles of a row block run next to the first: L2 hits). The workspace is a process-wide
+// buffer that grows outside stream capture only (tc_gemv_reserve; a captured launch that would
+// need more falls back to the in-CTA staging, the same bits).
+//
+// Shared memory (dynamic): fragments 2·WS·mt·576 B (2^-P inside each unit), raw x WS·mt·512 B
+// (gated 1024; none with kPre), and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the
+// device's opt-in limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
 // Roofline: the weight bytes once (N·K·{1, 1, 2} + scales), x per CTA (M·K·4 from L2), y.
 // At M <= 8 the MMAs (one n8 block) cost what they cost at M = 1; at M = 64 (tiles of 32 tokens,
 // 4 n8 blocks, two tiles) the MMAs and the per-CTA staging of x bound the kernel above the bytes.
@@ -75,7 +88,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
@@ -158,21 +173,22 @@ struct Slot {
 // Shared-memory carve-up (bytes), the same on host and device. A unit is one (slice lane, token)
 // pair of a step: 128 k of x. Fragments: two buffers (step u, step u + 1) of [WS][mt] units of
 // 8 k16 steps x 4 t4 16-byte fragments, a unit padded to 576 B (the 8 lanes of an LDS.128 phase,
-// two tokens, then cover all 32 banks); raw x: one buffer of [units][128] f32 (gated: g and u),
-// private to the warp that copies and converts a unit; 2^-P: two buffers of [units] f32; slice
-// partials (WS > 1): [S][16·8/WS rows][mt] f32.
+// two tokens, then cover all 32 banks) whose f32 at byte 512 is the unit's 2^-P (FP8 / INT8);
+// raw x (in-CTA staging only): one buffer of [units][128] f32 (gated: g and u), private to the
+// warp that copies and converts a unit; slice partials (WS > 1): [S][16·8/WS rows][mt] f32.
+// With pre-converted planes (kPre) there is no raw buffer: the units are copied as they are.
 constexpr int kUnitFragBytes = 576;
+constexpr int kPinvByte = 512;  // 2^-P inside a unit (smem and the planes)
 struct SmemLayout {
-  int frag, raw, raw_u, pinv, partial, total;
+  int frag, raw, raw_u, partial, total;
 };
-__host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool gated) {
+__host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool gated, bool pre) {
   SmemLayout l{};
   const int units = WS * mt;
   l.frag = 0;
   l.raw = l.frag + 2 * units * kUnitFragBytes;
-  l.raw_u = l.raw + units * 512;
-  l.pinv = l.raw_u + (gated ? units * 512 : 0);
-  l.partial = l.pinv + ((2 * units * 4 + 15) / 16) * 16;
+  l.raw_u = l.raw + (pre ? 0 : units * 512);
+  l.partial = l.raw_u + (gated && !pre ? units * 512 : 0);
   l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
   return l;
 }
@@ -214,7 +230,6 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
   const float* raw = reinterpret_cast<const float*>(smem + L.raw);
   const float* raw_u = reinterpret_cast<const float*>(smem + L.raw_u);
   uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
-  float* pinv = reinterpret_cast<float*>(smem + L.pinv) + buf * units;
   const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
   // (step i8, thread t4) of this lane's float4 (the permutation of ops_tc_gemv.h).
   const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
@@ -242,13 +257,47 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
         const float sc = tc_frag::exp2i(P);
         tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
         tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
-        if (lane == 0) pinv[unit] = tc_frag::exp2i(-P);
+        if (lane == 0) *reinterpret_cast<float*>(frag + unit * kUnitFragBytes + kPinvByte) = tc_frag::exp2i(-P);
       }
       *reinterpret_cast<uint4*>(frag + unit * kUnitFragBytes + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
     }
     if (unit + kWarps < units)
       for (m += kWarps; m >= mt; m -= mt) ++sl;
   }
+}
+
+// Pre-converted planes (kPre; written by tc_gemv_planes_kernel): [B][M] units of kPlaneUnitBytes
+// (the 512 fragment bytes of a unit in its smem order, then 2^-P at kPinvByte and 12 zero bytes):
+// f16 (FP8 / INT8 CTAs) and bf16 (bf16 CTAs); either may be null when no job needs it.
+constexpr int kPlaneUnitBytes = 528;
+struct TcPlanes {
+  const uint8_t* f16;
+  const uint8_t* bf16;
+};
+
+// The kPre staging of step u into fragment buffer buf: the units of the stepped form (warp w owns
+// units w, w + 8, ...; unit = slice lane · mt + token) copied from the planes, lane L the 16 bytes
+// at 16·L, lane 0 also the 16 bytes with 2^-P (cp.async, L2 only; one commit group).
+template <int F>
+__device__ __forceinline__ void stage_copy_pre(const TcShape& sh, const TcPlanes& pl, int m0, int mt, int step, int buf,
+                                               uint8_t* smem, const SmemLayout& L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int SPL = sh.S / sh.WS, units = sh.WS * mt;
+  const uint8_t* planes = F == kBf16 ? pl.bf16 : pl.f16;
+  uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
+  int sl = warp / mt, m = warp - sl * mt;
+  for (int unit = warp; unit < units; unit += kWarps) {
+    const int b = slice_begin(sh, sl * SPL) + step;
+    if (b < slice_begin(sh, (sl + 1) * SPL)) {  // else this slice lane's range is done
+      const uint8_t* src = planes + (size_t(b) * size_t(sh.M) + size_t(m0 + m)) * kPlaneUnitBytes;
+      const uint32_t dst = uint32_t(__cvta_generic_to_shared(frag + unit * kUnitFragBytes));
+      mma_frag::cp_async16(dst + 16 * lane, src + 16 * lane);
+      if (F != kBf16 && lane == 0) mma_frag::cp_async16(dst + kPinvByte, src + kPinvByte);
+    }
+    if (unit + kWarps < units)
+      for (m += kWarps; m >= mt; m -= mt) ++sl;
+  }
+  mma_frag::cp_async_commit();
 }
 
 // A registers of k16 step s (0..3) of the chunk held in a slot.
@@ -284,9 +333,10 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 }
 
 // One CTA of format F: the whole main loop and the epilogue.
-template <int F, int NT, bool kGated, bool kWhole>
+template <int F, int NT, bool kGated, bool kWhole, bool kPre>
 __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
-                                       const float* __restrict__ u, int row_first, int m0, int mt, uint8_t* smem) {
+                                       const float* __restrict__ u, const TcPlanes& pl, int row_first, int m0, int mt,
+                                       uint8_t* smem) {
   constexpr int RC = kRingChunks<F, NT>;
   constexpr int U = kUnroll<F, NT>;
   constexpr int LR = kLoadsPerRow<F>;
@@ -303,7 +353,7 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   const int be = slice_begin(sh, j_first + SPL);
   const int chunks = 2 * (be - bb);  // this warp's chunks, in order
   // The layout for this CTA's own mt (the host sized the buffer for mt_max >= mt).
-  const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated);
+  const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated, kPre);
 
   // Running row pointers of this thread at its next chunk to request (rows past N repeat N - 1;
   // their outputs are not stored): FP8 / INT8 bytes 16·t4 of the chunk, bf16 16·t4 and 64 + 16·t4.
@@ -344,8 +394,13 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
 
-  stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
-  stage_convert<F, kGated>(sh, mt, 0, 0, smem, Lc);
+  if constexpr (kPre) {
+    stage_copy_pre<F>(sh, pl, m0, mt, 0, 0, smem, Lc);
+    mma_frag::cp_async_wait<0>();
+  } else {
+    stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
+    stage_convert<F, kGated>(sh, mt, 0, 0, smem, Lc);
+  }
   __syncthreads();
 
   const int units = WS * mt;
@@ -357,14 +412,13 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   // 1 is units·576 bytes further. pinv: the 2^-P of this lane's C columns (tokens 2·t4, +1).
   const int gq = min(g, mt - 1);  // NT > 1: mt > 8·(NT - 1) for every tile but the last
   const uint8_t* frag_lane = smem + Lc.frag + (sl * mt + gq) * kUnitFragBytes + t4 * 16;
-  int bcol_off[NT], ccol[NT][2];
+  int bcol_off[NT], ccol[NT][2];  // ccol: byte offsets of this lane's C columns' 2^-P in buffer 0
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     bcol_off[nt] = (min(8 * nt + g, mt - 1) - gq) * kUnitFragBytes;
-    ccol[nt][0] = sl * mt + min(8 * nt + 2 * t4, mt - 1);
-    ccol[nt][1] = sl * mt + min(8 * nt + 2 * t4 + 1, mt - 1);
+    ccol[nt][0] = Lc.frag + (sl * mt + min(8 * nt + 2 * t4, mt - 1)) * kUnitFragBytes + kPinvByte;
+    ccol[nt][1] = Lc.frag + (sl * mt + min(8 * nt + 2 * t4 + 1, mt - 1)) * kUnitFragBytes + kPinvByte;
   }
-  const float* pinv0 = reinterpret_cast<const float*>(smem + Lc.pinv);
 
   float acc[NT][4], tot[NT][4];
 #pragma unroll
@@ -380,8 +434,11 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
       const int step = u0 + d;
       if (step >= sh.steps) break;  // CTA-uniform
       const bool more = step + 1 < sh.steps;
-      if (more) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);  // in flight during the MMAs
       const int buf = step & 1;
+      if (more) {  // in flight during the MMAs (kPre: into buffer buf ^ 1, free since the last barrier)
+        if constexpr (kPre) stage_copy_pre<F>(sh, pl, m0, mt, step + 1, buf ^ 1, smem, Lc);
+        else stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);
+      }
       const int b = bb + step;
       if (active && b < be) {  // warp-uniform
         float c[NT][4];
@@ -410,8 +467,9 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], c[nt][i]);
           } else {
-            const float* pinv = pinv0 + buf * units;
-            float f0 = pinv[ccol[nt][0]], f1 = pinv[ccol[nt][1]];
+            const uint8_t* pb = smem + buf * units * kUnitFragBytes;
+            float f0 = *reinterpret_cast<const float*>(pb + ccol[nt][0]);
+            float f1 = *reinterpret_cast<const float*>(pb + ccol[nt][1]);
             if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
             acc[nt][0] = __fmaf_rn(c[nt][0], f0, acc[nt][0]);
             acc[nt][1] = __fmaf_rn(c[nt][1], f1, acc[nt][1]);
@@ -444,7 +502,10 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
           slice_end = slice_begin(sh, j_cur + 1);
         }
       }
-      if (more) stage_convert<F, kGated>(sh, mt, step + 1, buf ^ 1, smem, Lc);
+      if (more) {
+        if constexpr (kPre) mma_frag::cp_async_wait<0>();
+        else stage_convert<F, kGated>(sh, mt, step + 1, buf ^ 1, smem, Lc);
+      }
       __syncthreads();  // step + 1's fragments are visible; every warp is done with buffer buf
     }
   }
@@ -723,9 +784,9 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
   }
 }
 
-template <int NT, bool kGated, bool kWhole>
-__global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
-    tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
+template <int NT, bool kGated, bool kWhole, bool kPre>
+__global__ void __launch_bounds__(kThreads, NT == 1 || kPre ? 2 : 1)
+    tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh, TcPlanes pl) {
   pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
   extern __shared__ float4 tc_smem_f4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(tc_smem_f4);
@@ -739,7 +800,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
   const int row_first = (rb - job.block_begin) * cta_rows;
   const int m0 = tile * 8 * NT, mt = min(8 * NT, sh.M - m0);
   with_format(job.fmt, [&](auto f) {
-    tc_cta<decltype(f)::value, NT, kGated, kWhole>(job, sh, x, u, row_first, m0, mt, smem);
+    tc_cta<decltype(f)::value, NT, kGated, kWhole, kPre>(job, sh, x, u, pl, row_first, m0, mt, smem);
   });
 }
 
@@ -759,6 +820,42 @@ __global__ void __launch_bounds__(kThreads, 2)
   with_format(job.fmt, [&](auto f) {
     tc_cta_lean<decltype(f)::value, kGated, kWhole>(job, sh, x, u, row_first, sh.M, smem);
   });
+}
+
+// The planes pre-kernel (kPre launches, M > 8): converts the launch's x (gated: silu(g)·u, the same
+// expression) ONCE into the f16 and / or bf16 planes (TcPlanes), one warp per unit (b, m) with
+// convert_piece, the code of the lean form (the same bits as the in-CTA staging). Grid
+// ceil(B·M / 8) CTAs of 8 warps. Roofline: M·K·4 bytes read, 2 x M·K·4.1 bytes written (L2).
+template <bool kGated, bool kF16, bool kBf16P>
+__global__ void __launch_bounds__(kThreads)
+    tc_gemv_planes_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, int K, int B, uint8_t* f16,
+                          uint8_t* bf16) {
+  pdl_launch_dependents();
+  pdl_wait();  // x is written, the planes read, by earlier kernels
+  const int lane = threadIdx.x & 31;
+  const int unit = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5);  // b·M + m
+  if (unit >= B * M) return;                                          // warp-uniform
+  const int b = unit / M, m = unit - b * M;
+  const int k = b * kBlockK + 4 * lane;
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (k < K) {  // K % 16 == 0: a 16-byte piece is whole or past the row (zeros, as in-CTA)
+    const size_t off = size_t(m) * size_t(K) + size_t(k);
+    v = __ldcg(reinterpret_cast<const float4*>(x + off));
+    if constexpr (kGated) {
+      const float4 w = __ldcg(reinterpret_cast<const float4*>(u + off));
+      v = make_float4(silu_mul_value(v.x, w.x), silu_mul_value(v.y, w.y), silu_mul_value(v.z, w.z),
+                      silu_mul_value(v.w, w.w));
+    }
+  } else if constexpr (kGated) {
+    v = make_float4(silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f),
+                    silu_mul_value(0.0f, 0.0f));
+  }
+  if constexpr (kF16) {
+    uint8_t* dst = f16 + size_t(unit) * kPlaneUnitBytes;
+    const float pinv = convert_piece<kFp8>(v, dst, lane);
+    if (lane == 0) *reinterpret_cast<float4*>(dst + kPinvByte) = make_float4(pinv, 0.0f, 0.0f, 0.0f);
+  }
+  if constexpr (kBf16P) convert_piece<kBf16>(v, bf16 + size_t(unit) * kPlaneUnitBytes, lane);
 }
 
 int sm_count() {
@@ -813,6 +910,37 @@ long long number_blocks(TcJobs& jobs, int cta_rows) {
 
 std::atomic<int> g_split{0};
 std::atomic<int> g_form{0};
+constexpr int kPreMinRows = 9;  // launches of at least this many tokens convert x once (kPre)
+
+// The planes workspace: one device buffer per process (the model runs on one device and one
+// stream; consecutive launches on a stream reuse it in stream order; PDL keeps that order, since
+// the planes kernel waits for the previous grid before it writes). It grows outside stream
+// capture only (cudaMalloc is not capturable): a launch that would need a larger buffer while its
+// stream is capturing falls back to the in-CTA staging (the same bits). tc_gemv_reserve sizes
+// it ahead of a capture. Replaced buffers are kept, not freed: queued kernels may still read
+// them (growth is geometric, so few are kept).
+std::mutex g_planes_mu;
+uint8_t* g_planes = nullptr;
+size_t g_planes_bytes = 0;
+std::vector<uint8_t*> g_planes_retired;
+
+size_t planes_bytes(int M, int K, int kinds) {
+  return size_t(kinds) * size_t((K + kBlockK - 1) / kBlockK) * size_t(M) * kPlaneUnitBytes;
+}
+uint8_t* planes_workspace(size_t bytes, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_planes_mu);
+  if (g_planes_bytes >= bytes) return g_planes;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  MOESERVE_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+  if (st != cudaStreamCaptureStatusNone) return nullptr;
+  const size_t want = std::max(bytes, 2 * g_planes_bytes);
+  uint8_t* p = nullptr;
+  MOESERVE_CUDA_CHECK(cudaMalloc(&p, want));
+  if (g_planes) g_planes_retired.push_back(g_planes);
+  g_planes = p;
+  g_planes_bytes = want;
+  return g_planes;
+}
 // The lean form's x fragments stay below this (two CTAs per H200 SM; the Spark's 99 KB).
 constexpr size_t kLeanSmemCap = 96 * 1024;
 
@@ -827,15 +955,25 @@ void launch_lean(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaSt
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-template <int NT, bool kGated, bool kWhole>
-void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
+template <int NT, bool kGated, bool kWhole, bool kPre>
+void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, TcPlanes pl, cudaStream_t stream) {
   const long long blocks = number_blocks(jobs, 16 * (kWarps / sh.WS));
   if (blocks * sh.tiles > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
-  const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated).total);
-  auto kernel = tc_gemv_kernel<NT, kGated, kWhole>;
-  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole>>(smem_budget());
+  const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated, kPre).total);
+  auto kernel = tc_gemv_kernel<NT, kGated, kWhole, kPre>;
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole, kPre>>(smem_budget());
   launch_pdl(sh.M <= kPdlMaxRows, kernel, dim3(unsigned(blocks * sh.tiles)), dim3(kThreads), smem, stream, x, u,
-             jobs, sh);
+             jobs, sh, pl);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kGated, bool kF16, bool kBf16P>
+void launch_planes(const float* x, const float* u, const TcShape& sh, TcPlanes pl, cudaStream_t stream) {
+  const long long units = (long long)sh.B * sh.M;
+  if ((units + kWarps - 1) / kWarps > INT_MAX) throw Error("tc_gemv_f32: planes grid too large");
+  launch_pdl(sh.M <= kPdlMaxRows, tc_gemv_planes_kernel<kGated, kF16, kBf16P>,
+             dim3(unsigned((units + kWarps - 1) / kWarps)), dim3(kThreads), 0, stream, x, u, sh.M, sh.K, sh.B,
+             const_cast<uint8_t*>(pl.f16), const_cast<uint8_t*>(pl.bf16));
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -847,47 +985,79 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   sh.B = (K + kBlockK - 1) / kBlockK;
   sh.S = tc_gemv_slices(sh.B);
   sh.log2S = sh.S == 8 ? 3 : sh.S == 4 ? 2 : sh.S == 2 ? 1 : 0;
-  const int NT = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  const int form = g_form.load(std::memory_order_relaxed);
+  // Pre-converted planes (M >= kPreMinRows, or forced): x converted once per launch by the planes
+  // kernel, when the workspace is there (see planes_workspace).
+  bool need_f16 = false, need_bf16 = false;
+  for (int i = 0; i < jobs.count; ++i) (jobs.job[i].fmt == kBf16 ? need_bf16 : need_f16) = true;
+  TcPlanes pl{nullptr, nullptr};
+  if (form == 3 || (form == 0 && M >= kPreMinRows)) {
+    uint8_t* p = planes_workspace(planes_bytes(M, K, int(need_f16) + int(need_bf16)), stream);
+    if (p != nullptr) {
+      pl.f16 = need_f16 ? p : nullptr;
+      pl.bf16 = need_bf16 ? p + (need_f16 ? planes_bytes(M, K, 1) : 0) : nullptr;
+    }
+  }
+  const bool pre = pl.f16 != nullptr || pl.bf16 != nullptr;
+  // Token tiles: 8 (M <= 8), 16 (M <= 16, and every kPre launch: two CTAs per SM), else 32.
+  const int NT = M <= 8 ? 1 : (M <= 16 || pre) ? 2 : 4;
   sh.tiles = (M + 8 * NT - 1) / (8 * NT);
   sh.mt_max = std::min(M, 8 * NT);
-  // Slice lanes: the fewest (each CTA then stages x for the most rows) that still give two CTAs
-  // per SM, within the shared-memory budget; or forced (set_tc_gemv_split). Bits do not depend on it.
   auto ctas = [&](int ws) {
     long long blocks = 0;
     for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + 16 * (kWarps / ws) - 1) / (16 * (kWarps / ws));
     return blocks * sh.tiles;
   };
   // The lean form (M <= 8): when its whole-x layout fits (at one slice lane) and is not forced off.
-  const int form = g_form.load(std::memory_order_relaxed);
   const size_t lean_cap = std::min(smem_budget(), kLeanSmemCap);
-  const bool lean = NT == 1 && form != 1 && size_t(lean_layout(sh.B, 1, M, sh.S).total) <= lean_cap;
+  const bool lean =
+      !pre && NT == 1 && form != 1 && size_t(lean_layout(sh.B, 1, M, sh.S).total) <= lean_cap;
   auto fits = [&](int ws) {
     return lean ? size_t(lean_layout(sh.B, ws, M, sh.S).total) <= lean_cap
-                : size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= smem_budget();
+                : size_t(smem_layout(ws, sh.mt_max, sh.S, kGated, pre).total) <= smem_budget();
   };
+  // Slice lanes (bits do not depend on them); or forced (set_tc_gemv_split).
   const int forced = g_split.load(std::memory_order_relaxed);
   int ws = 1;
   if (forced > 0) {
     while (2 * ws <= std::min(forced, sh.S) && fits(2 * ws)) ws *= 2;
+  } else if (lean) {
+    // Lean: the most slice lanes (the most warps streaming, the shortest) whose CTAs are all
+    // resident at once (two per SM; q_proj: WS 2 = 256 CTAs, o_proj: WS 8 = 192, in_proj: WS 1);
+    // launches that take several waves even at WS = 1 (the LM head) keep WS = 1.
+    while (2 * ws <= sh.S && ctas(2 * ws) <= 2LL * sm_count() && fits(2 * ws)) ws *= 2;
   } else {
-    // (within 10%: q_proj's 1024 row groups at WS = 2 are 256 CTAs, one wave on 132 SMs)
+    // The fewest that still give two CTAs per SM (each CTA then stages x for the most rows)
+    // (within 10%: q_proj's 1024 row groups at WS = 2 are 256 CTAs, one wave on 132 SMs).
     while (2 * ws <= sh.S && 10 * ctas(ws) < 18LL * sm_count() && fits(2 * ws)) ws *= 2;
   }
   sh.WS = ws;
   sh.steps = (sh.B + ws - 1) / ws;
   const bool whole = K % kBlockK == 0;
-  if (lean) {
+  if (pre) {
+    if (pl.f16 && pl.bf16) launch_planes<kGated, true, true>(x, u, sh, pl, stream);
+    else if (pl.f16) launch_planes<kGated, true, false>(x, u, sh, pl, stream);
+    else launch_planes<kGated, false, true>(x, u, sh, pl, stream);
+    // The main kernel reads the planes only (x, u unused).
+    if (NT == 1) {
+      if (whole) launch_nt<1, false, true, true>(x, u, jobs, sh, pl, stream);
+      else launch_nt<1, false, false, true>(x, u, jobs, sh, pl, stream);
+    } else {
+      if (whole) launch_nt<2, false, true, true>(x, u, jobs, sh, pl, stream);
+      else launch_nt<2, false, false, true>(x, u, jobs, sh, pl, stream);
+    }
+  } else if (lean) {
     if (whole) launch_lean<kGated, true>(x, u, jobs, sh, stream);
     else launch_lean<kGated, false>(x, u, jobs, sh, stream);
   } else if (NT == 1) {
-    if (whole) launch_nt<1, kGated, true>(x, u, jobs, sh, stream);
-    else launch_nt<1, kGated, false>(x, u, jobs, sh, stream);
+    if (whole) launch_nt<1, kGated, true, false>(x, u, jobs, sh, pl, stream);
+    else launch_nt<1, kGated, false, false>(x, u, jobs, sh, pl, stream);
   } else if (NT == 2) {
-    if (whole) launch_nt<2, kGated, true>(x, u, jobs, sh, stream);
-    else launch_nt<2, kGated, false>(x, u, jobs, sh, stream);
+    if (whole) launch_nt<2, kGated, true, false>(x, u, jobs, sh, pl, stream);
+    else launch_nt<2, kGated, false, false>(x, u, jobs, sh, pl, stream);
   } else {
-    if (whole) launch_nt<4, kGated, true>(x, u, jobs, sh, stream);
-    else launch_nt<4, kGated, false>(x, u, jobs, sh, stream);
+    if (whole) launch_nt<4, kGated, true, false>(x, u, jobs, sh, pl, stream);
+    else launch_nt<4, kGated, false, false>(x, u, jobs, sh, pl, stream);
   }
 }
 
@@ -900,8 +1070,14 @@ void set_tc_gemv_split(int warps_over_k) {
 }
 
 void set_tc_gemv_form(int form) {
-  if (form < 0 || form > 2) throw Error("set_tc_gemv_form: 0 (by shape), 1 (stepped) or 2 (lean where it fits)");
+  if (form < 0 || form > 3)
+    throw Error("set_tc_gemv_form: 0 (by shape), 1 (stepped), 2 (lean where it fits) or 3 (pre-converted planes)");
   g_form.store(form, std::memory_order_relaxed);
+}
+
+void tc_gemv_reserve(int max_M, int K) {
+  if (max_M < kPreMinRows || K <= 0) return;
+  planes_workspace(planes_bytes(max_M, K, 2), nullptr);
 }
 
 bool tc_gemv_supported(const DeviceLinear& w) {
