@@ -395,8 +395,8 @@ TEST(TcGemv, MixedJobsEqualSeparate) {
   }
 }
 
-// 2c. Gated: bit-identical to silu_mul_split + tc_gemv_f32, and a token's row at M = 1 equals
-// the same token among others.
+// 2c. Gated: bit-identical to silu_mul_split + tc_gemv_f32 in every forced form, and a token's
+// row at M = 1 equals the same token among others.
 TEST(TcGemv, GatedEqualsSiluMulThenGemv) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(804);
@@ -421,6 +421,13 @@ TEST(TcGemv, GatedEqualsSiluMulThenGemv) {
       cuda::tc_gemv_f32_gated(d_g.data(), d_u.data(), M, d, d_y.data(), false, nullptr);
       const auto y = to_host(d_y);
       EXPECT_EQ(count_diffs(y, plain), 0u) << "M=" << M << ": gated != silu_mul_split + tc_gemv_f32";
+      for (int form : {1, 3}) {  // the in-CTA staged and the pre-converted gated forms give the same bits
+        SplitGuard guard;
+        cuda::set_tc_gemv_form(form);
+        DeviceBuffer<float> d_yf(size_t(M) * size_t(t.N));
+        cuda::tc_gemv_f32_gated(d_g.data(), d_u.data(), M, d, d_yf.data(), false, nullptr);
+        EXPECT_EQ(count_diffs(to_host(d_yf), y), 0u) << "M=" << M << ": gated form " << form << " differs";
+      }
       if (M == 1) gated_one = y;
       else EXPECT_EQ(count_diffs(row_of(y, 0, t.N), gated_one), 0u) << "M=" << M << ": token 0 differs from M=1";
       if (M == 8) {
