@@ -58,7 +58,7 @@
 // 2^-P [B][mt]; plain L2 loads, 4 units per warp in flight, converted with the same code) while
 // the first weight chunks are in flight; after that one barrier every warp streams its rows and
 // blocks on its own (no barrier until the WS > 1 slice fold). B-operand lanes past the token
-// count (g >= M) hold zero registers and load nothing. Weight ring: FP8 / INT8 6 chunks (192 B
+// count read the last token's fragment (a broadcast). Weight ring: FP8 / INT8 6 chunks (192 B
 // per thread, 6 KB per warp, 96 KB per SM at two CTAs of 8 warps; 8 chunks spilled at the 128
 // registers of two CTAs per SM), bf16 4 chunks (the 256 B). x is read from L2 once per CTA
 // (M·K·4 B: q_proj at M = 1, 256 CTAs of 64 rows: 3 MB of L2 reads against 50 MB of weights).
@@ -694,10 +694,12 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
   const int cta_rows = 16 * (kWarps / WS);
   float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (active) {
-    // This lane's B column is token g: lanes with g >= mt hold zero B registers (no loads; their
-    // MMA columns are discarded). Running fragment pointer: unit (b, g) + t4·16; + i8·64 immediate.
-    const bool bcol = g < mt;
-    const uint8_t* fp = smem + L.frag + (bb * mt + (bcol ? g : 0)) * kUnitFragBytes + t4 * 16;
+    // This lane's B column is token g, clamped to mt − 1: the lanes past the token count read the
+    // last token's fragment (a broadcast within the LDS phase: no extra instructions or bank
+    // conflicts; zero registers instead cost 4 MOVs + a predicated LDS per k16 step in the PTX);
+    // their MMA columns are never stored (a column depends only on its own B column). Running
+    // fragment pointer: unit (b, g) + t4·16; + i8·64 immediate.
+    const uint8_t* fp = smem + L.frag + (bb * mt + min(g, mt - 1)) * kUnitFragBytes + t4 * 16;
     const float* pv = reinterpret_cast<const float*>(smem + L.pinv) + bb * mt;
     const int c0 = min(2 * t4, mt - 1), c1 = min(2 * t4 + 1, mt - 1);  // this lane's C columns
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -718,8 +720,7 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
             uint32_t a[4];
             a_frag<F>(slot, s, a);
             const int i8 = 4 * ch + s;
-            uint4 bf = make_uint4(0, 0, 0, 0);
-            if (bcol) bf = *reinterpret_cast<const uint4*>(fp + i8 * 64);
+            const uint4 bf = *reinterpret_cast<const uint4*>(fp + i8 * 64);
             mma<F>(c, a, bf.x, bf.y, i8 == 0);
             mma<F>(c, a, bf.z, bf.w, false);
           }
