@@ -16,9 +16,11 @@
 // lockstep; at step u slice lane sl works on its range's block u. WS = 1: a warp folds its
 // slices in registers; WS > 1: each slice's acc_j goes to shared memory and the epilogue folds
 // them in slice order (the same operations: bits do not depend on WS). The host takes NT = 1 for
-// M <= 8, 2 for M <= 16, else 4 (tiles of 32 tokens), and the fewest slice lanes that give two
-// CTAs per SM within the shared-memory budget (tall launches: WS = 1, a CTA of 128 rows stages x
-// once for all of them; o_proj / out_proj / the router set: WS = 8, 16 rows per CTA).
+// M <= 8, 2 for M <= 16 and for every pre-converted launch (below), else 4 (tiles of 32 tokens:
+// only when the planes workspace is missing), and the fewest slice lanes that give two CTAs per
+// SM within the shared-memory budget (tall launches: WS = 1, a CTA of 128 rows stages x once for
+// all of them; o_proj / out_proj / the router set: WS = 8, 16 rows per CTA); the lean form
+// (below) takes the most slice lanes whose CTAs are all resident at once.
 //
 // Weights (A operand): thread (g = lane / 4, t4 = lane % 4) of a warp loads, per 64-k chunk, 16
 // bytes at 16·t4 (bf16: 16·t4 and 64 + 16·t4) of rows n0 + g and n0 + g + 8, LDG.128 with
