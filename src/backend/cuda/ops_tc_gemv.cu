@@ -57,7 +57,7 @@
 // K 8192, M <= 7 at K 3072, M <= 8 at K <= 2048; chosen by the host, set_tc_gemv_form forces it
 // on or off; the same bits): one tile, the same CTA rows / slice lanes as above, but x is staged
 // ONCE in the prologue as the fragments of all B blocks of all tokens ([B][mt] units of 576 B +
-// 2^-P [B][mt]; plain L2 loads, 4 units per warp in flight, converted with the same code) while
+// 2^-P [B][mt]; plain L2 loads, 6 units per warp in flight (gated 3), the same conversion) while
 // the first weight chunks are in flight; after that one barrier every warp streams its rows and
 // blocks on its own (no barrier until the WS > 1 slice fold). B-operand lanes past the token
 // count read the last token's fragment (a broadcast). Weight ring: FP8 / INT8 6 chunks (192 B
@@ -600,7 +600,7 @@ template <int F, bool kGated>
 __device__ __forceinline__ void lean_stage(const TcShape& sh, const float* __restrict__ x,
                                            const float* __restrict__ u, int mt, uint8_t* smem,
                                            const LeanLayout& L) {
-  constexpr int kBatch = kGated ? 2 : 4;  // (the weight ring's registers are live here too)
+  constexpr int kBatch = kGated ? 3 : 6;  // (the weight ring's registers are live here too)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int units = sh.B * mt;
   float* pinv = reinterpret_cast<float*>(smem + L.pinv);
