@@ -65,7 +65,7 @@
 // registers of two CTAs per SM), bf16 4 chunks (the 256 B). x is read from L2 once per CTA
 // (M·K·4 B: q_proj at M = 1, 256 CTAs of 64 rows: 3 MB of L2 reads against 50 MB of weights).
 //
-// The pre-converted form (kPre: M >= 9 by default, any M when forced): a planes kernel converts
+// The pre-converted form (kPre: 9 <= M <= 256 by default, any M when forced): a planes kernel converts
 // x (gated: silu(g)·u) ONCE per launch into [B][M] units of 528 B in a workspace (the 512 B of
 // fragments in their shared-memory order + 2^-P; f16 planes for FP8 / INT8 jobs, bf16 planes for
 // bf16 jobs; the same conversion code as the lean form), and the stepped main loop copies its
@@ -913,7 +913,8 @@ long long number_blocks(TcJobs& jobs, int cta_rows) {
 
 std::atomic<int> g_split{0};
 std::atomic<int> g_form{0};
-constexpr int kPreMinRows = 9;  // launches of at least this many tokens convert x once (kPre)
+constexpr int kPreMinRows = 9;    // launches of at least this many tokens convert x once (kPre)
+constexpr int kPreMaxRows = 256;  // and at most this many (the workspace: <= 2·64·256·528 B at K 8192)
 
 // The planes workspace: one device buffer per process (the model runs on one device and one
 // stream; consecutive launches on a stream reuse it in stream order; PDL keeps that order, since
@@ -994,7 +995,7 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   bool need_f16 = false, need_bf16 = false;
   for (int i = 0; i < jobs.count; ++i) (jobs.job[i].fmt == kBf16 ? need_bf16 : need_f16) = true;
   TcPlanes pl{nullptr, nullptr};
-  if (form == 3 || (form == 0 && M >= kPreMinRows)) {
+  if (form == 3 || (form == 0 && M >= kPreMinRows && M <= kPreMaxRows)) {
     uint8_t* p = planes_workspace(planes_bytes(M, K, int(need_f16) + int(need_bf16)), stream);
     if (p != nullptr) {
       pl.f16 = need_f16 ? p : nullptr;
@@ -1080,7 +1081,7 @@ void set_tc_gemv_form(int form) {
 
 void tc_gemv_reserve(int max_M, int K) {
   if (max_M < kPreMinRows || K <= 0) return;
-  planes_workspace(planes_bytes(max_M, K, 2), nullptr);
+  planes_workspace(planes_bytes(std::min(max_M, kPreMaxRows), K, 2), nullptr);
 }
 
 bool tc_gemv_supported(const DeviceLinear& w) {

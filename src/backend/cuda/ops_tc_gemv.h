@@ -40,7 +40,7 @@
 //
 // Kernel forms (chosen by M and the launch's rows; all give the same bits): ops_tc_gemv.cu:
 // lean (M <= 8: x staged once per CTA, no barrier in the main loop), stepped with in-CTA staging,
-// stepped over planes pre-converted once per launch (M >= 9; a process-wide workspace, see
+// stepped over planes pre-converted once per launch (9 <= M <= 256; a process-wide workspace, see
 // tc_gemv_reserve).
 #pragma once
 #include <cuda_runtime.h>
@@ -105,7 +105,7 @@ void set_tc_gemv_split(int warps_over_k);
 // once per launch; any M). Every form gives the same bits.
 void set_tc_gemv_form(int form);
 
-// Sizes the pre-converted planes workspace (launches of M >= 9 tokens) for up to max_M tokens of
+// Sizes the pre-converted planes workspace (launches of 9 <= M <= 256 tokens) for up to max_M tokens of
 // K (both f16 and bf16 planes: 2 x ceil(K/128) x max_M x 528 B) NOW. Call it before capturing a
 // CUDA graph: the workspace cannot grow during a capture, and a captured launch that would need a
 // larger one falls back to the in-CTA staging (the same bits, slower). Not needed for correctness.
