@@ -812,6 +812,7 @@ int main(int argc, char** argv) {
   int gemv_variant = 0;
   std::string gemv_family = "cuda-cores";
   int tc_split = 0;
+  int tc_form = 0;
   app.add_option("--config", config, "config.json of the model whose shapes to use");
   app.add_option("--weights", o.weights, "bf16, gptq-int4, fp8-block or hybrid-int4-fp8");
   app.add_option("--lm-head", o.lm_head, "auto (INT8 unless --weights bf16), bf16 or int8");
@@ -828,6 +829,9 @@ int main(int argc, char** argv) {
                  "tensor-cores (tc_gemv_f32, ops_tc_gemv.h)");
   app.add_option("--tc-gemv-split", tc_split,
                  "tensor-core GEMV: warps that split K inside a CTA (1, 2, 4, 8; 0 = by shape); same bits");
+  app.add_option("--tc-gemv-form", tc_form,
+                 "tensor-core GEMV kernel form (0 = by shape, 1 = stepped, 2 = lean where it fits, 3 = "
+                 "pre-converted planes; see set_tc_gemv_form); same bits");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -839,6 +843,7 @@ int main(int argc, char** argv) {
       throw Error("unknown --gemv-family '" + gemv_family + "' (cuda-cores, tensor-cores)");
     o.tensor_core_gemv = gemv_family == "tensor-cores";
     set_tc_gemv_split(tc_split);
+    set_tc_gemv_form(tc_form);
     o.batches = bench::parse_int_list(batches);
     o.contexts = bench::parse_int_list(contexts);
     if (o.batches.empty()) throw Error("--batch is empty");

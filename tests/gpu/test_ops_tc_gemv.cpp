@@ -18,8 +18,9 @@
 //    Both + 2^-140 absolute (f32 subnormal outputs and scale factors of blocks below 2^-112).
 //    max|d| / max|ref| is printed (expected ~1e-7 for FP8 / INT8, ~1e-5 for bf16).
 // 2. Batch invariance, bit for bit: a token's row at M = 1 equals the same token placed among 2,
-//    7, 63 and 99 others; every forced split of K over warps (set_tc_gemv_split) gives the same
-//    bits; a multi-job launch (mixed formats, 9 jobs = two launches) equals each job alone;
+//    7, 63 and 99 others; every forced split of K over warps (set_tc_gemv_split) and every
+//    forced kernel form (set_tc_gemv_form: stepped, lean, pre-converted planes) gives the same
+//    bits; a captured CUDA graph replays the eager bits (workspace reserved before the capture); a multi-job launch (mixed formats, 9 jobs = two launches) equals each job alone;
 //    accumulate equals y0 + the plain result; gated equals silu_mul_split + tc_gemv_f32.
 // 3. Scaling edges: block maxima that are powers of two, maxima that round up to 2^15 after
 //    scaling, 65504 and 1e20-sized values, subnormal and all-zero / all-(-0) blocks (an all-(-0)
@@ -232,8 +233,14 @@ double check_ref(const std::string& tag, const std::vector<float>& got, const Re
 }
 
 struct SplitGuard {
-  ~SplitGuard() { cuda::set_tc_gemv_split(0); }
+  ~SplitGuard() {
+    cuda::set_tc_gemv_split(0);
+    cuda::set_tc_gemv_form(0);
+  }
 };
+// The kernel forms a test forces (set_tc_gemv_form): by shape, stepped (in-CTA staging), lean
+// where it applies, stepped over pre-converted planes.
+constexpr int kForms[] = {0, 1, 2, 3};
 
 }  // namespace
 
@@ -314,26 +321,34 @@ TEST(TcGemv, BatchInvariantAndSplitInvariant) {
       auto xm = wide_x(rng, M, t.K);
       std::copy(x1.begin(), x1.end(), xm.begin() + long(size_t(pos) * size_t(t.K)));
       const auto d_xm = to_device_f32(xm);
-      for (int split : {0, 1, 2, 4, 8}) {
-        cuda::set_tc_gemv_split(split);
-        const auto y = tc1(d, d_xm.data(), M);
-        EXPECT_EQ(count_diffs(row_of(y, pos, t.N), alone), 0u)
-            << "token at row " << pos << " of " << M << " (split " << split << ") differs from M=1";
-        if (split == 0 && (M == 8 || M == 64)) {
-          const std::vector<std::vector<float>> init{wide_x(rng, M, t.N)};
-          const auto acc = tc({&d}, d_xm.data(), M, {true}, &init)[0];
-          std::vector<float> want(init[0].size());
-          for (size_t i = 0; i < want.size(); ++i) want[i] = init[0][i] + y[i];
-          EXPECT_EQ(count_diffs(acc, want), 0u) << "accumulate is not y0 + x·Wᵀ at M=" << M;
+      for (int form : kForms)
+        for (int split : {0, 1, 2, 4, 8}) {
+          if (form == 2 && M > 8) continue;               // the same launches as form 1
+          if (form == 3 && split == 0 && M > 8) continue;  // the same launch as form 0
+          cuda::set_tc_gemv_form(form);
+          cuda::set_tc_gemv_split(split);
+          const auto y = tc1(d, d_xm.data(), M);
+          cuda::set_tc_gemv_form(0);
+          EXPECT_EQ(count_diffs(row_of(y, pos, t.N), alone), 0u) << "token at row " << pos << " of " << M << " (form "
+                                                                  << form << ", split " << split << ") differs from M=1";
+          if (form == 0 && split == 0 && (M == 8 || M == 64)) {
+            const std::vector<std::vector<float>> init{wide_x(rng, M, t.N)};
+            const auto acc = tc({&d}, d_xm.data(), M, {true}, &init)[0];
+            std::vector<float> want(init[0].size());
+            for (size_t i = 0; i < want.size(); ++i) want[i] = init[0][i] + y[i];
+            EXPECT_EQ(count_diffs(acc, want), 0u) << "accumulate is not y0 + x·Wᵀ at M=" << M;
+          }
         }
-      }
       cuda::set_tc_gemv_split(0);
     }
-    for (int split : {1, 2, 4, 8}) {
-      cuda::set_tc_gemv_split(split);
-      EXPECT_EQ(count_diffs(tc1(d, d_x1.data(), 1), alone), 0u) << "M=1 with split " << split;
-    }
+    for (int form : kForms)
+      for (int split : {0, 1, 2, 4, 8}) {
+        cuda::set_tc_gemv_form(form);
+        cuda::set_tc_gemv_split(split);
+        EXPECT_EQ(count_diffs(tc1(d, d_x1.data(), 1), alone), 0u) << "M=1 with form " << form << ", split " << split;
+      }
     cuda::set_tc_gemv_split(0);
+    cuda::set_tc_gemv_form(0);
   }
 }
 
@@ -380,8 +395,8 @@ TEST(TcGemv, MixedJobsEqualSeparate) {
   }
 }
 
-// 2c. Gated: bit-identical to silu_mul_split + tc_gemv_f32, and a token's row at M = 1 equals
-// the same token among others.
+// 2c. Gated: bit-identical to silu_mul_split + tc_gemv_f32 in every forced form, and a token's
+// row at M = 1 equals the same token among others.
 TEST(TcGemv, GatedEqualsSiluMulThenGemv) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(804);
@@ -406,6 +421,13 @@ TEST(TcGemv, GatedEqualsSiluMulThenGemv) {
       cuda::tc_gemv_f32_gated(d_g.data(), d_u.data(), M, d, d_y.data(), false, nullptr);
       const auto y = to_host(d_y);
       EXPECT_EQ(count_diffs(y, plain), 0u) << "M=" << M << ": gated != silu_mul_split + tc_gemv_f32";
+      for (int form : {1, 3}) {  // the in-CTA staged and the pre-converted gated forms give the same bits
+        SplitGuard guard;
+        cuda::set_tc_gemv_form(form);
+        DeviceBuffer<float> d_yf(size_t(M) * size_t(t.N));
+        cuda::tc_gemv_f32_gated(d_g.data(), d_u.data(), M, d, d_yf.data(), false, nullptr);
+        EXPECT_EQ(count_diffs(to_host(d_yf), y), 0u) << "M=" << M << ": gated form " << form << " differs";
+      }
       if (M == 1) gated_one = y;
       else EXPECT_EQ(count_diffs(row_of(y, 0, t.N), gated_one), 0u) << "M=" << M << ": token 0 differs from M=1";
       if (M == 8) {
@@ -463,5 +485,45 @@ TEST(TcGemv, ScalingEdgeCases) {
       const auto alone = tc1(d, d_x.data() + size_t(m) * size_t(K), 1);
       EXPECT_EQ(count_diffs(alone, row_of(y, m, t.N)), 0u) << "token " << m << " alone differs from M=9";
     }
+  }
+}
+
+// 2d. Graph safety of the planes workspace: after tc_gemv_reserve, a launch captured in a CUDA
+// graph (M = 64, the pre-converted form, and M = 1, the lean form) replays the eager bits, also
+// after the workspace was rewritten by other launches in between.
+TEST(TcGemv, GraphReplayEqualsEager) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(806);
+  const TcWeight t = make_fp8_all_codes(rng, 1000, 3072);
+  const TcWeight tb = make_bf16(rng, 64, 3072);
+  const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+  const cuda::DeviceLinear db = cuda::upload_linear(tb.weight, nullptr);
+  cuda::tc_gemv_reserve(64, 3072);
+  for (int M : {64, 17, 1}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    const auto x = wide_x(rng, M, 3072);
+    const auto d_x = to_device_f32(x);
+    const auto want = tc({&d, &db}, d_x.data(), M);
+    DeviceBuffer<float> y(size_t(M) * 1000), yb(size_t(M) * 64);
+    const cuda::RowGemvJob jobs[2] = {{&d, y.data(), false}, {&db, yb.data(), false}};
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cuda::tc_gemv_f32(d_x.data(), M, jobs, s);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    // Other launches rewrite the planes between the capture and the replay.
+    const auto other = wide_x(rng, 64, 3072);
+    const auto d_other = to_device_f32(other);
+    (void)tc({&d, &db}, d_other.data(), 64);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_EQ(count_diffs(to_host(y), want[0]), 0u) << "graph replay differs from eager (fp8 job)";
+    EXPECT_EQ(count_diffs(to_host(yb), want[1]), 0u) << "graph replay differs from eager (bf16 job)";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
   }
 }

@@ -16,9 +16,11 @@
 // lockstep; at step u slice lane sl works on its range's block u. WS = 1: a warp folds its
 // slices in registers; WS > 1: each slice's acc_j goes to shared memory and the epilogue folds
 // them in slice order (the same operations: bits do not depend on WS). The host takes NT = 1 for
-// M <= 8, 2 for M <= 16, else 4 (tiles of 32 tokens), and the fewest slice lanes that give two
-// CTAs per SM within the shared-memory budget (tall launches: WS = 1, a CTA of 128 rows stages x
-// once for all of them; o_proj / out_proj / the router set: WS = 8, 16 rows per CTA).
+// M <= 8, 2 for M <= 16 and for every pre-converted launch (below), else 4 (tiles of 32 tokens:
+// only when the planes workspace is missing), and the fewest slice lanes that give two CTAs per
+// SM within the shared-memory budget (tall launches: WS = 1, a CTA of 128 rows stages x once for
+// all of them; o_proj / out_proj / the router set: WS = 8, 16 rows per CTA); the lean form
+// (below) takes the most slice lanes whose CTAs are all resident at once.
 //
 // Weights (A operand): thread (g = lane / 4, t4 = lane % 4) of a warp loads, per 64-k chunk, 16
 // bytes at 16·t4 (bf16: 16·t4 and 64 + 16·t4) of rows n0 + g and n0 + g + 8, LDG.128 with
@@ -51,9 +53,34 @@
 // warp and unit, 1/8 of a unit per warp and step at M = 1 with WS = 1, one unit per warp with
 // WS = 8) and the barrier.
 //
-// Shared memory (dynamic): fragments 2·WS·mt·576 B, raw x WS·mt·512 B (gated 1024), 2^-P
-// 2·WS·mt·4 B, and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the device's opt-in
-// limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
+// The lean form (M <= 8, when the launch's whole x fits in at most 96 KB of fragments: M <= 2 at
+// K 8192, M <= 7 at K 3072, M <= 8 at K <= 2048; chosen by the host, set_tc_gemv_form forces it
+// on or off; the same bits): one tile, the same CTA rows / slice lanes as above, but x is staged
+// ONCE in the prologue as the fragments of all B blocks of all tokens ([B][mt] units of 576 B +
+// 2^-P [B][mt]; plain L2 loads, 6 units per warp in flight (gated 3), the same conversion) while
+// the first weight chunks are in flight; after that one barrier every warp streams its rows and
+// blocks on its own (no barrier until the WS > 1 slice fold). B-operand lanes past the token
+// count read the last token's fragment (a broadcast). Weight ring: FP8 / INT8 6 chunks (192 B
+// per thread, 6 KB per warp, 96 KB per SM at two CTAs of 8 warps; 8 chunks spilled at the 128
+// registers of two CTAs per SM), bf16 4 chunks (the 256 B). x is read from L2 once per CTA
+// (M·K·4 B: q_proj at M = 1, 256 CTAs of 64 rows: 3 MB of L2 reads against 50 MB of weights).
+//
+// The pre-converted form (kPre: 9 <= M <= 256 by default, any M when forced): a planes kernel converts
+// x (gated: silu(g)·u) ONCE per launch into [B][M] units of 528 B in a workspace (the 512 B of
+// fragments in their shared-memory order + 2^-P; f16 planes for FP8 / INT8 jobs, bf16 planes for
+// bf16 jobs; the same conversion code as the lean form), and the stepped main loop copies its
+// next step's units with cp.async (one 16-byte copy per lane and unit, issued before the MMAs,
+// waited for before the step's barrier) instead of converting: no raw buffer, no conversion
+// latency between the barriers. Token tiles of 16 (NT = 2) at two CTAs per SM (128 registers),
+// instead of 32 tokens at one CTA per SM (254 registers); the smaller smem (no raw x) lets o_proj
+// at M = 64 take WS = 4 (384 CTAs) instead of 48 CTAs. The weights are read by M / 16 tiles
+// (the later tiles of a row block run next to the first: L2 hits). The workspace is a process-wide
+// buffer that grows outside stream capture only (tc_gemv_reserve; a captured launch that would
+// need more falls back to the in-CTA staging, the same bits).
+//
+// Shared memory (dynamic): fragments 2·WS·mt·576 B (2^-P inside each unit), raw x WS·mt·512 B
+// (gated 1024; none with kPre), and for WS > 1 the slice partials S·(128/WS)·mt·4 B; at most the
+// device's opt-in limit and 112 KB (the host lowers WS until it fits); opt-in above 48 KB.
 // Roofline: the weight bytes once (N·K·{1, 1, 2} + scales), x per CTA (M·K·4 from L2), y.
 // At M <= 8 the MMAs (one n8 block) cost what they cost at M = 1; at M = 64 (tiles of 32 tokens,
 // 4 n8 blocks, two tiles) the MMAs and the per-CTA staging of x bound the kernel above the bytes.
@@ -63,7 +90,9 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/ops_mma_frag.cuh"
@@ -146,21 +175,22 @@ struct Slot {
 // Shared-memory carve-up (bytes), the same on host and device. A unit is one (slice lane, token)
 // pair of a step: 128 k of x. Fragments: two buffers (step u, step u + 1) of [WS][mt] units of
 // 8 k16 steps x 4 t4 16-byte fragments, a unit padded to 576 B (the 8 lanes of an LDS.128 phase,
-// two tokens, then cover all 32 banks); raw x: one buffer of [units][128] f32 (gated: g and u),
-// private to the warp that copies and converts a unit; 2^-P: two buffers of [units] f32; slice
-// partials (WS > 1): [S][16·8/WS rows][mt] f32.
+// two tokens, then cover all 32 banks) whose f32 at byte 512 is the unit's 2^-P (FP8 / INT8);
+// raw x (in-CTA staging only): one buffer of [units][128] f32 (gated: g and u), private to the
+// warp that copies and converts a unit; slice partials (WS > 1): [S][16·8/WS rows][mt] f32.
+// With pre-converted planes (kPre) there is no raw buffer: the units are copied as they are.
 constexpr int kUnitFragBytes = 576;
+constexpr int kPinvByte = 512;  // 2^-P inside a unit (smem and the planes)
 struct SmemLayout {
-  int frag, raw, raw_u, pinv, partial, total;
+  int frag, raw, raw_u, partial, total;
 };
-__host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool gated) {
+__host__ __device__ inline SmemLayout smem_layout(int WS, int mt, int S, bool gated, bool pre) {
   SmemLayout l{};
   const int units = WS * mt;
   l.frag = 0;
   l.raw = l.frag + 2 * units * kUnitFragBytes;
-  l.raw_u = l.raw + units * 512;
-  l.pinv = l.raw_u + (gated ? units * 512 : 0);
-  l.partial = l.pinv + ((2 * units * 4 + 15) / 16) * 16;
+  l.raw_u = l.raw + (pre ? 0 : units * 512);
+  l.partial = l.raw_u + (gated && !pre ? units * 512 : 0);
   l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
   return l;
 }
@@ -202,7 +232,6 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
   const float* raw = reinterpret_cast<const float*>(smem + L.raw);
   const float* raw_u = reinterpret_cast<const float*>(smem + L.raw_u);
   uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
-  float* pinv = reinterpret_cast<float*>(smem + L.pinv) + buf * units;
   const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
   // (step i8, thread t4) of this lane's float4 (the permutation of ops_tc_gemv.h).
   const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
@@ -230,13 +259,47 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
         const float sc = tc_frag::exp2i(P);
         tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
         tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
-        if (lane == 0) pinv[unit] = tc_frag::exp2i(-P);
+        if (lane == 0) *reinterpret_cast<float*>(frag + unit * kUnitFragBytes + kPinvByte) = tc_frag::exp2i(-P);
       }
       *reinterpret_cast<uint4*>(frag + unit * kUnitFragBytes + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
     }
     if (unit + kWarps < units)
       for (m += kWarps; m >= mt; m -= mt) ++sl;
   }
+}
+
+// Pre-converted planes (kPre; written by tc_gemv_planes_kernel): [B][M] units of kPlaneUnitBytes
+// (the 512 fragment bytes of a unit in its smem order, then 2^-P at kPinvByte and 12 zero bytes):
+// f16 (FP8 / INT8 CTAs) and bf16 (bf16 CTAs); either may be null when no job needs it.
+constexpr int kPlaneUnitBytes = 528;
+struct TcPlanes {
+  const uint8_t* f16;
+  const uint8_t* bf16;
+};
+
+// The kPre staging of step u into fragment buffer buf: the units of the stepped form (warp w owns
+// units w, w + 8, ...; unit = slice lane · mt + token) copied from the planes, lane L the 16 bytes
+// at 16·L, lane 0 also the 16 bytes with 2^-P (cp.async, L2 only; one commit group).
+template <int F>
+__device__ __forceinline__ void stage_copy_pre(const TcShape& sh, const TcPlanes& pl, int m0, int mt, int step, int buf,
+                                               uint8_t* smem, const SmemLayout& L) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int SPL = sh.S / sh.WS, units = sh.WS * mt;
+  const uint8_t* planes = F == kBf16 ? pl.bf16 : pl.f16;
+  uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
+  int sl = warp / mt, m = warp - sl * mt;
+  for (int unit = warp; unit < units; unit += kWarps) {
+    const int b = slice_begin(sh, sl * SPL) + step;
+    if (b < slice_begin(sh, (sl + 1) * SPL)) {  // else this slice lane's range is done
+      const uint8_t* src = planes + (size_t(b) * size_t(sh.M) + size_t(m0 + m)) * kPlaneUnitBytes;
+      const uint32_t dst = uint32_t(__cvta_generic_to_shared(frag + unit * kUnitFragBytes));
+      mma_frag::cp_async16(dst + 16 * lane, src + 16 * lane);
+      if (F != kBf16 && lane == 0) mma_frag::cp_async16(dst + kPinvByte, src + kPinvByte);
+    }
+    if (unit + kWarps < units)
+      for (m += kWarps; m >= mt; m -= mt) ++sl;
+  }
+  mma_frag::cp_async_commit();
 }
 
 // A registers of k16 step s (0..3) of the chunk held in a slot.
@@ -272,9 +335,10 @@ __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint3
 }
 
 // One CTA of format F: the whole main loop and the epilogue.
-template <int F, int NT, bool kGated, bool kWhole>
+template <int F, int NT, bool kGated, bool kWhole, bool kPre>
 __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
-                                       const float* __restrict__ u, int row_first, int m0, int mt, uint8_t* smem) {
+                                       const float* __restrict__ u, const TcPlanes& pl, int row_first, int m0, int mt,
+                                       uint8_t* smem) {
   constexpr int RC = kRingChunks<F, NT>;
   constexpr int U = kUnroll<F, NT>;
   constexpr int LR = kLoadsPerRow<F>;
@@ -291,7 +355,7 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   const int be = slice_begin(sh, j_first + SPL);
   const int chunks = 2 * (be - bb);  // this warp's chunks, in order
   // The layout for this CTA's own mt (the host sized the buffer for mt_max >= mt).
-  const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated);
+  const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated, kPre);
 
   // Running row pointers of this thread at its next chunk to request (rows past N repeat N - 1;
   // their outputs are not stored): FP8 / INT8 bytes 16·t4 of the chunk, bf16 16·t4 and 64 + 16·t4.
@@ -332,8 +396,13 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
 
-  stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
-  stage_convert<F, kGated>(sh, mt, 0, 0, smem, Lc);
+  if constexpr (kPre) {
+    stage_copy_pre<F>(sh, pl, m0, mt, 0, 0, smem, Lc);
+    mma_frag::cp_async_wait<0>();
+  } else {
+    stage_copy<kGated>(sh, x, u, m0, mt, 0, smem, Lc);
+    stage_convert<F, kGated>(sh, mt, 0, 0, smem, Lc);
+  }
   __syncthreads();
 
   const int units = WS * mt;
@@ -345,14 +414,13 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   // 1 is units·576 bytes further. pinv: the 2^-P of this lane's C columns (tokens 2·t4, +1).
   const int gq = min(g, mt - 1);  // NT > 1: mt > 8·(NT - 1) for every tile but the last
   const uint8_t* frag_lane = smem + Lc.frag + (sl * mt + gq) * kUnitFragBytes + t4 * 16;
-  int bcol_off[NT], ccol[NT][2];
+  int bcol_off[NT], ccol[NT][2];  // ccol: byte offsets of this lane's C columns' 2^-P in buffer 0
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     bcol_off[nt] = (min(8 * nt + g, mt - 1) - gq) * kUnitFragBytes;
-    ccol[nt][0] = sl * mt + min(8 * nt + 2 * t4, mt - 1);
-    ccol[nt][1] = sl * mt + min(8 * nt + 2 * t4 + 1, mt - 1);
+    ccol[nt][0] = Lc.frag + (sl * mt + min(8 * nt + 2 * t4, mt - 1)) * kUnitFragBytes + kPinvByte;
+    ccol[nt][1] = Lc.frag + (sl * mt + min(8 * nt + 2 * t4 + 1, mt - 1)) * kUnitFragBytes + kPinvByte;
   }
-  const float* pinv0 = reinterpret_cast<const float*>(smem + Lc.pinv);
 
   float acc[NT][4], tot[NT][4];
 #pragma unroll
@@ -368,8 +436,11 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
       const int step = u0 + d;
       if (step >= sh.steps) break;  // CTA-uniform
       const bool more = step + 1 < sh.steps;
-      if (more) stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);  // in flight during the MMAs
       const int buf = step & 1;
+      if (more) {  // in flight during the MMAs (kPre: into buffer buf ^ 1, free since the last barrier)
+        if constexpr (kPre) stage_copy_pre<F>(sh, pl, m0, mt, step + 1, buf ^ 1, smem, Lc);
+        else stage_copy<kGated>(sh, x, u, m0, mt, step + 1, smem, Lc);
+      }
       const int b = bb + step;
       if (active && b < be) {  // warp-uniform
         float c[NT][4];
@@ -398,8 +469,9 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], c[nt][i]);
           } else {
-            const float* pinv = pinv0 + buf * units;
-            float f0 = pinv[ccol[nt][0]], f1 = pinv[ccol[nt][1]];
+            const uint8_t* pb = smem + buf * units * kUnitFragBytes;
+            float f0 = *reinterpret_cast<const float*>(pb + ccol[nt][0]);
+            float f1 = *reinterpret_cast<const float*>(pb + ccol[nt][1]);
             if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
             acc[nt][0] = __fmaf_rn(c[nt][0], f0, acc[nt][0]);
             acc[nt][1] = __fmaf_rn(c[nt][1], f1, acc[nt][1]);
@@ -432,7 +504,10 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
           slice_end = slice_begin(sh, j_cur + 1);
         }
       }
-      if (more) stage_convert<F, kGated>(sh, mt, step + 1, buf ^ 1, smem, Lc);
+      if (more) {
+        if constexpr (kPre) mma_frag::cp_async_wait<0>();
+        else stage_convert<F, kGated>(sh, mt, step + 1, buf ^ 1, smem, Lc);
+      }
       __syncthreads();  // step + 1's fragments are visible; every warp is done with buffer buf
     }
   }
@@ -468,9 +543,253 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   }
 }
 
-template <int NT, bool kGated, bool kWhole>
-__global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
-    tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
+// ---- The lean form (M <= 8 when the launch's whole x fits in shared memory) ----
+//
+// The CTA stages ALL of its tokens' x once, in the prologue, as the fragments of every block
+// (the same values as the stepped form's per-step staging: P per (token, block), f16 hi/lo or
+// bf16 hi/lo, the permuted order), then every warp streams its rows and blocks on its own: no
+// barrier until the slice fold (WS > 1). Shared memory: fragments [B][mt] units of 576 B (unit
+// (b, m) at (b·mt + m)·576: the two tokens of an LDS.128 phase on different banks), 2^-P [B][mt]
+// f32, and for WS > 1 the slice partials [S][16·8/WS][mt] f32.
+struct LeanLayout {
+  int frag, pinv, partial, total;
+};
+__host__ __device__ inline LeanLayout lean_layout(int B, int WS, int mt, int S) {
+  LeanLayout l{};
+  l.frag = 0;
+  l.pinv = B * mt * kUnitFragBytes;
+  l.partial = l.pinv + ((B * mt * 4 + 15) / 16) * 16;
+  l.total = l.partial + (WS > 1 ? S * (16 * kWarps / WS) * mt * 4 : 0);
+  return l;
+}
+// The lean ring: FP8 / INT8 8 chunks (256 B per thread, 8 KB per warp), bf16 4 (the same bytes);
+// the loop is unrolled by RC / 2 blocks (static slots).
+template <int F>
+inline constexpr int kLeanRing = F == kBf16 ? 4 : 6;
+
+// Converts one 128-k piece (lane L: x[k 4L .. 4L + 3] of block b, token m) into its fragment
+// (the permutation of ops_tc_gemv.h) and, for FP8 / INT8, returns 2^-P (the whole warp calls it).
+template <int F>
+__device__ __forceinline__ float convert_piece(float4 v, uint8_t* unit_frag, int lane) {
+  const int c = lane >> 4, f = lane & 15;
+  const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
+  const int i8 = F == kBf16 ? 4 * c + 2 * (f >> 3) + (f & 1) : 4 * c + (f & 3);
+  uint32_t h0, h1, l0, l1;
+  float pinv = 1.0f;
+  if constexpr (F == kBf16) {
+    mma_frag::split2(v.x, v.y, h0, l0);
+    mma_frag::split2(v.z, v.w, h1, l1);
+  } else {
+    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
+    const int P = a == 0.0f ? 0 : min(14 - e, 126);               // subnormal a: e = -127 -> clamped
+    const float sc = tc_frag::exp2i(P);
+    tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
+    tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
+    pinv = tc_frag::exp2i(-P);
+  }
+  *reinterpret_cast<uint4*>(unit_frag + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
+  return pinv;
+}
+
+// The lean prologue: warp w converts units w, w + 8, ... (unit = b·mt + m), kBatch units' loads
+// in flight at once (L2 only: x was written by the previous kernel). Ends with the CTA barrier.
+template <int F, bool kGated>
+__device__ __forceinline__ void lean_stage(const TcShape& sh, const float* __restrict__ x,
+                                           const float* __restrict__ u, int mt, uint8_t* smem,
+                                           const LeanLayout& L) {
+  constexpr int kBatch = kGated ? 3 : 6;  // (the weight ring's registers are live here too)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int units = sh.B * mt;
+  float* pinv = reinterpret_cast<float*>(smem + L.pinv);
+  for (int u0 = warp; u0 < units; u0 += kWarps * kBatch) {
+    float4 v[kBatch], w[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int unit = u0 + q * kWarps;
+      v[q] = w[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const int b = unit / mt, m = unit - b * mt;
+      const int k = b * kBlockK + 4 * lane;
+      if (unit < units && k < sh.K) {  // K % 16 == 0: a 16-byte piece is whole or past the row
+        const size_t off = size_t(m) * size_t(sh.K) + size_t(k);
+        v[q] = __ldcg(reinterpret_cast<const float4*>(x + off));
+        if constexpr (kGated) w[q] = __ldcg(reinterpret_cast<const float4*>(u + off));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int unit = u0 + q * kWarps;
+      if (unit < units) {  // warp-uniform
+        float4 t = v[q];
+        if constexpr (kGated)
+          t = make_float4(silu_mul_value(t.x, w[q].x), silu_mul_value(t.y, w[q].y), silu_mul_value(t.z, w[q].z),
+                          silu_mul_value(t.w, w[q].w));
+        const float p = convert_piece<F>(t, smem + L.frag + unit * kUnitFragBytes, lane);
+        if (F != kBf16 && lane == 0) pinv[unit] = p;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// One lean CTA of format F (tokens 0 .. mt − 1, mt <= 8): prologue, barrier-free main loop, fold.
+template <int F, bool kGated, bool kWhole>
+__device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh, const float* __restrict__ x,
+                                            const float* __restrict__ u, int row_first, int mt, uint8_t* smem) {
+  constexpr int RC = kLeanRing<F>;
+  constexpr int U = RC / 2;
+  constexpr int LR = kLoadsPerRow<F>;
+  constexpr int CB = kChunkBytes<F>;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int WS = sh.WS, SPL = sh.S / WS;
+  const int sl = warp % WS, rw = warp / WS;
+  const int n0 = row_first + 16 * rw;
+  const bool active = n0 < job.N;  // warp-uniform; inactive warps still stage and meet the barriers
+  const int j_first = sl * SPL;
+  const int bb = slice_begin(sh, j_first);
+  const int be = slice_begin(sh, j_first + SPL);
+  const int nblocks = be - bb;  // >= 1 (slices are never empty)
+  const int chunks = 2 * nblocks;
+  const LeanLayout L = lean_layout(sh.B, WS, mt, sh.S);
+
+  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
+  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
+  int next_chunk = 0;
+
+  Slot<F> ring[RC];
+  float bscale[U];
+  auto request = [&](Slot<F>& s) {
+#pragma unroll
+    for (int j = 0; j < LR; ++j) {
+      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
+      if (kWhole || k < sh.K) {
+        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
+        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
+      } else {
+        s.w[0][j] = make_uint4(0, 0, 0, 0);
+        s.w[1][j] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    wp0 += CB;
+    wp8 += CB;
+    ++next_chunk;
+  };
+  if (active) {
+#pragma unroll
+    for (int q = 0; q < RC; ++q)
+      if (q < chunks) request(ring[q]);  // in flight while the previous kernel finishes
+    if constexpr (F == kFp8) {
+#pragma unroll
+      for (int d = 0; d < U; ++d)
+        if (d < nblocks) bscale[d] = __ldg(sp + d);
+    }
+  }
+  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+  lean_stage<F, kGated>(sh, x, u, mt, smem, L);
+
+  float* partial = reinterpret_cast<float*>(smem + L.partial);
+  const int cta_rows = 16 * (kWarps / WS);
+  float tot[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active) {
+    // This lane's B column is token g, clamped to mt − 1: the lanes past the token count read the
+    // last token's fragment (a broadcast within the LDS phase: no extra instructions or bank
+    // conflicts; zero registers instead cost 4 MOVs + a predicated LDS per k16 step in the PTX);
+    // their MMA columns are never stored (a column depends only on its own B column). Running
+    // fragment pointer: unit (b, g) + t4·16; + i8·64 immediate.
+    const uint8_t* fp = smem + L.frag + (bb * mt + min(g, mt - 1)) * kUnitFragBytes + t4 * 16;
+    const float* pv = reinterpret_cast<const float*>(smem + L.pinv) + bb * mt;
+    const int c0 = min(2 * t4, mt - 1), c1 = min(2 * t4 + 1, mt - 1);  // this lane's C columns
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int j_cur = j_first;
+    int slice_end = slice_begin(sh, j_cur + 1);
+    for (int u0 = 0; u0 < nblocks; u0 += U) {
+#pragma unroll
+      for (int d = 0; d < U; ++d) {
+        const int step = u0 + d;
+        if (step >= nblocks) break;  // warp-uniform
+        const int b = bb + step;
+        float c[4];
+#pragma unroll
+        for (int ch = 0; ch < 2; ++ch) {
+          Slot<F>& slot = ring[(2 * d + ch) % RC];
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            uint32_t a[4];
+            a_frag<F>(slot, s, a);
+            const int i8 = 4 * ch + s;
+            const uint4 bf = *reinterpret_cast<const uint4*>(fp + i8 * 64);
+            mma<F>(c, a, bf.x, bf.y, i8 == 0);
+            mma<F>(c, a, bf.z, bf.w, false);
+          }
+          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
+        }
+        if constexpr (F == kBf16) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(acc[i], c[i]);
+        } else {
+          float f0 = pv[c0], f1 = pv[c1];
+          if constexpr (F == kFp8) f0 = __fmul_rn(bscale[d], f0), f1 = __fmul_rn(bscale[d], f1);
+          acc[0] = __fmaf_rn(c[0], f0, acc[0]);
+          acc[1] = __fmaf_rn(c[1], f1, acc[1]);
+          acc[2] = __fmaf_rn(c[2], f0, acc[2]);
+          acc[3] = __fmaf_rn(c[3], f1, acc[3]);
+        }
+        if constexpr (F == kFp8)
+          if (step + U < nblocks) bscale[d] = __ldg(sp + (step + U));  // the scale of block b + U
+        fp += mt * kUnitFragBytes;
+        pv += mt;
+        if (b + 1 == slice_end) {  // end of slice j_cur (warp-uniform)
+          if (WS == 1) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) tot[i] = j_cur == 0 ? acc[i] : __fadd_rn(tot[i], acc[i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int m = 2 * t4 + (i & 1), r = 16 * rw + g + 8 * (i >> 1);
+              if (m < mt) partial[(j_cur * cta_rows + r) * mt + m] = acc[i];
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i] = 0.0f;
+          ++j_cur;
+          slice_end = slice_begin(sh, j_cur + 1);
+        }
+      }
+    }
+  }
+
+  if (WS == 1) {
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int n = n0 + g + 8 * (i >> 1), m = 2 * t4 + (i & 1);
+      if (n >= job.N || m >= mt) continue;
+      const float v = F == kInt8 ? __fmul_rn(tot[i], __ldg(job.scale + n)) : tot[i];
+      float* p = job.y + size_t(m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  } else {
+    __syncthreads();  // every warp's slice partials are written
+    for (int e = threadIdx.x; e < cta_rows * mt; e += kThreads) {
+      const int m = e / cta_rows, r = e - m * cta_rows, n = row_first + r;
+      if (n >= job.N) continue;
+      float v = partial[r * mt + m];
+      for (int j = 1; j < sh.S; ++j) v = __fadd_rn(v, partial[(j * cta_rows + r) * mt + m]);
+      if (F == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));
+      float* p = job.y + size_t(m) * size_t(job.N) + n;
+      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+    }
+  }
+}
+
+template <int NT, bool kGated, bool kWhole, bool kPre>
+__global__ void __launch_bounds__(kThreads, NT == 1 || kPre ? 2 : 1)
+    tc_gemv_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh, TcPlanes pl) {
   pdl_launch_dependents();  // the next kernel's CTAs may become resident (they wait for us)
   extern __shared__ float4 tc_smem_f4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(tc_smem_f4);
@@ -484,8 +803,62 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 2 : 1)
   const int row_first = (rb - job.block_begin) * cta_rows;
   const int m0 = tile * 8 * NT, mt = min(8 * NT, sh.M - m0);
   with_format(job.fmt, [&](auto f) {
-    tc_cta<decltype(f)::value, NT, kGated, kWhole>(job, sh, x, u, row_first, m0, mt, smem);
+    tc_cta<decltype(f)::value, NT, kGated, kWhole, kPre>(job, sh, x, u, pl, row_first, m0, mt, smem);
   });
+}
+
+// The lean form: one CTA per row block, all tokens (M <= 8, one tile); two CTAs per SM.
+template <bool kGated, bool kWhole>
+__global__ void __launch_bounds__(kThreads, 2)
+    tc_gemv_lean_kernel(const float* __restrict__ x, const float* __restrict__ u, TcJobs jobs, TcShape sh) {
+  pdl_launch_dependents();
+  extern __shared__ float4 tc_smem_f4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(tc_smem_f4);
+  const int rb = int(blockIdx.x);
+  TcJob job = jobs.job[0];
+#pragma unroll
+  for (int i = 1; i < kMaxRowJobs; ++i)
+    if (i < jobs.count && rb >= jobs.job[i].block_begin) job = jobs.job[i];
+  const int row_first = (rb - job.block_begin) * (16 * (kWarps / sh.WS));
+  with_format(job.fmt, [&](auto f) {
+    tc_cta_lean<decltype(f)::value, kGated, kWhole>(job, sh, x, u, row_first, sh.M, smem);
+  });
+}
+
+// The planes pre-kernel (kPre launches, M > 8): converts the launch's x (gated: silu(g)·u, the same
+// expression) ONCE into the f16 and / or bf16 planes (TcPlanes), one warp per unit (b, m) with
+// convert_piece, the code of the lean form (the same bits as the in-CTA staging). Grid
+// ceil(B·M / 8) CTAs of 8 warps. Roofline: M·K·4 bytes read, 2 x M·K·4.1 bytes written (L2).
+template <bool kGated, bool kF16, bool kBf16P>
+__global__ void __launch_bounds__(kThreads)
+    tc_gemv_planes_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, int K, int B, uint8_t* f16,
+                          uint8_t* bf16) {
+  pdl_launch_dependents();
+  pdl_wait();  // x is written, the planes read, by earlier kernels
+  const int lane = threadIdx.x & 31;
+  const int unit = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5);  // b·M + m
+  if (unit >= B * M) return;                                          // warp-uniform
+  const int b = unit / M, m = unit - b * M;
+  const int k = b * kBlockK + 4 * lane;
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (k < K) {  // K % 16 == 0: a 16-byte piece is whole or past the row (zeros, as in-CTA)
+    const size_t off = size_t(m) * size_t(K) + size_t(k);
+    v = __ldcg(reinterpret_cast<const float4*>(x + off));
+    if constexpr (kGated) {
+      const float4 w = __ldcg(reinterpret_cast<const float4*>(u + off));
+      v = make_float4(silu_mul_value(v.x, w.x), silu_mul_value(v.y, w.y), silu_mul_value(v.z, w.z),
+                      silu_mul_value(v.w, w.w));
+    }
+  } else if constexpr (kGated) {
+    v = make_float4(silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f),
+                    silu_mul_value(0.0f, 0.0f));
+  }
+  if constexpr (kF16) {
+    uint8_t* dst = f16 + size_t(unit) * kPlaneUnitBytes;
+    const float pinv = convert_piece<kFp8>(v, dst, lane);
+    if (lane == 0) *reinterpret_cast<float4*>(dst + kPinvByte) = make_float4(pinv, 0.0f, 0.0f, 0.0f);
+  }
+  if constexpr (kBf16P) convert_piece<kBf16>(v, bf16 + size_t(unit) * kPlaneUnitBytes, lane);
 }
 
 int sm_count() {
@@ -539,16 +912,72 @@ long long number_blocks(TcJobs& jobs, int cta_rows) {
 }
 
 std::atomic<int> g_split{0};
+std::atomic<int> g_form{0};
+constexpr int kPreMinRows = 9;    // launches of at least this many tokens convert x once (kPre)
+constexpr int kPreMaxRows = 256;  // and at most this many (the workspace: <= 2·64·256·528 B at K 8192)
 
-template <int NT, bool kGated, bool kWhole>
-void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
+// The planes workspace: one device buffer per process (the model runs on one device and one
+// stream; consecutive launches on a stream reuse it in stream order; PDL keeps that order, since
+// the planes kernel waits for the previous grid before it writes). It grows outside stream
+// capture only (cudaMalloc is not capturable): a launch that would need a larger buffer while its
+// stream is capturing falls back to the in-CTA staging (the same bits). tc_gemv_reserve sizes
+// it ahead of a capture. Replaced buffers are kept, not freed: queued kernels may still read
+// them (growth is geometric, so few are kept).
+std::mutex g_planes_mu;
+uint8_t* g_planes = nullptr;
+size_t g_planes_bytes = 0;
+std::vector<uint8_t*> g_planes_retired;
+
+size_t planes_bytes(int M, int K, int kinds) {
+  return size_t(kinds) * size_t((K + kBlockK - 1) / kBlockK) * size_t(M) * kPlaneUnitBytes;
+}
+uint8_t* planes_workspace(size_t bytes, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_planes_mu);
+  if (g_planes_bytes >= bytes) return g_planes;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  MOESERVE_CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+  if (st != cudaStreamCaptureStatusNone) return nullptr;
+  const size_t want = std::max(bytes, 2 * g_planes_bytes);
+  uint8_t* p = nullptr;
+  MOESERVE_CUDA_CHECK(cudaMalloc(&p, want));
+  if (g_planes) g_planes_retired.push_back(g_planes);
+  g_planes = p;
+  g_planes_bytes = want;
+  return g_planes;
+}
+// The lean form's x fragments stay below this (two CTAs per H200 SM; the Spark's 99 KB).
+constexpr size_t kLeanSmemCap = 96 * 1024;
+
+template <bool kGated, bool kWhole>
+void launch_lean(const float* x, const float* u, TcJobs jobs, TcShape sh, cudaStream_t stream) {
+  const long long blocks = number_blocks(jobs, 16 * (kWarps / sh.WS));
+  if (blocks > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
+  const size_t smem = size_t(lean_layout(sh.B, sh.WS, sh.M, sh.S).total);
+  auto kernel = tc_gemv_lean_kernel<kGated, kWhole>;
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_lean_kernel<kGated, kWhole>>(smem_budget());
+  launch_pdl(true, kernel, dim3(unsigned(blocks)), dim3(kThreads), smem, stream, x, u, jobs, sh);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <int NT, bool kGated, bool kWhole, bool kPre>
+void launch_nt(const float* x, const float* u, TcJobs jobs, TcShape sh, TcPlanes pl, cudaStream_t stream) {
   const long long blocks = number_blocks(jobs, 16 * (kWarps / sh.WS));
   if (blocks * sh.tiles > INT_MAX) throw Error("tc_gemv_f32: launch grid too large");
-  const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated).total);
-  auto kernel = tc_gemv_kernel<NT, kGated, kWhole>;
-  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole>>(smem_budget());
+  const size_t smem = size_t(smem_layout(sh.WS, sh.mt_max, sh.S, kGated, kPre).total);
+  auto kernel = tc_gemv_kernel<NT, kGated, kWhole, kPre>;
+  if (smem > 48 * 1024) opt_in_dynamic_smem<tc_gemv_kernel<NT, kGated, kWhole, kPre>>(smem_budget());
   launch_pdl(sh.M <= kPdlMaxRows, kernel, dim3(unsigned(blocks * sh.tiles)), dim3(kThreads), smem, stream, x, u,
-             jobs, sh);
+             jobs, sh, pl);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kGated, bool kF16, bool kBf16P>
+void launch_planes(const float* x, const float* u, const TcShape& sh, TcPlanes pl, cudaStream_t stream) {
+  const long long units = (long long)sh.B * sh.M;
+  if ((units + kWarps - 1) / kWarps > INT_MAX) throw Error("tc_gemv_f32: planes grid too large");
+  launch_pdl(sh.M <= kPdlMaxRows, tc_gemv_planes_kernel<kGated, kF16, kBf16P>,
+             dim3(unsigned((units + kWarps - 1) / kWarps)), dim3(kThreads), 0, stream, x, u, sh.M, sh.K, sh.B,
+             const_cast<uint8_t*>(pl.f16), const_cast<uint8_t*>(pl.bf16));
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -560,37 +989,79 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   sh.B = (K + kBlockK - 1) / kBlockK;
   sh.S = tc_gemv_slices(sh.B);
   sh.log2S = sh.S == 8 ? 3 : sh.S == 4 ? 2 : sh.S == 2 ? 1 : 0;
-  const int NT = M <= 8 ? 1 : M <= 16 ? 2 : 4;
+  const int form = g_form.load(std::memory_order_relaxed);
+  // Pre-converted planes (M >= kPreMinRows, or forced): x converted once per launch by the planes
+  // kernel, when the workspace is there (see planes_workspace).
+  bool need_f16 = false, need_bf16 = false;
+  for (int i = 0; i < jobs.count; ++i) (jobs.job[i].fmt == kBf16 ? need_bf16 : need_f16) = true;
+  TcPlanes pl{nullptr, nullptr};
+  if (form == 3 || (form == 0 && M >= kPreMinRows && M <= kPreMaxRows)) {
+    uint8_t* p = planes_workspace(planes_bytes(M, K, int(need_f16) + int(need_bf16)), stream);
+    if (p != nullptr) {
+      pl.f16 = need_f16 ? p : nullptr;
+      pl.bf16 = need_bf16 ? p + (need_f16 ? planes_bytes(M, K, 1) : 0) : nullptr;
+    }
+  }
+  const bool pre = pl.f16 != nullptr || pl.bf16 != nullptr;
+  // Token tiles: 8 (M <= 8), 16 (M <= 16, and every kPre launch: two CTAs per SM), else 32.
+  const int NT = M <= 8 ? 1 : (M <= 16 || pre) ? 2 : 4;
   sh.tiles = (M + 8 * NT - 1) / (8 * NT);
   sh.mt_max = std::min(M, 8 * NT);
-  // Slice lanes: the fewest (each CTA then stages x for the most rows) that still give two CTAs
-  // per SM, within the shared-memory budget; or forced (set_tc_gemv_split). Bits do not depend on it.
   auto ctas = [&](int ws) {
     long long blocks = 0;
     for (int i = 0; i < jobs.count; ++i) blocks += (jobs.job[i].N + 16 * (kWarps / ws) - 1) / (16 * (kWarps / ws));
     return blocks * sh.tiles;
   };
-  auto fits = [&](int ws) { return size_t(smem_layout(ws, sh.mt_max, sh.S, kGated).total) <= smem_budget(); };
+  // The lean form (M <= 8): when its whole-x layout fits (at one slice lane) and is not forced off.
+  const size_t lean_cap = std::min(smem_budget(), kLeanSmemCap);
+  const bool lean =
+      !pre && NT == 1 && form != 1 && size_t(lean_layout(sh.B, 1, M, sh.S).total) <= lean_cap;
+  auto fits = [&](int ws) {
+    return lean ? size_t(lean_layout(sh.B, ws, M, sh.S).total) <= lean_cap
+                : size_t(smem_layout(ws, sh.mt_max, sh.S, kGated, pre).total) <= smem_budget();
+  };
+  // Slice lanes (bits do not depend on them); or forced (set_tc_gemv_split).
   const int forced = g_split.load(std::memory_order_relaxed);
   int ws = 1;
   if (forced > 0) {
     while (2 * ws <= std::min(forced, sh.S) && fits(2 * ws)) ws *= 2;
+  } else if (lean) {
+    // Lean: the most slice lanes (the most warps streaming, the shortest) whose CTAs are all
+    // resident at once (two per SM; q_proj: WS 2 = 256 CTAs, o_proj: WS 8 = 192, in_proj: WS 1);
+    // launches that take several waves even at WS = 1 (the LM head) keep WS = 1.
+    while (2 * ws <= sh.S && ctas(2 * ws) <= 2LL * sm_count() && fits(2 * ws)) ws *= 2;
   } else {
-    // (within 10%: q_proj's 1024 row groups at WS = 2 are 256 CTAs, one wave on 132 SMs)
+    // The fewest that still give two CTAs per SM (each CTA then stages x for the most rows)
+    // (within 10%: q_proj's 1024 row groups at WS = 2 are 256 CTAs, one wave on 132 SMs).
     while (2 * ws <= sh.S && 10 * ctas(ws) < 18LL * sm_count() && fits(2 * ws)) ws *= 2;
   }
   sh.WS = ws;
   sh.steps = (sh.B + ws - 1) / ws;
   const bool whole = K % kBlockK == 0;
-  if (NT == 1) {
-    if (whole) launch_nt<1, kGated, true>(x, u, jobs, sh, stream);
-    else launch_nt<1, kGated, false>(x, u, jobs, sh, stream);
+  if (pre) {
+    if (pl.f16 && pl.bf16) launch_planes<kGated, true, true>(x, u, sh, pl, stream);
+    else if (pl.f16) launch_planes<kGated, true, false>(x, u, sh, pl, stream);
+    else launch_planes<kGated, false, true>(x, u, sh, pl, stream);
+    // The main kernel reads the planes only (x, u unused).
+    if (NT == 1) {
+      if (whole) launch_nt<1, false, true, true>(x, u, jobs, sh, pl, stream);
+      else launch_nt<1, false, false, true>(x, u, jobs, sh, pl, stream);
+    } else {
+      if (whole) launch_nt<2, false, true, true>(x, u, jobs, sh, pl, stream);
+      else launch_nt<2, false, false, true>(x, u, jobs, sh, pl, stream);
+    }
+  } else if (lean) {
+    if (whole) launch_lean<kGated, true>(x, u, jobs, sh, stream);
+    else launch_lean<kGated, false>(x, u, jobs, sh, stream);
+  } else if (NT == 1) {
+    if (whole) launch_nt<1, kGated, true, false>(x, u, jobs, sh, pl, stream);
+    else launch_nt<1, kGated, false, false>(x, u, jobs, sh, pl, stream);
   } else if (NT == 2) {
-    if (whole) launch_nt<2, kGated, true>(x, u, jobs, sh, stream);
-    else launch_nt<2, kGated, false>(x, u, jobs, sh, stream);
+    if (whole) launch_nt<2, kGated, true, false>(x, u, jobs, sh, pl, stream);
+    else launch_nt<2, kGated, false, false>(x, u, jobs, sh, pl, stream);
   } else {
-    if (whole) launch_nt<4, kGated, true>(x, u, jobs, sh, stream);
-    else launch_nt<4, kGated, false>(x, u, jobs, sh, stream);
+    if (whole) launch_nt<4, kGated, true, false>(x, u, jobs, sh, pl, stream);
+    else launch_nt<4, kGated, false, false>(x, u, jobs, sh, pl, stream);
   }
 }
 
@@ -600,6 +1071,17 @@ void set_tc_gemv_split(int warps_over_k) {
   if (warps_over_k != 0 && warps_over_k != 1 && warps_over_k != 2 && warps_over_k != 4 && warps_over_k != 8)
     throw Error("set_tc_gemv_split: 0 (by shape), 1, 2, 4 or 8");
   g_split.store(warps_over_k, std::memory_order_relaxed);
+}
+
+void set_tc_gemv_form(int form) {
+  if (form < 0 || form > 3)
+    throw Error("set_tc_gemv_form: 0 (by shape), 1 (stepped), 2 (lean where it fits) or 3 (pre-converted planes)");
+  g_form.store(form, std::memory_order_relaxed);
+}
+
+void tc_gemv_reserve(int max_M, int K) {
+  if (max_M < kPreMinRows || K <= 0) return;
+  planes_workspace(planes_bytes(std::min(max_M, kPreMaxRows), K, 2), nullptr);
 }
 
 bool tc_gemv_supported(const DeviceLinear& w) {

@@ -38,7 +38,10 @@
 //   accumulate: y_out = y_out + y (__fadd_rn). Every f32 operation outside the MMAs is an
 //   explicit _rn intrinsic.
 //
-// Kernel forms (chosen by M and the launch's rows; all give the same bits): ops_tc_gemv.cu.
+// Kernel forms (chosen by M and the launch's rows; all give the same bits): ops_tc_gemv.cu:
+// lean (M <= 8: x staged once per CTA, no barrier in the main loop), stepped with in-CTA staging,
+// stepped over planes pre-converted once per launch (9 <= M <= 256; a process-wide workspace, see
+// tc_gemv_reserve).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -94,5 +97,18 @@ __host__ __device__ constexpr int tc_gemv_slice_begin(int blocks, int slices, in
 // inside a CTA (1, 2, 4 or 8; 0 = chosen by shape; clamped to what the shape allows). Every
 // choice gives the same bits.
 void set_tc_gemv_split(int warps_over_k);
+
+// Measurement and tests only: forces the kernel form. 0 = chosen by shape; 1 = the stepped form
+// with in-CTA staging (x converted per step, one barrier per step); 2 = the lean form (whole x
+// staged once, no barrier in the main loop) wherever it applies (M <= 8 and its shared memory
+// fits; else stepped); 3 = the stepped form over pre-converted planes (a planes kernel converts x
+// once per launch; any M). Every form gives the same bits.
+void set_tc_gemv_form(int form);
+
+// Sizes the pre-converted planes workspace (launches of 9 <= M <= 256 tokens) for up to max_M tokens of
+// K (both f16 and bf16 planes: 2 x ceil(K/128) x max_M x 528 B) NOW. Call it before capturing a
+// CUDA graph: the workspace cannot grow during a capture, and a captured launch that would need a
+// larger one falls back to the in-CTA staging (the same bits, slower). Not needed for correctness.
+void tc_gemv_reserve(int max_M, int K);
 
 }  // namespace moeserve::cuda
