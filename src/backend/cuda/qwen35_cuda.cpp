@@ -230,6 +230,11 @@ void Qwen35CudaModel::allocate_workspaces() {
   MOESERVE_CUDA_CHECK(cudaMallocHost(&meta_host_, meta_ints * sizeof(int32_t)));
   MOESERVE_CUDA_CHECK(cudaMallocHost(&logits_host_, size_t(chunk) * size_t(c.vocab_size) * sizeof(float)));
   row_sampler_ = std::make_unique<DeviceRowSampler>(chunk, c.vocab_size);
+  if (options_.tensor_core_decode) {  // tc_gemv's pre-converted activations (9..256 tokens), sized before any capture
+    const int64_t Kmax = std::max({int64_t(c.hidden_size), int64_t(q_dim), int64_t(c.linear_value_dim()),
+                                   int64_t(c.shared_expert_intermediate_size)});
+    tc_gemv_reserve(std::min(S, 256), int(Kmax));
+  }
   workspace_bytes_ = total;
 }
 
