@@ -232,21 +232,28 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
   const bool upm = kGateUp && g >= 4;
   const int col0 = n0 + 4 * (kGateUp ? (g & 3) : g);
   const bool my_sym = upm ? a.w1.sym : a.w0.sym;
-  const int32_t* qw = (upm ? a.w1.qweight : a.w0.qweight) + (size_t(e) * (K / 8) + t4) * N + col0;
+  // The thread's words: qweight (gate_up: of gate or up, from the parameters) + qoff + a unit's
+  // offset, all 32-bit (swap_supported: E·K/8·N < 2^31), no 64-bit pointer held across the loop.
+  const int qoff = (e * (K / 8) + t4) * N + col0;
+  auto words = [&](int off) {
+    return reinterpret_cast<const uint4*>((upm ? a.w1.qweight : a.w0.qweight) + (qoff + off));
+  };
   const int blk_stride = 4 * N;  // int32 per 32-k block
   // v / groups as a multiply-high: m = 2^31 / groups + 1 gives floor(2v·m / 2^32) = floor(v / groups)
   // exactly while v·groups < 2^31 (v < 8·groups, groups <= 2^11 here).
   const uint32_t magic = (1u << 31) / uint32_t(groups) + 1u;
   auto unit_cb = [&](int v) { return int(__umulhi(uint32_t(v) * 2u, magic)); };
-  // Unit v's words (block kb at + kb·blk_stride) and zero word, as 32-bit offsets from qw / zbase.
+  // Unit v's words (block kb at + kb·blk_stride) as an offset from qoff.
   auto unit_off = [&](int v) {
     const int c = unit_cb(v), gi = v - c * groups;
     return c * kColStep + gi * (kBPG * blk_stride);
   };
-  const int32_t* zbase = (upm ? a.w1.qzeros : a.w0.qzeros) + (size_t(e) * groups * (N / 8) + col0 / 8);
-  auto zero_off = [&](int v) {
+  // Unit v's zero word: qzeros (gate_up: of gate or up, from the parameters) + a 32-bit offset (no
+  // 64-bit pointer held across the main loop).
+  const int zoff = e * groups * (N / 8) + col0 / 8;
+  auto zero_src = [&](int v) {
     const int c = unit_cb(v), gi = v - c * groups;
-    return c * (kColStep / 8) + gi * (N / 8);
+    return (upm ? a.w1.qzeros : a.w0.qzeros) + (zoff + c * (kColStep / 8) + gi * (N / 8));
   };
   uint4 ring[kRing];
   uint32_t zring[kGPW];
@@ -257,10 +264,10 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
     zring[j] = 0u;
     const int v = j * kWarps + warp;
     if (v < U) {
-      const int32_t* src = qw + unit_off(v);
+      const int off = unit_off(v);
 #pragma unroll
-      for (int kb = 0; kb < kBPG; ++kb) ring[j * kBPG + kb] = __ldg(reinterpret_cast<const uint4*>(src + kb * blk_stride));
-      if (!my_sym) zring[j] = uint32_t(__ldg(zbase + zero_off(v)));
+      for (int kb = 0; kb < kBPG; ++kb) ring[j * kBPG + kb] = __ldg(words(off + kb * blk_stride));
+      if (!my_sym) zring[j] = uint32_t(__ldg(zero_src(v)));
     }
   }
 
@@ -340,9 +347,12 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
       if (last) {
         __threadfence();  // the other slots' y (their arrivals came before ours)
         // combine_kernel's arithmetic for (token m, column h).
+        // (The CTA's next-round loads are in flight here: few live registers, one pointer per row.)
+        const float* wr = a.weights + size_t(m) * k;
+        const float* yr = a.y + size_t(m) * k * N + h;
         float sum = 0.0f;
-        for (int rr = 0; rr < k; ++rr)
-          sum = __fmaf_rn(__ldcg(a.weights + size_t(m) * k + rr), __ldcg(a.y + (size_t(m) * k + rr) * N + h), sum);
+#pragma unroll 4
+        for (int rr = 0; rr < k; ++rr, yr += N) sum = __fmaf_rn(__ldcg(wr + rr), __ldcg(yr), sum);
         float o = __fadd_rn(__ldcg(a.residual + size_t(m) * N + h), sum);
         if (a.shared_out) {
           const float sig = 1.0f / (1.0f + __expf(-__ldcg(a.shared_gate + m)));  // combine_kernel's shared_scale
@@ -353,8 +363,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
     }
   };
 
-  float acc = 0.f;       // fold warps (warp < count): slot `warp`, CTA column `lane`
-  int fold_c = 0, fold_g = 0;  // the fold's column block and its next group
+  float acc = 0.f;  // fold warps (warp < count): slot `warp`, CTA column `lane`
 
   for (int r = 0; r < rounds; ++r) {
     if (nbuf == 1 && r > 0) __syncthreads();  // one C buffer: round r − 1's fold has read it
@@ -363,9 +372,10 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
     for (int j = 0; j < kGPW; ++j) {
       const int gl = j * kWarps + warp, v = r * kGR + gl;
       if (v >= U) continue;  // warp-uniform
-      const int gi = v - unit_cb(v) * groups;  // the unit's group (its k range)
+      // The unit's group gi (its k range): its B rows start at block gi·kBPG of the planes.
+      const uint32_t pg = bq + uint32_t((v - unit_cb(v) * groups) * (kBPG * 64));
       const bool pre = v + kGR < U;            // this ring slot's unit of round r + 1 exists
-      const int32_t* nsrc = qw + (pre ? unit_off(v + kGR) : 0);
+      const int noff = pre ? unit_off(v + kGR) : 0;
       uint32_t zz[4];
       if (my_sym) {
 #pragma unroll
@@ -377,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
           const uint32_t z = 0x4300u + ((zw >> (4 * (4 * (g & 1) + q))) & 0xFu) + 1u;
           zz[q] = z | (z << 16);
         }
-        if (pre) zring[j] = uint32_t(__ldg(zbase + zero_off(v + kGR)));
+        if (pre) zring[j] = uint32_t(__ldg(zero_src(v + kGR)));
       }
       float c[2][4];
 #pragma unroll
@@ -397,9 +407,9 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
             af[f][s2][3] = gptq_nibbles_j_j4_to_bf16x2(wd[2 * f + 1] >> (8 * s2 + 4), magic43, zz[2 * f + 1]);
           }
         // The slot's unit of the next round (possibly the next column block's).
-        if (pre) ring[i] = __ldg(reinterpret_cast<const uint4*>(nsrc + kb * blk_stride));
+        if (pre) ring[i] = __ldg(words(noff + kb * blk_stride));
         // B fragments (step s, register h: k 16s + 8h + 2t4 ..) from the planes.
-        const uint32_t p = bq + uint32_t((gi * kBPG + kb) * 64);
+        const uint32_t p = pg + uint32_t(kb * 64);
         uint32_t rh[4], rl[4];
         ldmatrix_x4(p, rh);
         ldmatrix_x4(p + lo_bytes, rl);
@@ -433,6 +443,7 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
       const float* cr = cb + warp * kCStride + lane;
       const __half* sr = reinterpret_cast<const __half*>(smem + sbuf_off + (r & 1) * C::kSBufBytes) + lane;
       const int ng = min(kGR, U - r * kGR);
+      int fold_c = unit_cb(r * kGR), fold_g = r * kGR - fold_c * groups;  // the round's first unit
       // Segments of one column block: its groups in ascending order from acc = +0, then its
       // epilogue at the block's last group (while the other warps stream round r + 1).
       for (int gl = 0; gl < ng;) {
@@ -564,7 +575,9 @@ bool swap_supported(const MoeShape& s, const DeviceExperts& ex) {
   return ok(ex.gate) && ok(ex.up) && ok(ex.down) && ex.gate.group_size == ex.up.group_size &&
          ex.gate.N == s.intermediate && ex.gate.K == s.hidden && ex.down.N == s.hidden &&
          ex.down.K == s.intermediate && swap_smem_min(int(ex.gate.group_size), s.hidden) <= kSmemMax &&
-         swap_smem_min(int(ex.down.group_size), s.intermediate) <= kSmemMax;
+         swap_smem_min(int(ex.down.group_size), s.intermediate) <= kSmemMax &&
+         // the kernels' 32-bit word offsets: E·K/8·N words per projection
+         int64_t(s.num_experts) * (s.hidden / 8) * s.intermediate < (int64_t(1) << 31);
 }
 
 void swap_experts(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
