@@ -21,16 +21,22 @@
 // (the word form's down input); y f32 [M·k, H] by slot; arrivals int32 [M][H/32].
 //
 // Two forms (swap_experts):
-//   fused routing (M <= 8, E <= 256): gate_up grid (I/16, M·k), CTA row = slot m·k + r: warp 0
+//   fused routing (M <= 8, E <= 256): gate_up grid (⌈I/16 / nc⌉, M·k), CTA row = slot m·k + r: warp 0
 //     routes token m (route_token, the grouping kernel's function: the same ids / weight bits;
 //     rounds 0..r only, all k in the CTA (0, m·k) that publishes ids / weights) while the other
-//     warps split x row m into the planes; then it streams expert ids[slot]. down grid (H/32, M·k)
-//     reads ids[slot]. Two launches, no grouping, no combine launch.
+//     warps split x row m into the planes; then it streams expert ids[slot]. down grid
+//     (⌈H/32 / nc⌉, M·k) reads ids[slot]. Two launches, no grouping, no combine launch.
 //   tiled (more tokens): route_and_group with tiles of <= kSwapTile slots of one expert; grids
-//     (I/16, tiles) and (H/32, tiles), CTAs past *num_tiles exit after the PDL wait.
+//     (⌈I/16 / nc⌉, tiles) and (⌈H/32 / nc⌉, tiles), CTAs past *num_tiles exit after the PDL wait.
+//   nc = column blocks per CTA (below), per launch (choose_nc) or forced (set_swap_columns_per_cta).
 //
-// Parallelisation. CTA = 8 warps on one tile (fused: one slot) x 32 weight columns over all of K:
-// gate_up 16 gate + 16 up columns n0 = 16·nb .. (the SwiGLU is CTA-local), down 32 columns n0 = 32·nb.
+// Parallelisation. CTA = 8 warps on one tile (fused: one slot) x nc column blocks of 32 weight columns
+// (gate_up: 16 gate + 16 up columns 16·nb .., the SwiGLU CTA-local; down: 32 columns 32·nb ..), all
+// of K each. The CTA streams its column blocks as ONE sequence of units v = c·groups + gi (column
+// block c of the CTA, group gi): the prologue (PDL wait, fused routing, x split / act copy, tile
+// reads, first loads) is paid once per CTA, and the weight ring keeps streaming across column
+// blocks (a ring slot's next unit may be the next block's, issued while this block is folded). The
+// description below is of units: "group" = unit, K's groups = the CTA's nc·K/g units.
 // Thread (g = lane / 4, t4 = lane % 4) owns the CTA columns 4g .. 4g + 3 (gate_up: gate for g < 4,
 // up for g >= 4): per 32-k block b its A words are word row 4b + t4 of those 4 columns, ONE 16-byte
 // LDG straight into registers (no shared-memory ring for weights); m16 fragment f rows g, g + 8 <-
@@ -45,9 +51,12 @@
 // (asymmetric) ride along one per group. No barrier inside a round: each warp stores its groups'
 // raw C in cbuf[group][slot][column] (slot rows of 33 floats: conflict-free), then ONE
 // __syncthreads per round, then warp j (j < the tile's slot count) folds slot j's 32 columns
-// (lane = column) over the round's groups in order: acc = fma(C, scale, acc). The round's scales
-// (f16 [kGR][32]) come by cp.async, issued one round ahead (prologue / after the previous round's
-// barrier) into one of two buffers. cbuf is double-buffered when K has more than one round (one
+// (lane = column) over the round's units in order: acc = fma(C, scale, acc), from acc = +0 at a
+// column block's first group; at a block's last group the fold warp runs that block's epilogue
+// (below) while the other warps already compute the next round. The round's scales
+// (f16 [kGR][32], each unit's row of its column block) come by cp.async, issued one round ahead
+// (prologue / after the previous round's barrier) into one of two buffers. cbuf is
+// double-buffered when the CTA has more than one round (one
 // buffer plus a barrier before the next round's stores where two do not fit 99 KB: g 32 gate_up).
 // B operand: the tile's activation rows ONCE per CTA as bf16 hi / lo planes [count][K + 8] (odd
 // 16-byte units per row: conflict-free ldmatrix; rows past the count read the last slot's row,
@@ -55,7 +64,8 @@
 // as split_rows_perm32_kernel pairs them; down copies its act rows (cp.async). Per block and thread:
 // 2 ldmatrix.x4 (hi, lo).
 // Down + combine: the fold warp stores y[slot][n0 + lane], fences, and lane 0 counts the slot in
-// arrivals[token][nb] (atomicAdd); the warp whose arrival completes the token's k slots combines the
+// arrivals[token][nb] (atomicAdd; per token and 32 columns, whatever nc); the warp whose arrival
+// completes the token's k slots combines the
 // token's 32 columns (other slots' y rows by ld.global.cg) into the residual and resets the counter
 // to 0. gate_up's CTA (0, 0) zeroes the step's counters first (after its PDL wait; the down kernel
 // touches them only after its own), so the workspace may hold anything on entry.
@@ -64,16 +74,24 @@
 //
 // Shared memory (dynamic, bytes): cbuf nbuf x kGR x slots x 33 x 4, scales 2 x kGR x 64, planes
 // slots x (K + 8) x 4 (slots = 4 tiled, 1 fused). 122B-A10B (H 3072, I 1024, g 128): gate_up tiled
-// 66.6 KB (2 rounds: nbuf 2), fused 18.2 KB; down tiled 26.4 KB, fused 8.1 KB. Limit 99 KB (DGX
-// Spark): shapes above it (large H at small g) are not served (swap_supported). Registers: <= 128
+// 66.6 KB (several rounds: nbuf 2), fused 18.2 KB; down (nc > 1: nbuf 2) tiled 34.6 KB, fused
+// 10.2 KB (nc 1: 26.4, 8.1). Limit 99 KB (DGX Spark): shapes above it (large H at small g) are not served (swap_supported). Registers: <= 128
 // (__launch_bounds__(256, 2), no spills on sm_90 / sm_121), so 2 CTAs (16 warps, 64 KB of weights
-// in flight) per SM where shared memory allows.
+// in flight) per SM where shared memory allows. The ring (32 registers) stays live through the
+// fold and the epilogues (the next round's loads in flight): word addresses are 32-bit offsets
+// from the parameter pointers (swap_supported: E·K/8·N < 2^31).
+// Column blocks per CTA (choose_nc): 256 threads, 8 blocks (4 KB) in flight per warp, 32 KB per CTA,
+// kept (not 1 CTA of 512 threads per SM): with <= 2 CTAs per SM a full wave holds 64 KB per SM in
+// flight, above the ~32-48 KB that streams HBM. nc (1 .. 8) minimises the modelled time
+// ⌈CTAs / (SMs · CTAs per SM)⌉ · (nc + 0.5) (0.5: a CTA's fixed cost in column blocks, a model
+// constant), the larger nc on ties. 122B-A10B on 132 SMs, 2 CTAs per SM: batch 1 (8 rows) gate_up
+// nc 2 (256 CTAs, one wave), down nc 3 (256); batch 8 (64 rows) gate_up nc 8 (512), down nc 8 (768).
 //
 // Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, g 128). Bytes: every tile (fused: every slot)
 // reads its expert's gate / up / down words once (4.7 MB per expert, 1.5% scales) plus its slots'
-// activations from L2 once per column block (gate_up: 4·H bytes per slot per CTA, 64 CTAs per tile;
-// down: 4·I per slot, 96 CTAs): at batch 1, 8 slots: 37.7 MB of weights. CTAs: gate_up I/16 = 64
-// per tile (512 at batch 1), each streaming 48 KB of words; down H/32 = 96 per tile (768), 16 KB.
+// activations from L2 once per CTA (gate_up: 4·H bytes per slot per CTA, I/16/nc CTAs per tile;
+// down: 4·I per slot, H/32/nc CTAs): at batch 1, 8 slots: 37.7 MB of weights. CTAs: gate_up
+// 64/nc per tile, each streaming nc·48 KB of words; down 96/nc per tile, nc·16 KB.
 // MMA work: 8 MMAs per warp per 32-k block = 2 MMAs per weight word (hi and lo), far below the
 // tensor cores' rate; the cost is the instructions per weight word: per block and thread 1 LDG.128
 // (4 words), 2 LDSM.x4, 12 SHF, 16 LOP3, 16 HSUB2, 8 HMMA and the ring's addressing. Counted (no
