@@ -393,7 +393,9 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
       // The unit's group gi (its k range): its B rows start at block gi·kBPG of the planes.
       const uint32_t pg = bq + uint32_t((v - unit_cb(v) * groups) * (kBPG * 64));
       const bool pre = v + kGR < U;            // this ring slot's unit of round r + 1 exists
-      const int noff = pre ? unit_off(v + kGR) : 0;
+      // That unit's column block and group (one multiply-high for its words and zero word).
+      const int cn = unit_cb(v + kGR), gn = v + kGR - cn * groups;
+      const int noff = pre ? cn * kColStep + gn * (kBPG * blk_stride) : 0;
       uint32_t zz[4];
       if (my_sym) {
 #pragma unroll
@@ -405,7 +407,8 @@ __global__ void __launch_bounds__(kThreads, 2) swap_kernel(const SwapArgs a) {
           const uint32_t z = 0x4300u + ((zw >> (4 * (4 * (g & 1) + q))) & 0xFu) + 1u;
           zz[q] = z | (z << 16);
         }
-        if (pre) zring[j] = uint32_t(__ldg(zero_src(v + kGR)));
+        if (pre)
+          zring[j] = uint32_t(__ldg((upm ? a.w1.qzeros : a.w0.qzeros) + (zoff + cn * (kColStep / 8) + gn * (N / 8))));
       }
       float c[2][4];
 #pragma unroll
