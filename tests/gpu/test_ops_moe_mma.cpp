@@ -4,8 +4,9 @@
 // positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit
 // (variants 1 .. 4) or within a rounding tolerance (variant 5, the GPTQ word form: other products
 // per MMA), variant 7 (per-expert tile sizes) against variant 5 bit for bit, variant 8 (the swapAB
-// decode kernels, ops_moe_mma_swap.cu) against variant 7 bit for bit, alone vs in a batch and against
-// the CPU MoE, and its refusal of GPTQ act-order experts.
+// decode kernels, ops_moe_mma_swap.cu) against variant 7 bit for bit, alone vs in a batch, against
+// the CPU MoE and at every forced number of column blocks per CTA, and its refusal of GPTQ
+// act-order experts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
