@@ -4,8 +4,9 @@
 // positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit
 // (variants 1 .. 4) or within a rounding tolerance (variant 5, the GPTQ word form: other products
 // per MMA), variant 7 (per-expert tile sizes) against variant 5 bit for bit, variant 8 (the swapAB
-// decode kernels, ops_moe_mma_swap.cu) against variant 7 bit for bit, alone vs in a batch and against
-// the CPU MoE, and its refusal of GPTQ act-order experts.
+// decode kernels, ops_moe_mma_swap.cu) against variant 7 bit for bit, alone vs in a batch, against
+// the CPU MoE and at every forced number of column blocks per CTA, and its refusal of GPTQ
+// act-order experts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -822,4 +823,71 @@ TEST(GpuOpsMoeMma, SwapRepeatedCallsOnOneWorkspace) {
     }
   }
   cuda::set_moe_mma_variant(guard.saved);
+}
+
+// Variant 8's column blocks per CTA (ops_moe_mma.cu; ops_moe_mma_swap.cuh): 0 = chosen per launch,
+// 1 .. 8 forced. Declared here, where the test forces it (not part of ops_moe.h).
+namespace moeserve::cuda {
+void set_moe_swap_columns_per_cta(int nc);
+int moe_swap_columns_per_cta();
+}  // namespace moeserve::cuda
+
+namespace {
+
+struct ColumnsGuard {
+  int saved = cuda::moe_swap_columns_per_cta();
+  ~ColumnsGuard() { cuda::set_moe_swap_columns_per_cta(saved); }
+};
+
+}  // namespace
+
+// Variant 8 with each forced number of column blocks per CTA (1, 2, 3, 5, 8 and the per-launch
+// choice) against variant 7, bit for bit: a CTA streams its column blocks as one sequence of
+// (column block, group) units, so ring slots, rounds, scale rows and zero words cross column
+// blocks, and the fold runs each block's epilogue (gate_up: act; down: y, arrival, combine) at its
+// last group. The shapes give rounds that end inside a column block (18 / 68 groups of gate_up),
+// several column blocks per round (down: 2, 6, 5 and 1 group per block: K = g), a CTA row's last
+// CTA with fewer blocks (12, 20, 68, 72 blocks are not all multiples of the forced counts), the
+// single C buffer (g 32 at H 2176) and asymmetric zero words; fused (M 1, 3, 8) and tiled (M 12, 16)
+// forms, with the gated shared expert.
+TEST(GpuOpsMoeMma, SwapColumnBlocksPerCtaGiveSameBits) {
+  MOESERVE_REQUIRE_GPU();
+  VariantGuard guard;
+  ColumnsGuard columns;
+  Rng rng(83);
+  const std::vector<ExpertCase> cases{{64, 6, 2304, 256, "gptq-sym-g128"},
+                                      {64, 6, 2176, 192, "gptq-asym-g32"},
+                                      {256, 8, 384, 128, "gptq-asym-g128"},
+                                      {32, 8, 512, 320, "gptq-asym-g64"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c, false);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 3, 8, 12, 16}) {
+      ASSERT_LE(M * c.k, 4 * c.E) << "the case must be in the swap kernels' regime";
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      bool ran = false;
+      cuda::set_moe_mma_variant(7);
+      const auto ref = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
+      ASSERT_TRUE(ran);
+      int changed = 0;
+      for (size_t i = 0; i < ref.size(); ++i) changed += !bits_equal(ref[i], residual[i]);
+      EXPECT_GT(changed, int(ref.size() / 2)) << "M=" << M;
+      cuda::set_moe_mma_variant(8);
+      for (int nc : {1, 2, 3, 5, 8, 0}) {
+        cuda::set_moe_swap_columns_per_cta(nc);
+        const auto got = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
+        ASSERT_TRUE(ran);
+        size_t first = 0;
+        const int diffs = count_diffs(got, ref, &first);
+        EXPECT_EQ(diffs, 0) << "M=" << M << " nc=" << nc << ": " << diffs << " of " << got.size()
+                            << " outputs of variant 8 differ from variant 7; first at token " << first / size_t(c.H)
+                            << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+      }
+    }
+  }
 }

@@ -949,6 +949,10 @@ void set_moe_mma_variant(int variant) {
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
+// Variant 8's column blocks per CTA (ops_moe_mma_swap.cuh): 0 = chosen per launch, 1 .. 8 forced.
+// Declared where it is used (the swap tests, benchmarks), not in ops_moe.h.
+void set_moe_swap_columns_per_cta(int nc) { set_swap_columns_per_cta(nc); }
+int moe_swap_columns_per_cta() { return swap_columns_per_cta(); }
 
 void moe_mma_prepare() {
   opt_in_all<BFmt::Gptq>();

@@ -51,5 +51,10 @@ void swap_experts(const float* x, const float* router_logits, const MoeShape& s,
                   const float* shared_out, const float* shared_gate_logit, cudaStream_t stream);
 // Opts the swap kernels in to their dynamic shared memory on the current device (moe_mma_prepare).
 void swap_prepare();
+// Column blocks (gate_up: 16 gate + 16 up columns; down: 32 columns) per CTA: 0 (default) chosen
+// per launch from the grid and the device, 1 .. 8 forced (tests, benchmarks). Every value gives the
+// same bits. Process-wide, like set_moe_mma_variant.
+void set_swap_columns_per_cta(int nc);
+int swap_columns_per_cta();
 
 }  // namespace moeserve::cuda::moe_detail
