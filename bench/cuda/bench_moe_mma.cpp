@@ -7,7 +7,8 @@
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 0     (the previous tensor-core kernels, A/B)
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 5     (the GPTQ word form, A/B against 1)
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 6     (the word form with the deep 32-slot ring)
-//   bench_moe_mma --m 1024,8192 --moe-mma-variant 7     (the word form, tile size per expert: default)
+//   bench_moe_mma --m 1024,8192 --moe-mma-variant 7     (the word form, tile size per expert)
+//   bench_moe_mma --m 1,8,64 --moe-mma-variant 8        (7 + swapAB tiles at decode sizes: default)
 //
 // Timing: two warm-up launches, then --iters launches of each entry point, each between two CUDA
 // events with a synchronisation after it; the median is reported. The router logits rotate over

@@ -97,7 +97,7 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
                             float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                             const float* shared_gate_logit = nullptr);
 size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= max_tokens (up to 2048+)
-// The kernel form moe_routed_experts_mma launches (ops_moe_mma.cu; default 7, see below): 1 GPTQ nibble pairs
+// The kernel form moe_routed_experts_mma launches (ops_moe_mma.cu; default 8, see below): 1 GPTQ nibble pairs
 // converted with one PRMT + one LOP3 (+ a shift), and the 64-slot tiling's 8 warps 1 x 8 (each
 // GPTQ / FP8 weight word converted once per CTA), 0 the previous kernels, for an A/B in one binary
 // (bench flag --moe-mma-variant); 2 / 3 the variant-1 kernels with 32-slot / 64-slot tiles at
@@ -110,10 +110,10 @@ size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= 
 // variant 1); 6: variant 5 with the 8-stage ring in the 32-slot down kernel where it fits.
 // 5 and 6 give each other's bits and are batch invariant, but differ from 0 .. 4 by rounding
 // (other products share an MMA). 5: 15% faster than 1 at 1K and 8K tokens (docs/PERF.md run T6);
-// 6 measured no faster. 7 (default): variant 5's kernels with the tile size chosen per EXPERT above
+// 6 measured no faster. 7: variant 5's kernels with the tile size chosen per EXPERT above
 // 4 slots per expert on average (64-slot tiles, an expert's remainder of <= 32 slots on a 32-slot
 // tile: one weight pass for an expert of 33-64 slots instead of two; two tile lists, four expert
-// launches), variant 5's bits. 8: variant 7, except that GPTQ steps of <= 4 slots per expert on
+// launches), variant 5's bits. 8 (default): variant 7, except that GPTQ steps of <= 4 slots per expert on
 // average (decode sizes: up to 128 tokens at E 256, top-8) run the swapAB kernels
 // (ops_moe_mma_swap.cu: the weights as the MMA's A operand, tiles of <= 4 slots as its B operand,
 // the activation split fused into gate_up, the combine into down; at <= 8 tokens the routing too, so

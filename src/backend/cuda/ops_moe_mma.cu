@@ -86,7 +86,7 @@
 //   6: form 5 with form 4's 8-stage ring in the GPTQ 32-slot DOWN kernel where 2 CTAs fit an SM
 //      (kernel form 4; its gate_up with 8 stages spills at 128 registers, so it runs form 3's);
 //      variant 5's bits.
-//   7 (default): variant 5's kernels with the tile size chosen PER EXPERT above 4 slots per expert
+//   7: variant 5's kernels with the tile size chosen PER EXPERT above 4 slots per expert
 //      on average (route_and_group_mixed, ops_moe.cu): an expert of c slots gets c / 64 64-slot
 //      tiles, then its remainder r = c % 64 one more 64-slot tile if r > 32, else one 32-slot tile
 //      (r = 1..32). Two tile lists (32-slot: tile indices [0, mid_cap), count num_tiles[0]; 64-slot:
@@ -98,7 +98,7 @@
 //      64-slot pass over its weights instead of two 32-slot passes; at 8K tokens (~256 per expert)
 //      a remainder of <= 32 slots runs on a 32-slot tile instead of a mostly empty 64-slot one.
 //      Every tiling computes each output with the same operations, so variant 5's bits.
-//   8: variant 7, except that GPTQ steps of <= 4 slots per expert on average (the small tiling's
+//   8 (default): variant 7, except that GPTQ steps of <= 4 slots per expert on average (the small tiling's
 //      regime: decode sizes) run the swapAB kernels of ops_moe_mma_swap.cu: the weights as the
 //      MMA's A operand (16 columns per m16 fragment, streamed straight into registers), tiles of
 //      <= 4 slots (kSwapTile) as B (one n8 fragment), gate_up splitting x f32 itself (no split
@@ -931,7 +931,7 @@ void launch_experts_mixed(const MoeShape& s, const DeviceExperts& ex, const Tile
   launch_experts_mixed<F, F == BFmt::Gptq ? 3 : 1>(s, ex, mid, mid_grid, large, large_grid, w, stream);
 }
 
-std::atomic<int> g_variant{7};  // per-expert tile sizes over the word form (5)
+std::atomic<int> g_variant{8};  // 7 (per-expert tiles over the word form) + swapAB decode-sized steps
 
 // Variant 8 at <= 4 slots per expert (the small tiling's regime) with GPTQ experts: the swapAB kernels
 // (ops_moe_mma_swap.cu: weights as the MMA's A operand, 4-slot tiles or single slots as B, the split
