@@ -17,4 +17,8 @@ struct DeviceInfo {
 // All visible CUDA devices; empty when there is no driver or no device.
 std::vector<DeviceInfo> list_devices();
 
+// Multiprocessors of the current device, cached per device (launch sizing: waves, CTAs per SM).
+// Throws Error when the device cannot be queried.
+int current_device_sm_count();
+
 }  // namespace moeserve::cuda

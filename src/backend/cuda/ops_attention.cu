@@ -99,6 +99,7 @@
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_attention.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -1226,15 +1227,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
 
 // ---- launchers ----------------------------------------------------------------------------
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v > 0 ? v : 1;
-  }();
-  return n;
-}
+int sm_count() { return current_device_sm_count(); }
 
 // Chunk slots per (token, q head) for positions below max_positions.
 size_t chunk_slots(long long max_positions) {

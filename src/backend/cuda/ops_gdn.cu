@@ -66,7 +66,6 @@
 // bf16 entry points, stay bit-identical; the gates, l2norm factors and norm steps are shared
 // device functions.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -77,6 +76,7 @@
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/gdn_math.cuh"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/pdl.cuh"
@@ -854,19 +854,7 @@ size_t gdn_workspace_bytes(const GdnShape& s, int max_tokens) {
 
 namespace {
 
-// Multiprocessors of the current device (cached per device).
-int sm_count() {
-  static std::atomic<int> cached[64];
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) dev = 63;
-  int n = cached[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    cached[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
+int sm_count() { return current_device_sm_count(); }
 
 enum class LaunchShape { Auto, Fused, Split };
 

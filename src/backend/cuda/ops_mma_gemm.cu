@@ -64,6 +64,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_mma_gemm_common.cuh"
@@ -251,21 +252,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
 // ---- host side --------------------------------------------------------------------------------
 
-int current_device() {
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  return dev;
-}
-
-int sm_count() {  // of the current device, cached per device
-  static std::atomic<int> cache[64] = {};
-  const int dev = current_device();
-  if (dev < 64 && cache[dev].load() > 0) return cache[dev].load();
-  int n = 0;
-  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  if (dev < 64) cache[dev].store(n);
-  return n;
-}
+int sm_count() { return current_device_sm_count(); }
 
 // Opts the kernel in to > 48 KB of dynamic shared memory, once per device.
 template <class T, WKind kKind>

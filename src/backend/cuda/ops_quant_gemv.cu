@@ -22,6 +22,7 @@
 
 #include "backend/cuda/act_types.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/linear_runner.h"
 #include "backend/cuda/ops_quant_gemv.h"
 
@@ -442,15 +443,7 @@ void launch_vec_variant(const TX* x, int M, RowJobs jobs, const int* rows_per_jo
   row_gemv_vec_kernel<kKind, TX, MT, R><<<grid, 256, 0, stream>>>(x, M, jobs, K, y_f32, accumulate);
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 1;
-  }();
-  return n;
-}
+int sm_count() { return current_device_sm_count(); }
 
 template <RowKind kKind, typename TX>
 void launch_vec_kind(const TX* x, int M, const RowJobs& jobs, const int* rows_per_job, int K, bool y_f32,

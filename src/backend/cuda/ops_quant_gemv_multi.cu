@@ -88,6 +88,7 @@
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -941,15 +942,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks<R>)
   });
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 1;
-  }();
-  return n;
-}
+int sm_count() { return current_device_sm_count(); }
 
 int device_major() {
   static const int major = [] {

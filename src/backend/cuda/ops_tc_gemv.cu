@@ -95,6 +95,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_tc_gemv_frag.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -861,15 +862,7 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kBf16P) convert_piece<kBf16>(v, bf16 + size_t(unit) * kPlaneUnitBytes, lane);
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v > 0 ? v : 1;
-  }();
-  return n;
-}
+int sm_count() { return current_device_sm_count(); }
 
 size_t smem_budget() {
   static const size_t b = [] {
