@@ -6,7 +6,6 @@
 //   bench_moe_mma --m 1024 --iters 50
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 0     (the previous tensor-core kernels, A/B)
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 5     (the GPTQ word form, A/B against 1)
-//   bench_moe_mma --m 1024,8192 --moe-mma-variant 6     (the word form with the deep 32-slot ring)
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 7     (the word form, tile size per expert)
 //   bench_moe_mma --m 1,8,64 --moe-mma-variant 8        (7 + swapAB tiles at decode sizes: default)
 //
@@ -68,12 +67,11 @@ int main(int argc, char** argv) {
   int variant = moe_mma_variant();
   app.add_option("--m", m_list, "token counts, comma-separated");
   app.add_option("--moe-mma-variant", variant,
-                 "tensor-core kernel form: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same "
-                 "with 32- / 64-slot tiles at every size above 4 slots per expert, 4 1 with an 8-stage ring in the "
-                 "32-slot GPTQ kernels, 0 previous (same bits); 5 the GPTQ word form (activations k-permuted per "
-                 "32 k, one weight word per thread per two k16 steps; other bits), 6 = 5 with the 8-stage 32-slot "
-                 "ring where it fits (5's bits), 7 = 5 with the tile size per expert (64-slot tiles, a remainder "
-                 "of <= 32 slots on a 32-slot tile; 5's bits)");
+                 "tensor-core kernel form (0, 1, 5, 7, 8): 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 0 "
+                 "previous (same bits); 5 the GPTQ word form (activations k-permuted per 32 k, one weight word per "
+                 "thread per two k16 steps; other bits), 7 = 5 with the tile size per expert (64-slot tiles, a "
+                 "remainder of <= 32 slots on a 32-slot tile; 5's bits), 8 = 7 with the swapAB GPTQ kernels at "
+                 "<= 4 slots per expert (default; 5's bits)");
   app.add_option("--iters", iters, "timed launches per entry point");
   CLI11_PARSE(app, argc, argv);
   set_moe_mma_variant(variant);

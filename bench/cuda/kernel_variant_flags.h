@@ -1,7 +1,7 @@
 // The kernel A/B switches shared by bench_decode and bench_kernels: each flag selects one of
 // several kernel forms (the setters in ops_quant_gemv.h, ops_moe.h, ops_attention.h,
 // ops_mma_gemm.h, ops_gdn_chunked.h), so one binary can compare them. Most forms of one op give
-// the same bits; the exceptions (the expert MMA word form 5/6, the chunked DeltaNet's tensor-core
+// the same bits; the exceptions (the expert MMA word form 5/7/8, the chunked DeltaNet's tensor-core
 // forms) differ from the others in f32 rounding, each batch-invariant on its own. Defaults are
 // the library's defaults.
 #pragma once
@@ -37,11 +37,10 @@ struct KernelVariantFlags {
     app.add_option("--attention-decode-variant", attention_decode,
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");
     app.add_option("--moe-mma-variant", moe_mma,
-                   "prompt-token expert kernels: 1 PRMT dequantisation + 1x8-warp 64-slot tiles, 2 / 3 the same with "
-                   "32- / 64-slot tiles above 4 slots per expert, 4 1 with an 8-stage 32-slot GPTQ ring, 0 previous; "
-                   "5 GPTQ whole-word dequantisation over k-permuted activations (other bits), 6 5 with an 8-stage "
-                   "32-slot down ring, 7 5 with the tile size (32 / 64 slots) chosen per expert, 8 7 with swapAB GPTQ "
-                   "kernels (weights as the MMA's A operand) at <= 4 slots per expert (5's bits)");
+                   "prompt-token expert kernels (0, 1, 5, 7, 8): 1 PRMT dequantisation + 1x8-warp 64-slot tiles, "
+                   "0 previous (1's bits); 5 GPTQ whole-word dequantisation over k-permuted activations (other "
+                   "bits), 7 5 with the tile size (32 / 64 slots) chosen per expert, 8 7 with swapAB GPTQ kernels "
+                   "(weights as the MMA's A operand) at <= 4 slots per expert (5's bits)");
     app.add_option("--gemm-variant", gemm_variant,
                    "prompt-token dense GEMM (mma_gemm) large tiles: 2 pipelined 128x256 where it fills the SMs, else "
                    "128x128; 1 pipelined 128x128; 0 register-staged 128x128; 3 pipelined 128x128 at 2 CTAs per SM");

@@ -2,11 +2,11 @@
 // the CPU MoE (cpu::moe_forward with a zero shared expert, as tests/gpu/test_ops_moe.cpp), its
 // batch invariance (a token's bits alone, among 63 and among 299 other tokens, at different
 // positions), its kernel forms (set_moe_mma_variant) against the previous kernels bit for bit
-// (variants 1 .. 4) or within a rounding tolerance (variant 5, the GPTQ word form: other products
+// (variant 1) or within a rounding tolerance (variant 5, the GPTQ word form: other products
 // per MMA), variant 7 (per-expert tile sizes) against variant 5 bit for bit, variant 8 (the swapAB
 // decode kernels, ops_moe_mma_swap.cu) against variant 7 bit for bit, alone vs in a batch, against
-// the CPU MoE and at every forced number of column blocks per CTA, and its refusal of GPTQ
-// act-order experts.
+// the CPU MoE and at every forced number of column blocks per CTA, its refusal of GPTQ
+// act-order experts and set_moe_mma_variant's refusal of removed or unknown variants.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "backend/cuda/ops_moe.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "gpu_test_quant.h"
 
@@ -214,9 +215,9 @@ TEST(GpuOpsMoeMma, MatchesCpuMoe) {
 // 32-slot tiles. So all three tilings, partial and full tiles must give the token's bits. M = 100
 // (E = 16, k = 8: ~50 slots per expert, counts on both sides of 32 and 64) and M = 1024 (~512:
 // several full 64-slot tiles and a remainder) run variant 7's two tile lists with both tilings
-// in one call. The batches run with every kernel form (set_moe_mma_variant 0 .. 7), the token
-// alone with form 1 (the reference of forms 0 .. 4, which give the same bits) and with form 5
-// (the reference of 5, 6 and 7: the GPTQ word form has its own k order, so its own bits; FP8 /
+// in one call. The batches run with the kernel forms 0, 1, 5 and 7 (set_moe_mma_variant), the
+// token alone with form 1 (the reference of forms 0 and 1, which give the same bits) and with
+// form 5 (the reference of 5 and 7: the GPTQ word form has its own k order, so its own bits; FP8 /
 // bf16 run form 1 there).
 TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
@@ -254,7 +255,7 @@ TEST(GpuOpsMoeMma, TokenOutputIndependentOfBatch) {
       std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
       std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
       std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
-      for (int v : {0, 1, 2, 3, 4, 5, 6, 7}) {
+      for (int v : {0, 1, 5, 7}) {
         cuda::set_moe_mma_variant(v);
         const auto batch = run_mma(d, x, logits, residual, M, c, &ran);
         ASSERT_TRUE(ran);
@@ -278,13 +279,12 @@ const std::vector<ExpertCase> kFormCases{
     {16, 8, 1024, 512, "fp8"},            {16, 8, 1024, 256, "bf16"},           {8, 3, 256, 96, "gptq-asym-g32"},
     {6, 2, 384, 64, "gptq-sym-g64"},      {8, 3, 256, 128, "gptq-asym-g128"},   {10, 4, 208, 48, "fp8"}};
 
-// The kernel forms of set_moe_mma_variant (1: PRMT GPTQ dequantisation and the 1 x 8 64-slot
-// tiling; 2 / 3: the same with 32- / 64-slot tiles above 4 slots per expert; 4: a deeper ring in
-// the GPTQ 32-slot kernels, on the H200) against the previous kernels (0), bit for bit, for every
-// format (GPTQ sym / asym with groups 32 / 64 / 128, FP8, bf16) and M = 1, 5 (16-slot tiles), 64
-// (32-slot tiles; form 3: 64-slot), 300 and 1024 (64-slot tiles; form 2: 32-slot), at the
-// 122B-A10B expert shape (E reduced to 16) and at small odd shapes (partial column blocks,
-// partial tiles, FP8 edge blocks). Any wrong B value, row, column or group scale changes bits.
+// The kernel form 1 of set_moe_mma_variant (PRMT GPTQ dequantisation and the 1 x 8 64-slot
+// tiling) against the previous kernels (0), bit for bit, for every format (GPTQ sym / asym with
+// groups 32 / 64 / 128, FP8, bf16) and M = 1, 5 (16-slot tiles), 64 (32-slot tiles), 300 and 1024
+// (64-slot tiles), at the 122B-A10B expert shape (E reduced to 16) and at small odd shapes (partial
+// column blocks, partial tiles, FP8 edge blocks). Any wrong B value, row, column or group scale
+// changes bits.
 TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
   MOESERVE_REQUIRE_GPU();
   VariantGuard guard;
@@ -304,18 +304,16 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
       int changed = 0;  // the experts did add something (a guard against comparing two no-ops)
       for (size_t i = 0; i < ref.size(); ++i) changed += !bits_equal(ref[i], residual[i]);
       EXPECT_GT(changed, int(ref.size() / 2)) << "M=" << M;
-      for (int v : {1, 2, 3, 4}) {
-        cuda::set_moe_mma_variant(v);
-        const auto got = run_mma(d, x, logits, residual, M, c, &ran);
-        ASSERT_TRUE(ran);
-        int diffs = 0;
-        size_t first = 0;
-        for (size_t i = 0; i < got.size(); ++i)
-          if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
-        EXPECT_EQ(diffs, 0) << "form " << v << " M=" << M << ": " << diffs << " of " << got.size()
-                            << " outputs differ from the previous kernels; first at token " << first / size_t(c.H)
-                            << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
-      }
+      cuda::set_moe_mma_variant(1);
+      const auto got = run_mma(d, x, logits, residual, M, c, &ran);
+      ASSERT_TRUE(ran);
+      int diffs = 0;
+      size_t first = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+      EXPECT_EQ(diffs, 0) << "form 1 M=" << M << ": " << diffs << " of " << got.size()
+                          << " outputs differ from the previous kernels; first at token " << first / size_t(c.H)
+                          << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
     }
   }
 }
@@ -327,9 +325,8 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
 // (MatchesCpuMoe) allows 1e-3 of max |routed| for either form; the two forms' difference is a
 // difference of two such rounding errors, so 1e-4 of max |routed| here (a wrong nibble, k order,
 // column, zero point or group scale moves outputs by O(max |routed|)). FP8 / bf16 cases must be
-// bit-identical to form 1 (they run form 1 under variant 5). Variant 6 (the word form with the
-// deep 32-slot ring on the H200) and variant 7 (per-expert tile sizes: 64-slot tiles and 32-slot
-// remainders in one call) must give variant 5's bits, for every format. GPTQ at every tiling (M 1,
+// bit-identical to form 1 (they run form 1 under variant 5). Variant 7 (per-expert tile sizes:
+// 64-slot tiles and 32-slot remainders in one call) must give variant 5's bits, for every format. GPTQ at every tiling (M 1,
 // 5: 16-slot; 64: 32-slot; 100, 300, 1024: 64-slot; variant 7 above 4 slots per expert: both, M 100
 // at E = 16, k = 8 with ~50 slots per expert on both sides of 32 and 64), sym and asym, groups
 // 32 / 64 / 128, partial column blocks and tiles.
@@ -353,12 +350,6 @@ TEST(GpuOpsMoeMma, WordFormMatchesPreviousKernels) {
       cuda::set_moe_mma_variant(5);
       const auto got = run_mma(d, x, logits, residual, M, c, &ran);
       ASSERT_TRUE(ran);
-      cuda::set_moe_mma_variant(6);
-      const auto got6 = run_mma(d, x, logits, residual, M, c, &ran);
-      ASSERT_TRUE(ran);
-      int diffs6 = 0;
-      for (size_t i = 0; i < got.size(); ++i) diffs6 += !bits_equal(got6[i], got[i]);
-      EXPECT_EQ(diffs6, 0) << "M=" << M << ": variant 6 differs from variant 5";
       cuda::set_moe_mma_variant(7);
       const auto got7 = run_mma(d, x, logits, residual, M, c, &ran);
       ASSERT_TRUE(ran);
@@ -471,6 +462,26 @@ TEST(GpuOpsMoeMma, PerExpertTilesMatchWordForm) {
     EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
                         << " outputs of variant 7 differ from variant 5; first at token " << first / size_t(c.H)
                         << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+  }
+}
+
+// set_moe_mma_variant takes 0, 1, 5, 7 and 8 only: the removed variants (2, 3, 4, 6) and values
+// outside 0 .. 8 throw Error naming the valid values and leave the previous variant in place (a
+// host-side check: no GPU needed).
+TEST(GpuOpsMoeMma, RejectsRemovedAndUnknownVariants) {
+  VariantGuard guard;
+  for (int prev : {0, 1, 5, 7, 8}) {
+    cuda::set_moe_mma_variant(prev);
+    ASSERT_EQ(cuda::moe_mma_variant(), prev);
+    for (int bad : {2, 3, 4, 6, 9, -1}) {
+      try {
+        cuda::set_moe_mma_variant(bad);
+        ADD_FAILURE() << "variant " << bad << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("0, 1, 5, 7, 8"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(cuda::moe_mma_variant(), prev) << "variant " << bad << " changed the variant";
+    }
   }
 }
 

@@ -97,27 +97,23 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
                             float* residual, cudaStream_t stream, const float* shared_out = nullptr,
                             const float* shared_gate_logit = nullptr);
 size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= max_tokens (up to 2048+)
-// The kernel form moe_routed_experts_mma launches (ops_moe_mma.cu; default 8, see below): 1 GPTQ nibble pairs
-// converted with one PRMT + one LOP3 (+ a shift), and the 64-slot tiling's 8 warps 1 x 8 (each
-// GPTQ / FP8 weight word converted once per CTA), 0 the previous kernels, for an A/B in one binary
-// (bench flag --moe-mma-variant); 2 / 3 the variant-1 kernels with 32-slot / 64-slot tiles at
-// every step above 4 slots per expert on average (A/B switches of the tile size; by default
-// 32-slot tiles up to 40 slots per expert, 64-slot above), 4 variant 1 with an 8-stage cp.async
-// ring in the GPTQ 32-slot kernels where 2 CTAs of 77 KB fit an SM (H200; elsewhere variant 1).
-// Variants 0 .. 4 give every output the same bits. 5: the GPTQ "word form": the activations' k
-// permuted inside each 32-k block so that each MMA thread's B registers of two k16 steps come
-// from one GPTQ weight word (1 load, 3 shifts, 4 LOP3, 4 HSUB2 per word; FP8 / bf16 experts run
-// variant 1); 6: variant 5 with the 8-stage ring in the 32-slot down kernel where it fits.
-// 5 and 6 give each other's bits and are batch invariant, but differ from 0 .. 4 by rounding
-// (other products share an MMA). 5: 15% faster than 1 at 1K and 8K tokens (docs/PERF.md run T6);
-// 6 measured no faster. 7: variant 5's kernels with the tile size chosen per EXPERT above
-// 4 slots per expert on average (64-slot tiles, an expert's remainder of <= 32 slots on a 32-slot
-// tile: one weight pass for an expert of 33-64 slots instead of two; two tile lists, four expert
-// launches), variant 5's bits. 8 (default): variant 7, except that GPTQ steps of <= 4 slots per expert on
-// average (decode sizes: up to 128 tokens at E 256, top-8) run the swapAB kernels
-// (ops_moe_mma_swap.cu: the weights as the MMA's A operand, tiles of <= 4 slots as its B operand,
-// the activation split fused into gate_up, the combine into down; at <= 8 tokens the routing too, so
-// two launches), variant 5's bits.
+// The kernel form moe_routed_experts_mma launches (ops_moe_mma.cu; default 8, see below; bench flag
+// --moe-mma-variant): 0, 1, 5, 7 or 8 (variants 2, 3, 4 and 6 were removed: they never won their
+// measurements, docs/PERF.md runs T3-T8; the others keep the numbers PERF.md cites). 1: GPTQ nibble
+// pairs converted with one PRMT + one LOP3 (+ a shift), and the 64-slot tiling's 8 warps 1 x 8 (each
+// GPTQ / FP8 weight word converted once per CTA); 0: the previous kernels, for an A/B in one binary; 0
+// and 1 give every output the same bits. 5: the GPTQ "word form": the activations' k permuted inside
+// each 32-k block so that each MMA thread's B registers of two k16 steps come from one GPTQ weight
+// word (1 load, 3 shifts, 4 LOP3, 4 HSUB2 per word; FP8 / bf16 experts run variant 1); batch
+// invariant, but it differs from 0 and 1 by rounding (other products share an MMA); faster than 1 in
+// run T6. 7: variant 5's kernels with the tile size chosen per EXPERT above 4 slots per expert on
+// average (64-slot tiles, an expert's remainder of <= 32 slots on a 32-slot tile: one weight pass for
+// an expert of 33-64 slots instead of two; two tile lists, four expert launches), variant 5's bits. 8
+// (default): variant 7, except that GPTQ steps of <= 4 slots per expert on average (decode sizes: up
+// to 128 tokens at E 256, top-8) run the swapAB kernels (ops_moe_mma_swap.cu: the weights as the MMA's
+// A operand, tiles of <= 4 slots as its B operand, the activation split fused into gate_up, the
+// combine into down; at <= 8 tokens the routing too, so two launches), variant 5's bits.
+// set_moe_mma_variant throws Error on any other value (and keeps the current one).
 // Read on the host at launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_mma_variant(int variant);
 int moe_mma_variant();

@@ -7,7 +7,7 @@
 //   1. route_and_group (ops_moe.cu, the same routing as moe_routed_experts): ids / weights per slot
 //      (slot = token·k + rank), then the slots grouped by expert into tiles of up to BM slots
 //      (TileList; one BM per call, by the average slots per expert M·k / E: BM = 16 up to 4,
-//      32 up to 40, else 64; variant 7 above 4: BM per EXPERT, two tile lists, see below).
+//      32 up to 40, else 64; variants 7, 8 above 4: BM per EXPERT, two tile lists, see below).
 //   2. split_rows_kernel: x f32 [M, H] -> x_hi, x_lo bf16 [M, H] (hi = bf16_rn(x), lo = bf16_rn(x − hi)),
 //      once per token instead of once per (expert, column block).
 //   3. gate_up kernel: act[p, I] = silu(x·Wgᵀ) ⊙ (x·Wuᵀ), p = the slot's position in the tile order,
@@ -16,8 +16,8 @@
 //   5. combine_routed (ops_moe.cu): residual[m] += Σ_r w·y[m·k + r] (+ sigmoid(gate)·shared).
 //
 // Data layout. x f32 [M, H] (16-byte aligned); x_hi / x_lo bf16 [M, H]; act_hi / act_lo bf16
-// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous; forms 5, 6 with
-// GPTQ experts: both planes' k permuted inside every 32-k block, kperm32_logical); y f32 [M·k, H]
+// [M·k, I] by order position (the down kernel's A rows of a tile are contiguous; variants 5, 7, 8
+// with GPTQ experts: both planes' k permuted inside every 32-k block, kperm32_logical); y f32 [M·k, H]
 // by slot (the combine's layout). Experts: ops_moe.h (GPTQ qweight [E][K/8][N], scales f16
 // [E][K/g][N], qzeros [E][K/g][N/8]; FP8 e4m3 [E][N][K] with f32 scales [E][ceil(N/128)][ceil(K/128)];
 // bf16 [E][N][K]).
@@ -52,7 +52,9 @@
 // never copied (zeroed once); m16 row fragments at or past the slot count are skipped
 // (warp-uniform).
 //
-// Kernel forms (set_moe_mma_variant, ops_moe.h; 0 .. 4 give the same bits, 5 .. 7 their own):
+// Kernel forms (set_moe_mma_variant, ops_moe.h: 0, 1, 5, 7, 8; 0 and 1 give the same bits, 5, 7
+// and 8 their own; variants 2, 3, 4 and 6 were removed, the others keep their numbers, which
+// docs/PERF.md's runs cite):
 //   0: the previous kernels: GPTQ B pairs by gptq_pair_to_bf16x2 (variable shifts and masks per
 //      nibble, ~6 integer instructions + HSUB2 per pair); the 64-slot tiling 2 x 4 warps, so each
 //      B fragment (weight word) is loaded and converted by both rows of warps.
@@ -63,13 +65,6 @@
 //      per k16 step and warp 4 x 2 A ldmatrix.x4 (was 2 x 2) and half the B loads and
 //      conversions (gate_up: 8 pairs per 32 MMAs, was 16), the A registers loaded per m16
 //      fragment next to its MMAs.
-//   2, 3: form 1 with 32-slot (2) or 64-slot (3) tiles at every size above 4 slots per expert (A/B
-//      switches of the tile size: 32-slot tiles run 2 CTAs per SM but read and convert each
-//      weight word once per 32 slots, and an expert with 33-40 slots takes 2 tiles; 64-slot tiles
-//      skip their m16 fragments past the slot count, so a 33-slot tile costs 3 of 4 fragments).
-//   4: form 1 with an 8-stage cp.async ring (7 k tiles in flight, 77 KB) in the GPTQ 32-slot
-//      tiling instead of 4 (39 KB), where 2 such CTAs fit an SM (the H200's 228 KB; not the DGX
-//      Spark, which keeps form 1): more weight / A latency hidden behind each CTA's barriers.
 //   5: the GPTQ word form (kernel form 3; FP8 / bf16 run form 1): the activation planes (x by
 //      split_rows_perm32_kernel, act by the gate_up epilogue) hold the k of every 32-k block
 //      permuted (kperm32_logical, ops_mma_frag.cuh: logical 16·s + 8·h + 2·t + i <- physical
@@ -82,10 +77,7 @@
 //      behind the per-fragment branch; outside the 2-CTA gate_up tiling a group's first MMA per
 //      output takes C = +0 from RZ (mma_bf16_zc) instead of MOVs clearing C after the flush. All
 //      three GPTQ tilings use it (one k order per call, whatever the tile size), so a token's bits
-//      still do not depend on M; they differ from forms 0 .. 4 (other products share an MMA).
-//   6: form 5 with form 4's 8-stage ring in the GPTQ 32-slot DOWN kernel where 2 CTAs fit an SM
-//      (kernel form 4; its gate_up with 8 stages spills at 128 registers, so it runs form 3's);
-//      variant 5's bits.
+//      still do not depend on M; they differ from variants 0, 1 (other products share an MMA).
 //   7: variant 5's kernels with the tile size chosen PER EXPERT above 4 slots per expert
 //      on average (route_and_group_mixed, ops_moe.cu): an expert of c slots gets c / 64 64-slot
 //      tiles, then its remainder r = c % 64 one more 64-slot tile if r > 32, else one 32-slot tile
@@ -107,10 +99,11 @@
 //      slot, no grouping launch): two launches per layer. Every output gets the word form's
 //      operations, so variant 5's bits.
 //
-// Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (0 .. 4 or
-// 5 .. 7) only (never by the tiling, the tile, the slot's row in it, M or the other slots: an MMA
-// computes each C element from its own A row, B column and old value), for each k16 step in
-// ascending (logical: forms 5 .. 7 permute k inside each 32-k block) k: C = mma(hi, B, C), C = mma(lo, B, C);
+// Arithmetic of one output (slot, n), fixed by K, the format and the kernel-form family (variants
+// 0, 1 or 5, 7, 8) only (never by the tiling, the tile, the slot's row in it, M or the other slots:
+// an MMA computes each C element from its own A row, B column and old value), for each k16 step in
+// ascending (logical: variants 5, 7, 8 permute k inside each 32-k block) k: C = mma(hi, B, C),
+// C = mma(lo, B, C);
 //   bf16: y = C;  GPTQ: B = q − zero (exact), C restarts at 0 for each group of g k's and after
 //   the group acc = fma(C, scale[g][n], acc);  FP8: B = e4m3 (exact), the same per 128-k block
 //   with the block scale. Epilogues use explicit __fmaf_rn / __fmul_rn / __fdiv_rn / __fadd_rn.
@@ -130,15 +123,16 @@
 // its weights are read twice, the second time mostly from L2: one expert's tiles are adjacent in
 // the grid; variant 7 gives it one 64-slot tile: one read and one dequantisation of its weights).
 // Shared-memory reads per k16 step and CTA: A 2 planes x MI ldmatrix.x4 per warp, B 2
-// words per n8 tile per warp (GPTQ: 8 distinct words per LDS.32, 2 wavefronts; forms 5, 6: one
+// words per n8 tile per warp (GPTQ: 8 distinct words per LDS.32, 2 wavefronts; the word form: one
 // LDS.32 of 32 distinct, conflict-free words per n8 tile per 32 k, so the same bytes in 0.5
 // wavefront per k16 step), so ~1 wavefront per MMA (32-slot and form 1's 64-slot 1 x 8:
-// ~1.25-1.5, their warps cover all rows but fewer columns; less in forms 5, 6). At decode-like sizes the
+// ~1.25-1.5, their warps cover all rows but fewer columns; less in the word form). At decode-like sizes the
 // weight stream is the bound: (stages − 1) k tiles of weights in flight per CTA, several CTAs
 // per SM.
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -166,9 +160,9 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 // x BN columns per matrix; WM x WN warps; the k tile and the stage layout of weight format F.
 // V: the kernel form: 0 the previous kernels, 1 GPTQ pairs dequantised with one PRMT
 // (gptq_pair_to_bf16x2_prmt), group indices by shifts and, for the 64-slot tiling, 1 x 8 warps
-// (each weight word converted once per CTA instead of once per row of warps); 2 form 1 with a
-// deeper cp.async ring (32-slot tiling); same bits. 3 the GPTQ word form (k-permuted A planes,
-// one weight word per thread per 32 k), 4 form 3 with the deep ring (32-slot down); their own bits.
+// (each weight word converted once per CTA instead of once per row of warps); same bits. 3 the
+// GPTQ word form (k-permuted A planes, one weight word per thread per 32 k); its own bits. (Forms
+// 2 and 4, the 8-stage 32-slot rings of variants 4 and 6, were removed; 3 keeps its number.)
 template <int kMats_, int BM_, int BN_, int WM_, int WN_, int kMinBlocks_, int kMaxStages, BFmt F, int V_ = 0>
 struct Tiling {
   static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, kMinBlocks = kMinBlocks_, V = V_;
@@ -189,10 +183,9 @@ struct Tiling {
   static constexpr int kElem = F == BFmt::Bf16 ? 2 : 1;
   static constexpr int kWRow = BK * kElem + 16;              // bytes per B row (bf16 / FP8)
   static constexpr int kGS = BK / 32;                        // GPTQ group slots per k tile (g >= 32)
-  // GPTQ words [BK/8][kWStride]: forms 3, 4 pad each k-word row by 8 words, so the 4 threads of an
+  // GPTQ words [BK/8][kWStride]: form 3 pads each k-word row by 8 words, so the 4 threads of an
   // MMA group (t4 = 0..3: k-word rows t4 of a 32-k block, the same 8 columns) hit 32 different banks.
-  static constexpr bool kWordForm = V >= 3;                  // forms 3, 4: the GPTQ word form
-  static constexpr bool kDeepRing = V == 2 || V == 4;        // forms 2, 4: the 8-stage 32-slot ring
+  static constexpr bool kWordForm = V == 3;                  // form 3: the GPTQ word form
   static constexpr int kWStride = BR + (kWordForm ? 8 : 0);
   static constexpr int kWordsBytes = (BK / 8) * kWStride * 4;
   static constexpr int kBOff = 2 * kAPlane;
@@ -209,8 +202,8 @@ struct Tiling {
   static_assert(BR % 32 == 0 && BN % 8 == 0, "GPTQ zero words and scale chunks");
   static_assert(kAPlane % 16 == 0 && kBBytes % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0, "16-byte stages");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(V >= 0 && V <= 4, "kernel forms 0 .. 4");
-  static_assert(V < 3 || F == BFmt::Gptq, "forms 3, 4 are the GPTQ word form");
+  static_assert(V == 0 || V == 1 || V == 3, "kernel forms 0, 1, 3");
+  static_assert(V != 3 || F == BFmt::Gptq, "form 3 is the GPTQ word form");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
@@ -220,10 +213,8 @@ template <BFmt F, int V>
 using GateUpLarge = Tiling<2, kLargeBM, 128, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
 template <BFmt F, int V>
 using DownLarge = Tiling<1, kLargeBM, 256, V == 0 ? 2 : 1, V == 0 ? 4 : 8, 1, 4, F, V>;
-// Form 2 (GPTQ): the 32-slot tiling with an 8-stage ring (77 KB; 2 CTAs per SM need 156 KB of
-// an SM's shared memory: the H200, not the DGX Spark, whose launches keep form 1).
-template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
-template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, V == 2 || V == 4 ? 8 : 4, F, V>;
+template <BFmt F, int V> using GateUpMid = Tiling<2, kMidBM, 128, 1, 8, 2, 4, F, V>;
+template <BFmt F, int V> using DownMid = Tiling<1, kMidBM, 256, 1, 8, 2, 4, F, V>;
 template <BFmt F, int V> using GateUpSmall = Tiling<2, kSmallBM, 32, 1, 4, 2, 6, F, V>;
 template <BFmt F, int V> using DownSmall = Tiling<1, kSmallBM, 64, 1, 4, 2, 6, F, V>;
 
@@ -650,13 +641,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     if (s < kt_count) load_tile(s, s * BK);
     cp_async_commit();  // always commit (possibly empty): the group count stays uniform
   };
-  if constexpr (T::kDeepRing) {  // the deep ring: a loop (7 inlined tile loads push the 128-register cap)
-#pragma unroll 1
-    for (int s = 0; s < kStages - 1; ++s) prologue(s);
-  } else {
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) prologue(s);
-  }
+  for (int s = 0; s < kStages - 1; ++s) prologue(s);
   for (int kt = 0; kt < kt_count; ++kt) {
     cp_async_wait<kStages - 2>();  // this thread's copies of tile kt have landed
     __syncthreads();               // everyone's have; everyone finished computing tile kt − 1
@@ -778,40 +764,29 @@ bool projection_ok(const DeviceLinear& d, quant::WeightFormat f, int64_t N, int6
   }
 }
 
-int current_device() {
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  return dev;
-}
-
 // Opts a kernel in to more than 48 KB of dynamic shared memory, once per device.
 template <class T, BFmt F>
 void ensure_opt_in() {
-  // The deep ring also takes all of the SM's L1 as shared memory (2 CTAs of 77 KB).
-  if constexpr (T::kSmemBytes > 48 * 1024) opt_in_dynamic_smem<moe_mma_kernel<T, F>>(T::kSmemBytes, T::kDeepRing);
+  if constexpr (T::kSmemBytes > 48 * 1024) opt_in_dynamic_smem<moe_mma_kernel<T, F>>(T::kSmemBytes);
 }
 
-// The kernel form each tiling of format F takes for form V (0, 1, 2): form 1 changes the GPTQ
-// conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8), form 2 also the GPTQ
-// 32-slot ring; anything else runs the form-0 / form-1 kernels (no duplicate instantiations).
-// Forms 3, 4 (GPTQ word form, permuted A planes) cover all three GPTQ tilings (one k order per
-// call, whatever the tile size; form 4 differs from 3 only in the 32-slot ring); FP8 / bf16 take
-// their form-1 / form-0 kernels for them.
+// The kernel form each tiling of format F takes for form V (0, 1, 3): form 1 changes the GPTQ
+// conversion (all tilings) and the 64-slot warp layout (GPTQ and FP8); form 3 (the GPTQ word
+// form, permuted A planes) covers all three GPTQ tilings (one k order per call, whatever the tile
+// size), FP8 takes its form-1 kernels for it; bf16 runs form 0 everywhere, FP8's 32- and 16-slot
+// tilings too (nothing to dequantise there: no duplicate instantiations).
 template <BFmt F> constexpr int large_form(int v) {
-  return F == BFmt::Bf16 ? 0 : v >= 3 ? (F == BFmt::Gptq ? 3 : 1) : cmin(v, 1);
+  return F == BFmt::Bf16 ? 0 : F == BFmt::Gptq ? v : cmin(v, 1);
 }
 template <BFmt F> constexpr int mid_form(int v) { return F == BFmt::Gptq ? v : 0; }
-// Form 4's deep ring is the down kernel's only: the 32-slot gate_up word form with 8 stages
-// spills at the 128-register cap (sm_90), so form 4 runs form 3's gate_up.
-constexpr int gate_up_mid_form(int m) { return m == 4 ? 3 : m; }
-template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? (v >= 3 ? 3 : cmin(v, 1)) : 0; }
+template <BFmt F> constexpr int small_form(int v) { return F == BFmt::Gptq ? v : 0; }
 
 template <BFmt F, int V>
 void opt_in_variant() {
   constexpr int L = large_form<F>(V), M = mid_form<F>(V), S = small_form<F>(V);
   ensure_opt_in<GateUpLarge<F, L>, F>();
   ensure_opt_in<DownLarge<F, L>, F>();
-  ensure_opt_in<GateUpMid<F, gate_up_mid_form(M)>, F>();
+  ensure_opt_in<GateUpMid<F, M>, F>();
   ensure_opt_in<DownMid<F, M>, F>();
   ensure_opt_in<GateUpSmall<F, S>, F>();
   ensure_opt_in<DownSmall<F, S>, F>();
@@ -820,21 +795,7 @@ template <BFmt F>
 void opt_in_all() {
   opt_in_variant<F, 0>();
   opt_in_variant<F, 1>();
-  opt_in_variant<F, 2>();
   opt_in_variant<F, 3>();
-  opt_in_variant<F, 4>();
-}
-
-// Whether two CTAs of the deep-ring 32-slot kernels fit one SM's shared memory on this device
-// (plus the per-block reservation); otherwise variant 4 launches form 1.
-bool deep_ring_fits() {
-  int per_sm = 0, reserved = 0;
-  const int dev = current_device();
-  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  constexpr int kBytes = std::max(std::max(GateUpMid<BFmt::Gptq, 2>::kSmemBytes, DownMid<BFmt::Gptq, 2>::kSmemBytes),
-                                  DownMid<BFmt::Gptq, 4>::kSmemBytes);
-  return per_sm >= 2 * (kBytes + reserved);
 }
 
 template <class T, BFmt F>
@@ -866,7 +827,7 @@ void launch_experts(int bm, const MoeShape& s, const DeviceExperts& ex, const Ti
   if (bm == kSmallBM)
     launch_pair<GateUpSmall<F, S>, DownSmall<F, S>, F>(s, ex, tiles, grid_tiles, w, stream);
   else if (bm == kMidBM)
-    launch_pair<GateUpMid<F, gate_up_mid_form(M)>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
+    launch_pair<GateUpMid<F, M>, DownMid<F, M>, F>(s, ex, tiles, grid_tiles, w, stream);
   else
     launch_pair<GateUpLarge<F, L>, DownLarge<F, L>, F>(s, ex, tiles, grid_tiles, w, stream);
 }
@@ -876,13 +837,9 @@ void launch_experts(int variant, int bm, const MoeShape& s, const DeviceExperts&
                     int grid_tiles, const Workspace& w, cudaStream_t stream) {
   if (variant == 0)
     launch_experts<F, 0>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else if (variant == 4 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
-    launch_experts<F, 2>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else if (variant == 6 && F == BFmt::Gptq && bm == kMidBM && deep_ring_fits())
-    launch_experts<F, 4>(bm, s, ex, tiles, grid_tiles, w, stream);  // the word form, deep ring
-  else if (variant >= 5 && F == BFmt::Gptq)  // the word form (x planes split permuted; 7: its 16-slot tiles)
+  else if (variant >= 5 && F == BFmt::Gptq)  // the word form (x planes split permuted; 7, 8: its 16-slot tiles)
     launch_experts<F, 3>(bm, s, ex, tiles, grid_tiles, w, stream);
-  else  // 1, 2, 3 (2 and 3 with other tiles), 4 where form 2 does not apply, 5 .. 7 for FP8 / bf16
+  else  // 1; 5, 7, 8 for FP8 / bf16
     launch_experts<F, 1>(bm, s, ex, tiles, grid_tiles, w, stream);
 }
 
@@ -905,7 +862,7 @@ template <BFmt F, int V>
 void launch_experts_mixed(const MoeShape& s, const DeviceExperts& ex, const TileList& mid, int mid_grid,
                           const TileList& large, int large_grid, const Workspace& w, cudaStream_t stream) {
   constexpr int L = large_form<F>(V), Mf = mid_form<F>(V);
-  using GUM = GateUpMid<F, gate_up_mid_form(Mf)>;
+  using GUM = GateUpMid<F, Mf>;
   using DNM = DownMid<F, Mf>;
   using GUL = GateUpLarge<F, L>;
   using DNL = DownLarge<F, L>;
@@ -945,7 +902,9 @@ bool swap_serves(int variant, int bm, const MoeShape& s, const DeviceExperts& ex
 size_t moe_mma_workspace_bytes(const MoeShape& s, int max_tokens) { return carve(nullptr, s, max_tokens, nullptr); }
 
 void set_moe_mma_variant(int variant) {
-  if (variant < 0 || variant > 8) throw Error("moe_mma: variant must be 0 (previous kernels) .. 8");
+  if (variant != 0 && variant != 1 && variant != 5 && variant != 7 && variant != 8)
+    throw Error("moe_mma: variant " + std::to_string(variant) +
+                " is not one of 0, 1, 5, 7, 8 (2, 3, 4 and 6 were removed)");
   g_variant.store(variant);
 }
 int moe_mma_variant() { return g_variant.load(); }
@@ -986,8 +945,7 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   //   <= 40 32-slot tiles (the 64-slot tiling's second row of warps would mostly idle on tiles
   //         of ~32 slots; 2 CTAs per SM);
   //   else  64-slot tiles.
-  // All give the same bits. Variants 2 and 3 (A/B switches) take 32-slot (2) or 64-slot (3)
-  // tiles at every size above 4. Variant 7 (variant 5's kernels) sizes the tiles per expert above
+  // All give the same bits. Variant 7 (variant 5's kernels) sizes the tiles per expert above
   // 4 slots per expert on average: 64-slot tiles, an expert's remainder of <= 32 slots (or all
   // its slots, if <= 32) on a 32-slot tile (route_and_group_mixed), so an expert of 33-64 slots
   // takes one pass over its weights instead of two 32-slot passes.
@@ -995,8 +953,7 @@ bool moe_routed_experts_mma(const float* x, const float* router_logits, const Mo
   // (up to 8 tokens: gate_up routing each slot itself, down with the combine; more: route_and_group
   // on tiles of kSwapTile slots, gate_up, down with the combine), the same bits.
   const int variant = g_variant.load();
-  int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
-  if (bm != kSmallBM && (variant == 2 || variant == 3)) bm = variant == 2 ? kMidBM : kLargeBM;
+  const int bm = slots <= 4LL * s.num_experts ? kSmallBM : slots <= 40LL * s.num_experts ? kMidBM : kLargeBM;
   const bool mixed = (variant == 7 || variant == 8) && bm != kSmallBM;
   const bool swap = swap_serves(variant, bm, s, ex);
   const int tile = swap ? kSwapTile : bm;
