@@ -91,6 +91,7 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/row_weight_format.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -98,24 +99,8 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStep = 512;  // k per warp step: 32 lanes x 16
-enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
+using namespace row_format;  // kFp8 / kInt8 / kBf16, fmt_of, with_format
 
-// Calls body(std::integral_constant<int, F>{}) with the job's weight format F (CTA-uniform in
-// every kernel here: a CTA serves one job), so each kernel names its per-format code once.
-template <typename Body>
-__device__ __forceinline__ void with_format(int fmt, Body&& body) {
-  switch (fmt) {
-    case kFp8:
-      body(std::integral_constant<int, kFp8>{});
-      break;
-    case kInt8:
-      body(std::integral_constant<int, kInt8>{});
-      break;
-    default:
-      body(std::integral_constant<int, kBf16>{});
-      break;
-  }
-}
 // Gated: the tile's silu(g)·u in dynamic shared memory, at most this much, so that with the
 // static partial sums (<= 1 KB) a CTA stays within the 48 KB that need no opt-in.
 constexpr size_t kGatedSmem = 46 * 1024;
@@ -952,17 +937,6 @@ int device_major() {
     return v;
   }();
   return major;
-}
-
-int fmt_of(const DeviceLinear& w) {
-  switch (w.format) {
-    case quant::WeightFormat::Fp8Block:
-      return kFp8;
-    case quant::WeightFormat::Int8Rowwise:
-      return kInt8;
-    default:
-      return kBf16;  // Dense and NVFP4 (dequantised to bf16 at load)
-  }
 }
 
 // Numbers the jobs' row blocks consecutively (each job's first block) and returns the 1-D grid:

@@ -99,6 +99,7 @@
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_tc_gemv_frag.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/row_weight_format.cuh"
 #include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
@@ -112,7 +113,7 @@ constexpr int kPdlMaxRows = 64;          // launches of up to this many tokens u
 // 112 KB (two CTAs per H200 SM). Which slice-lane count a launch gets may so differ between
 // devices; the bits do not.
 constexpr size_t kSmemCap = 112 * 1024;
-enum : int { kFp8 = 0, kInt8 = 1, kBf16 = 2 };
+using namespace row_format;  // kFp8 / kInt8 / kBf16, fmt_of, with_format
 
 struct TcJob {
   const uint8_t* w;
@@ -134,21 +135,6 @@ struct TcShape {
 };
 // Slice j's first block (tc_gemv_slice_begin without the division).
 __device__ __forceinline__ int slice_begin(const TcShape& sh, int j) { return (j * sh.B) >> sh.log2S; }
-
-template <typename Body>
-__device__ __forceinline__ void with_format(int fmt, Body&& body) {
-  switch (fmt) {
-    case kFp8:
-      body(std::integral_constant<int, kFp8>{});
-      break;
-    case kInt8:
-      body(std::integral_constant<int, kInt8>{});
-      break;
-    default:
-      body(std::integral_constant<int, kBf16>{});
-      break;
-  }
-}
 
 // ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
 __device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
@@ -872,17 +858,6 @@ size_t smem_budget() {
     return std::min(size_t(v > 0 ? v : 48 * 1024), kSmemCap);
   }();
   return b;
-}
-
-int fmt_of(const DeviceLinear& w) {
-  switch (w.format) {
-    case quant::WeightFormat::Fp8Block:
-      return kFp8;
-    case quant::WeightFormat::Int8Rowwise:
-      return kInt8;
-    default:
-      return kBf16;  // Dense and NVFP4 (dequantised to bf16 at load)
-  }
 }
 
 TcJob make_job(const RowGemvJob& j) {
