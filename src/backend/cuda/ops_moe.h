@@ -117,6 +117,25 @@ size_t moe_mma_workspace_bytes(const MoeShape& shape, int max_tokens);  // M <= 
 // Read on the host at launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_mma_variant(int variant);
 int moe_mma_variant();
+// The integer form of GPTQ INT4 experts (moe_int_arith.h): activations quantised to 16-bit integers per
+// 128-k block, exact int32 sums per weight group (dp4a / s8-u8 mma.sync), one fixed f32 fold over the
+// groups. Every kernel of the form gives a token the same bits, so one call serves any mix of prompt
+// and generated tokens: steps of <= moe_int_decode_max_tokens() tokens take the CUDA-core dp4a kernels
+// (routing fused into gate/up, the combine into down: two launches, ops_moe_int_decode.cu), larger ones
+// the tensor-core kernels (ops_moe_int_mma.cu). Same contract as moe_routed_experts_mma otherwise
+// (residual += routed, + the gated shared expert; shared_ready as in moe_routed_experts). Returns false
+// (and does nothing) when the experts are not covered (moe_int_supported), so the caller falls back.
+// workspace: moe_int_workspace_bytes(shape, >= M).
+bool moe_int_supported(const MoeShape& shape, const DeviceExperts& experts);
+size_t moe_int_workspace_bytes(const MoeShape& shape, int max_tokens);
+bool moe_routed_experts_int(const float* x, const float* router_logits, const MoeShape& shape,
+                            const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
+                            float* residual, cudaStream_t stream, const float* shared_out = nullptr,
+                            const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr);
+// The largest step (tokens) that takes the dp4a kernels; 0 sends every step to the tensor-core kernels.
+// Default 8, at most 8; both paths give the same bits (A/B and tests). Throws Error outside 0..8.
+void set_moe_int_decode_max_tokens(int max_tokens);
+int moe_int_decode_max_tokens();
 // Opts the kernels of moe_routed_experts_mma in to their (> 48 KB) dynamic shared memory on the
 // current device, so that a later first call may happen inside CUDA-graph capture (the first call
 // does it too when this was not called). Call once per device at model construction, not inside

@@ -1,0 +1,37 @@
+// Launchers of the integer-form routed-expert kernels (moe_int_arith.h; public entry
+// moe_routed_experts_int in ops_moe.h, dispatched by ops_moe_int.cu). Both give a token the same
+// bits (exact integer unit sums, one f32 fold), so the dispatcher may pick either for any step.
+// Device code; include from .cu files only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "backend/cuda/moe_int_arith.h"
+#include "backend/cuda/ops_moe.h"
+
+namespace moeserve::cuda::moe_int_detail {
+
+// Shapes both paths take (checked by the dispatcher before either launcher): GPTQ INT4 without
+// act-order, gate and up of one group size and zero mode, unit_length(group) != 0 for gate/up and
+// down, H % kXBlock == 0, I % kXBlock == 0, 1 <= top_k <= 32, E <= 256 (the fused routing).
+bool int_form_supported(const MoeShape& s, const DeviceExperts& ex);
+
+// CUDA-core (dp4a) kernels for steps of 1 .. kIntDecodeMaxTokens tokens (ops_moe_int_decode.cu):
+// routing fused into gate/up, the combine into down: two launches, programmatic dependent launches.
+constexpr int kIntDecodeMaxTokens = 8;
+size_t int_decode_workspace_bytes(const MoeShape& s, int M);
+// residual [M, H] += routed (+ sigmoid(shared_gate_logit)·shared_out when shared_out); the stream
+// waits for shared_ready (when given) before the first kernel that reads shared_out.
+void int_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
+                void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
+                const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);
+
+// Tensor-core (mma.sync s8/u8, m16n8k32) kernels for any M >= 1 (ops_moe_int_mma.cu): activation
+// quantisation, routing + grouping, gate/up, act quantisation, down, combine.
+size_t int_mma_workspace_bytes(const MoeShape& s, int max_tokens);
+void int_mma(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
+             void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
+             const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);
+
+}  // namespace moeserve::cuda::moe_int_detail
