@@ -81,6 +81,9 @@ int main(int argc, char** argv) {
                  "generated tokens' kernels, as serve --decode-kernels: gemv (CUDA cores), tensor-cores (dense "
                  "projections through tc_gemv, experts through the prompt-token expert kernels) or mixed (tc_gemv, "
                  "CUDA-core experts)");
+  std::string expert_activations = "f32";
+  app.add_option("--expert-activations", expert_activations,
+                 "GPTQ routed experts, as serve --expert-activations: f32 or int16 (the integer form)");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
     o.max_model_len = std::max(max_prefill, context + steps) + 16;
     o.cuda_graphs = graphs;
     cuda::set_decode_kernels(o, decode_kernels);
+    cuda::set_expert_activations(o, expert_activations);
     o.pdl = pdl;
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);

@@ -48,7 +48,13 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
                  "(mma.sync: dense projections and the LM head through tc_gemv, routed experts through the "
                  "prompt-token expert kernels) or mixed (tc_gemv, CUDA-core experts). Either way a request's tokens "
                  "do not depend on its batch")
-      ->check(CLI::IsMember({"gemv", "tensor-cores"}))
+      ->check(CLI::IsMember({"gemv", "tensor-cores", "mixed"}))
+      ->capture_default_str();
+  app.add_option("--expert-activations", o->expert_activations,
+                 "CUDA, GPTQ INT4 routed experts: f32 (f32 activations, exact f32 products) or int16 (activations "
+                 "quantised to 16-bit integers per 128-k block, exact integer sums per group: dp4a / int8 tensor-core "
+                 "kernels, the same bits for prompt and generated tokens)")
+      ->check(CLI::IsMember({"f32", "int16"}))
       ->capture_default_str();
   app.add_option("--sampling-device", o->sampling_device,
                  "auto: the GPU picks sampled tokens for requests that need no host-only processing; "

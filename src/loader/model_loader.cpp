@@ -55,6 +55,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir,
   gpu.max_model_len = options.max_model_len;
   gpu.kv_block_size = options.kv_block_size;
   cuda::set_decode_kernels(gpu, options.decode_kernels);
+  cuda::set_expert_activations(gpu, options.expert_activations);
   return cuda::Qwen35CudaModel::load(model_dir, gpu);
 #else
   fail("--device cuda: this build has no CUDA backend");

@@ -29,6 +29,9 @@ struct ModelLoadOptions {
   // CUDA: kernels of generated tokens: "gemv" (CUDA-core GEMVs, fastest at batch 1) or
   // "tensor-cores" (the prompt tokens' kernels). Prompt tokens always take the tensor cores.
   std::string decode_kernels = "gemv";
+  // CUDA: GPTQ INT4 routed experts with "f32" activations or in the "int16" integer form
+  // (moe_routed_experts_int) for every token.
+  std::string expert_activations = "f32";
 };
 
 // "cpu" or "cuda" for a requested device; throws for an unknown or unavailable one.

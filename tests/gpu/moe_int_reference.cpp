@@ -19,14 +19,16 @@ namespace {
 
 // Steps 1 of moe_int_arith.h for one row: X [K] and the block scales s [K / kXBlock].
 void quantize_row(const float* x, int K, std::vector<int>& X, std::vector<float>& s) {
+  const int blocks = (K + mi::kXBlock - 1) / mi::kXBlock;  // the last one may be short
   X.assign(size_t(K), 0);
-  s.assign(size_t(K / mi::kXBlock), 0.0f);
-  for (int b = 0; b < K / mi::kXBlock; ++b) {
+  s.assign(size_t(blocks), 0.0f);
+  for (int b = 0; b < blocks; ++b) {
+    const int k0 = b * mi::kXBlock, k1 = std::min(K, k0 + mi::kXBlock);
     float amax = 0.0f;
-    for (int k = b * mi::kXBlock; k < (b + 1) * mi::kXBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
+    for (int k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(x[k]));
     const mi::XScale sc = mi::x_scale(amax);
     s[size_t(b)] = sc.s;
-    for (int k = b * mi::kXBlock; k < (b + 1) * mi::kXBlock; ++k) X[size_t(k)] = mi::quantize_x(x[k], sc.inv);
+    for (int k = k0; k < k1; ++k) X[size_t(k)] = mi::quantize_x(x[k], sc.inv);
   }
 }
 
@@ -37,7 +39,7 @@ std::vector<float> int_form_linear(const quant::QuantWeight& w, const float* x, 
     throw std::invalid_argument("int_form_linear: GPTQ INT4 without act-order only");
   const int N = int(w.out_features), K = int(w.in_features), g = int(w.group_size);
   const int U = mi::unit_length(g);
-  if (U == 0 || K % mi::kXBlock != 0) throw std::invalid_argument("int_form_linear: unsupported group or K");
+  if (U == 0 || K % mi::kKStep != 0 || K % U != 0) throw std::invalid_argument("int_form_linear: unsupported group or K");
   const int32_t* qw = w.part("qweight").data<int32_t>();    // [K/8][N]
   const uint16_t* sc = w.part("scales").data<uint16_t>();   // f16 [K/g][N]
   const int32_t* qz = w.has_part("qzeros") ? w.part("qzeros").data<int32_t>() : nullptr;  // [K/g][N/8]

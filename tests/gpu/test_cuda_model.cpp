@@ -276,6 +276,53 @@ TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {
   EXPECT_THROW(cuda::set_decode_kernels(o, "fast"), Error);
 }
 
+// The integer form of the GPTQ experts (--expert-activations int16, moe_routed_experts_int) on the
+// GPTQ fixtures: the logits against transformers' within the exact-weight bars of
+// FixtureLogitsMatchTransformers, different from the f32 form's (so the form really ran), a prompt
+// scored in chunks of 7 == token by token (prompt tokens on both expert kernel families), and a
+// request's greedy output alone == in a batch of six.
+TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& name : {"int4_autoround_sym", "hybrid_int4_fp8"}) {
+    SCOPED_TRACE(name);
+    Reference ref(name);
+    const auto ids = ref.ids("input_ids");
+    const auto expect = ref.floats("logits");
+    auto o = small_options();
+    auto f32_model = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
+    const auto by_f32 = score(*f32_model, ids, 1000);
+    f32_model.reset();
+    cuda::set_expert_activations(o, "int16");
+    ASSERT_TRUE(o.int_experts);
+    auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
+    const auto got = score(*m, ids, 1000);
+    ASSERT_EQ(got.size(), expect.size());
+    const double err = rel_diff(got, expect), vs_f32 = rel_diff(got, by_f32);
+    const double agree = top1_agreement(got, expect, size_t(m->config().vocab_size));
+    std::printf("[gpu-int-experts] %-20s logits rel err %.3e (f32 form: %.3e apart), top-1 agreement %.4f\n", name,
+                err, vs_f32, agree);
+    EXPECT_GE(agree, 0.95);
+    if (agree == 1.0) EXPECT_LT(err, 1e-2);
+    EXPECT_GT(vs_f32, 0.0) << "the int16 form gave the f32 form's bits: did it run?";
+    const double e7 = rel_diff(score(*m, ids, 7), got), e1 = rel_diff(score(*m, ids, 1), got);
+    std::printf("[gpu-int-experts] %-20s chunks of 7 %.3e, token by token %.3e (rel)\n", name, e7, e1);
+    EXPECT_LT(e7, 2e-3);
+    EXPECT_LT(e1, 2e-3);
+    const auto prompt = ref.ids("greedy_prompt_ids");
+    const int n = int(ref.ids("greedy_output_ids").size());
+    std::vector<std::vector<int32_t>> prompts{prompt};
+    for (int i = 1; i < 6; ++i) {
+      auto p = prompt;
+      std::rotate(p.begin(), p.begin() + i, p.end());
+      prompts.push_back(p);
+    }
+    const auto alone = greedy_batch(*m, {prompt}, n)[0];
+    EXPECT_EQ(greedy_batch(*m, prompts, n)[0], alone) << "a request's greedy output changed with its batch";
+  }
+  auto o = small_options();
+  EXPECT_THROW(cuda::set_expert_activations(o, "int8"), Error);
+}
+
 TEST(CudaModel, GreedyMatchesCpuAndDoesNotDependOnTheBatch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const auto& name : fixture_names()) {

@@ -10,15 +10,17 @@
 // kernels get cheap: two LOP3 turn a GPTQ word into 8 u8 lanes for dp4a / IMMA, against ~25
 // instructions per word for the exact f32 (q - z)·x FMAs of the f32 form.
 //
-// Definitions (per token row x of length K, K % kXBlock == 0; per weight column n):
-//   1. Activation blocks b = 0 .. K/kXBlock - 1 of kXBlock consecutive k:
+// Definitions (per token row x of length K, K % kKStep == 0; per weight column n):
+//   1. Activation blocks b = 0 .. ceil(K/kXBlock) - 1 of kXBlock consecutive k (the last one shorter
+//      when K % kXBlock != 0: k from kXBlock·b to min(K, kXBlock·(b + 1)) - 1):
 //        amax_b = max |x_k| over the block (exact);
 //        amax_b == 0 (or not finite): s_b = 0, inv_b = 0; else s_b = amax_b / kXMax,
 //        inv_b = kXMax / amax_b (f32 divisions, round to nearest);
 //        X_k = clamp(rint(x_k · inv_b), -kXMax, kXMax) (f32 product rounded to nearest, then to
 //        the nearest integer, ties to even): |X_k| <= 32767.
 //   2. Units u = 0 .. K/U - 1 of U = min(g, kXBlock) consecutive k, g the GPTQ group size
-//      (g % kXBlock == 0 or kXBlock % g == 0; a unit never straddles a block or a group):
+//      (g % kXBlock == 0 or kXBlock % g == 0, and K % U == 0; a unit never straddles a block or a
+//      group; the unit's block is b(u) = U·u / kXBlock):
 //        D_u = Σ_{k in u} (q_k - z_u) · X_k, computed EXACTLY in int32
 //        (|D_u| <= 128 · 16 · 32767 < 2^26; q in [0, 15]; z = 8 for symmetric GPTQ, else the
 //        stored 4-bit zero + 1, in [1, 16], of the unit's group and column).
@@ -49,6 +51,7 @@ namespace moeserve::cuda::moe_int {
 
 constexpr int kXBlock = 128;   // activation scale block (k)
 constexpr int kXMax = 32767;   // |X| <= kXMax
+constexpr int kKStep = 32;     // K (H and I) must be a multiple of it: k32 MMA steps, 8-k GPTQ words
 
 struct XScale {
   float s;    // X · s ≈ x

@@ -18,7 +18,11 @@ bool int_form_supported(const MoeShape& s, const DeviceExperts& ex) {
   for (const DeviceLinear* d : p)
     if (d->g_idx.size() != 0 || moe_int::unit_length(int(d->group_size)) == 0) return false;
   if (ex.gate.group_size != ex.up.group_size || ex.gate.sym != ex.up.sym) return false;
-  if (s.hidden % moe_int::kXBlock != 0 || s.intermediate % moe_int::kXBlock != 0) return false;
+  // The last activation block of a row may be short; units must tile K (moe_int_arith.h 1., 2.).
+  if (s.hidden % moe_int::kKStep != 0 || s.intermediate % moe_int::kKStep != 0) return false;
+  if (s.hidden % moe_int::unit_length(int(ex.gate.group_size)) != 0 ||
+      s.intermediate % moe_int::unit_length(int(ex.down.group_size)) != 0)
+    return false;
   if (s.top_k < 1 || s.top_k > 32 || s.num_experts < 1 || s.num_experts > 256) return false;
   return int(ex.gate.K) == s.hidden && int(ex.gate.N) == s.intermediate && int(ex.down.K) == s.intermediate &&
          int(ex.down.N) == s.hidden;

@@ -14,7 +14,8 @@ namespace moeserve::cuda::moe_int_detail {
 
 // Shapes both paths take (checked by the dispatcher before either launcher): GPTQ INT4 without
 // act-order, gate and up of one group size and zero mode, unit_length(group) != 0 for gate/up and
-// down, H % kXBlock == 0, I % kXBlock == 0, 1 <= top_k <= 32, E <= 256 (the fused routing).
+// down, H and I multiples of kKStep and of their projections' unit (the last activation block of a
+// row may be shorter than kXBlock), 1 <= top_k <= 32, E <= 256 (the fused routing).
 bool int_form_supported(const MoeShape& s, const DeviceExperts& ex);
 
 // CUDA-core (dp4a) kernels for steps of 1 .. kIntDecodeMaxTokens tokens (ops_moe_int_decode.cu):

@@ -27,6 +27,12 @@ void set_decode_kernels(CudaModelOptions& o, const std::string& name) {
   o.tensor_core_decode_experts = name == "tensor-cores";
 }
 
+void set_expert_activations(CudaModelOptions& o, const std::string& name) {
+  if (name != "f32" && name != "int16")
+    throw Error(fmt::format("--expert-activations must be f32 or int16, got '{}'", name));
+  o.int_experts = name == "int16";
+}
+
 namespace {
 
 // Padded decode batch sizes that get their own CUDA graph.
@@ -221,6 +227,10 @@ void Qwen35CudaModel::allocate_workspaces() {
   total += moe_ws_.bytes();
   moe_mma_ws_.resize(std::max<size_t>(1, moe_mma_workspace_bytes(ms, int(T))));
   total += moe_mma_ws_.bytes();
+  if (options_.int_experts) {
+    moe_int_ws_.resize(std::max<size_t>(1, moe_int_workspace_bytes(ms, int(T))));
+    total += moe_int_ws_.bytes();
+  }
 
   // Metadata: token_seq, token_pos, token_ids, logit_rows [T]; seq_token_start [S+1];
   // seq_start_pos, seq_state_slot [S]; block_tables [S][max_blocks].
@@ -712,6 +722,12 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
       shared_ready = join_event_;
     }
+    // The integer form serves every row in one call (a token's bits do not depend on the kernel it takes).
+    if (options_.int_experts &&
+        moe_routed_experts_int(x32_.data(), router_logits_.data(), ms, moe.experts, M, moe_int_ws_.data(),
+                               moe_int_ws_.bytes(), residual_.data(), s, shared_down_.data(),
+                               shared_gate_logit_.data(), shared_ready))
+      continue;
     // The GEMV rows and the tensor-core rows route and group their experts separately.
     const int E = int(c.num_experts);
     if (G_moe > 0)

@@ -46,6 +46,12 @@ struct CudaModelOptions {
   // serve flag's names onto the two.
   bool tensor_core_decode = false;
   bool tensor_core_decode_experts = false;
+  // Routed GPTQ INT4 experts in the integer form (moe_routed_experts_int, moe_int_arith.h: activations
+  // quantised to 16-bit integers per 128-k block, exact integer sums per weight group) for EVERY token,
+  // prompt and generated: its kernels all give a token the same bits, so one call serves the whole step
+  // and the two settings above do not apply to the experts. Formats the form does not cover keep the
+  // f32 kernels. set_expert_activations() maps the serve flag's names ("f32", "int16") onto it.
+  bool int_experts = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
   // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
@@ -57,6 +63,9 @@ struct CudaModelOptions {
 // `--decode-kernels`: "gemv" (both families on CUDA cores), "tensor-cores" (both on tensor cores) or
 // "mixed" (dense projections on tc_gemv, experts on the CUDA-core kernels). Throws Error otherwise.
 void set_decode_kernels(CudaModelOptions& o, const std::string& name);
+// `--expert-activations`: "f32" (the routed experts' f32 kernels) or "int16" (the integer form). Throws
+// Error otherwise.
+void set_expert_activations(CudaModelOptions& o, const std::string& name);
 
 class Qwen35CudaModel final : public model::CausalLM {
  public:
@@ -139,7 +148,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_, x32_, b_, a_;
   DeviceBuffer<float> qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, gdn_out_, shared_g_, shared_u_, shared_act_,
       head_in_;
-  DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_, moe_mma_ws_;
+  DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_, moe_mma_ws_, moe_int_ws_;
   size_t workspace_bytes_ = 0;
   float* logits_host_ = nullptr;  // pinned [lm_head_chunk_rows, V]
   std::unique_ptr<DeviceRowSampler> row_sampler_;  // samples device_sample rows, copies the others
