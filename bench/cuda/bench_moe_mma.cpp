@@ -1,5 +1,6 @@
 // moe_routed_experts (CUDA cores) against moe_routed_experts_mma (tensor cores, ops_moe_mma.cu)
-// on the same inputs, at the Qwen3.5-122B-A10B routed-expert shape: 256 experts, top-8,
+// and moe_routed_experts_int (the integer form: dp4a kernels up to 8 tokens, int8 tensor cores above;
+// ops_moe_int*.cu) on the same inputs, at the Qwen3.5-122B-A10B routed-expert shape: 256 experts, top-8,
 // hidden 3072, moe_intermediate 1024, INT4 GPTQ sym group 128 (random weights on the GPU).
 //
 //   bench_moe_mma                          (M = 1,8,64,512,1024,2048)
@@ -8,6 +9,8 @@
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 5     (the GPTQ word form, A/B against 1)
 //   bench_moe_mma --m 1024,8192 --moe-mma-variant 7     (the word form, tile size per expert)
 //   bench_moe_mma --m 1,8,64 --moe-mma-variant 8        (7 + swapAB tiles at decode sizes: default)
+//   bench_moe_mma --m 8192 --paths mma,int               (skip the slow CUDA-core path)
+//   bench_moe_mma --m 1,8 --int-decode-max 0             (the integer form's tensor-core kernels at 1-8)
 //
 // Timing: two warm-up launches, then --iters launches of each entry point, each between two CUDA
 // events with a synchronisation after it; the median is reported. The router logits rotate over
@@ -16,7 +19,8 @@
 //
 // Columns: us (median); GB/s = the expected bytes of the distinct selected experts
 // (E·(1 − (1 − k/E)^M) experts, each 3·H·I/2 bytes + scales) / t; TFLOP/s = 2·3·H·I·M·k / t (useful
-// FLOPs; the tensor-core path executes twice that: hi and lo MMAs); speedup = cores us / mma us.
+// FLOPs; the tensor-core path executes twice that: hi and lo MMAs); speedup = cores us / mma us; the
+// int columns likewise, "int gain" = min(cores, mma) us / int us.
 // Roofline references: HBM bandwidth (H200 ~4.8 TB/s) for GB/s, dense bf16 tensor-core peak
 // (H200 ~990 TFLOP/s for wgmma, mma.sync reaches part of it, halved by hi/lo) for TFLOP/s.
 #include <cuda_runtime.h>
@@ -61,7 +65,7 @@ DeviceLinear gptq_experts(int E, int N, int K, int g, uint64_t seed, cudaStream_
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"moe_routed_experts vs moe_routed_experts_mma (122B-A10B experts, INT4 GPTQ sym g128)"};
+  CLI::App app{"moe_routed_experts vs moe_routed_experts_mma vs moe_routed_experts_int (122B-A10B experts, INT4 GPTQ sym g128)"};
   std::string m_list = "1,8,64,512,1024,2048";
   int iters = 20;
   int variant = moe_mma_variant();
@@ -73,8 +77,16 @@ int main(int argc, char** argv) {
                  "remainder of <= 32 slots on a 32-slot tile; 5's bits), 8 = 7 with the swapAB GPTQ kernels at "
                  "<= 4 slots per expert (default; 5's bits)");
   app.add_option("--iters", iters, "timed launches per entry point");
+  std::string paths = "cores,mma,int";
+  app.add_option("--paths", paths, "entry points to time: cores, mma, int (comma-separated)");
+  int int_decode_max = moe_int_decode_max_tokens();
+  app.add_option("--int-decode-max", int_decode_max,
+                 "set_moe_int_decode_max_tokens: the largest step on the integer form's dp4a kernels (0-8)");
   CLI11_PARSE(app, argc, argv);
   set_moe_mma_variant(variant);
+  set_moe_int_decode_max_tokens(int_decode_max);
+  const bool run_cores = paths.find("cores") != std::string::npos, run_mma = paths.find("mma") != std::string::npos,
+             run_int = paths.find("int") != std::string::npos;
 
   const int E = 256, k = 8, H = 3072, I = 1024, g = 128;
   constexpr int kSets = 8;
@@ -94,29 +106,38 @@ int main(int argc, char** argv) {
   const MoeShape shape{E, k, H, I};
   moe_mma_prepare();  // the shared-memory opt-ins, as the model does at construction
 
-  std::printf("%6s %12s %12s %9s %9s %9s %9s %8s\n", "M", "cores us", "mma us", "cores GB/s", "mma GB/s",
-              "cores TF/s", "mma TF/s", "speedup");
+  std::printf("%6s %10s %10s %10s %10s %10s %10s %9s %9s %9s %8s %8s\n", "M", "cores us", "mma us", "int us",
+              "cores GB/s", "mma GB/s", "int GB/s", "cores TF/s", "mma TF/s", "int TF/s", "speedup", "int gain");
   for (int M : bench::parse_int_list(m_list)) {
     DeviceBuffer<float> x(size_t(M) * H), logits(size_t(kSets) * M * E), residual(size_t(M) * H);
     fill_uniform_f32(x.data(), x.size(), 100 + M, -1.f, 1.f, s);
     fill_uniform_f32(logits.data(), logits.size(), 200 + M, -2.f, 2.f, s);
     fill_uniform_f32(residual.data(), residual.size(), 300 + M, -1.f, 1.f, s);
-    DeviceBuffer<uint8_t> ws(std::max(moe_workspace_bytes(shape, M), moe_mma_workspace_bytes(shape, M)));
+    DeviceBuffer<uint8_t> ws(std::max({moe_workspace_bytes(shape, M), moe_mma_workspace_bytes(shape, M),
+                                       run_int ? moe_int_workspace_bytes(shape, M) : size_t(0)}));
     const float* lg = logits.data();
-    const double t_cores = bench::median_event_us(s, iters, [&](int i) {
+    const double nan = std::nan("");
+    const double t_cores = !run_cores ? nan : bench::median_event_us(s, iters, [&](int i) {
           moe_routed_experts(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
                              residual.data(), s);
         });
-    const double t_mma = bench::median_event_us(s, iters, [&](int i) {
+    const double t_mma = !run_mma ? nan : bench::median_event_us(s, iters, [&](int i) {
           if (!moe_routed_experts_mma(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
                                       residual.data(), s))
             throw Error("moe_routed_experts_mma refused the experts");
         });
+    const double t_int = !run_int ? nan : bench::median_event_us(s, iters, [&](int i) {
+          if (!moe_routed_experts_int(x.data(), lg + size_t(i % kSets) * M * E, shape, ex, M, ws.data(), ws.bytes(),
+                                      residual.data(), s))
+            throw Error("moe_routed_experts_int refused the experts");
+        });
     const double distinct = E * (1.0 - std::pow(1.0 - double(k) / E, M));
     const double bytes = distinct * per_expert;
     const double flops = 2.0 * 3.0 * H * I * double(M) * k;
-    std::printf("%6d %12.1f %12.1f %9.0f %9.0f %9.1f %9.1f %8.2f\n", M, t_cores, t_mma, bytes / (t_cores * 1e3),
-                bytes / (t_mma * 1e3), flops / (t_cores * 1e6), flops / (t_mma * 1e6), t_cores / t_mma);
+    const double best = std::fmin(t_cores, t_mma);  // fmin ignores a NaN (a path not run)
+    std::printf("%6d %10.1f %10.1f %10.1f %10.0f %10.0f %10.0f %9.1f %9.1f %9.1f %8.2f %8.2f\n", M, t_cores, t_mma,
+                t_int, bytes / (t_cores * 1e3), bytes / (t_mma * 1e3), bytes / (t_int * 1e3), flops / (t_cores * 1e6),
+                flops / (t_mma * 1e6), flops / (t_int * 1e6), t_cores / t_mma, best / t_int);
   }
   MOESERVE_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
