@@ -90,6 +90,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunkRows = 8;   // packed rows per item (64 k)
 constexpr int kQuantBatch = 4;  // 128-k blocks a warp loads before it quantises them
+constexpr int kMaxCols = 32;    // columns per CTA (C: 32, 16, 8 or 4)
 
 // ---- shared memory ---------------------------------------------------------------------------
 
@@ -201,35 +202,45 @@ struct Operand {
   const int32_t* z;   // qzeros [K/g][N/8] + n/8 (asymmetric)
 };
 
+// The 4 group scales (8 bytes) straight into shared memory: no register holds them in flight;
+// cp_async_wait_all before the barrier that precedes the fold.
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // kSub packed rows per sub-unit (4: U = 32; 8: U >= 64); kNs sub-units per item.
 template <int kSub>
 struct Item {
   static constexpr int kNs = kChunkRows / kSub;
   uint4 w[kChunkRows];  // packed rows k0/8 .. k0/8 + 7, columns n..n+3
-  uint2 sc[kNs];        // the 4 scales of the group a sub-unit starts (if it starts one)
-  uint32_t z[kNs];      // the zero word of a sub-unit's group
+  uint32_t z[kNs];      // the zero word of a sub-unit's group (asymmetric)
 };
 
+// Requests an item: its 8 rows into registers, its sub-units' zero words (asymmetric) into
+// registers, and the scales of the groups its sub-units start into sc[grp·C + 0..3] (shared
+// memory, the item's series and column quad).
 template <bool kSym, int kSub>
-__device__ __forceinline__ void load_item(Item<kSub>& it, const Operand& op, int N, int g, int k0) {
+__device__ __forceinline__ void load_item(Item<kSub>& it, const Operand& op, int N, int g, int k0, __half* sc,
+                                          int C) {
   const int32_t* p = op.q + size_t(k0 / 8) * N;
 #pragma unroll
   for (int j = 0; j < kChunkRows; ++j) it.w[j] = ld_stream(p + size_t(j) * N);
 #pragma unroll
   for (int j = 0; j < Item<kSub>::kNs; ++j) {
     const int kk = k0 + j * 8 * kSub, grp = kk / g;
-    it.sc[j] = make_uint2(0, 0);
-    if (kk - grp * g == 0) it.sc[j] = __ldg(reinterpret_cast<const uint2*>(op.sc + size_t(grp) * N));
+    if (kk - grp * g == 0) cp_async8(sc + size_t(grp) * C, op.sc + size_t(grp) * N);
     if constexpr (!kSym) it.z[j] = uint32_t(__ldg(op.z + size_t(grp) * (N / 8)));
   }
 }
 
 // The item's exact sub-unit sums P = Σ (q - z)·X of its 4 columns -> dp[j·C + 0..3] (dp at the
-// item's first sub-unit, column 4c); the scales of the groups it starts -> sc[grp·C + 0..3].
-// xp: the planes of packed row k0/8; sxq: ΣX of 32-k quarter k0/32; zshift = 4·(n % 8).
+// item's first sub-unit, column 4c). xp: the planes of packed row k0/8; sxq: ΣX of 32-k quarter
+// k0/32; zshift = 4·(n % 8).
 template <bool kSym, int kSub>
 __device__ __forceinline__ void compute_item(const Item<kSub>& it, const uint4* xp, const int* sxq, int zshift,
-                                             int* dp, __half* sc, int C, int g, int k0) {
+                                             int* dp, int C) {
 #pragma unroll
   for (int j = 0; j < Item<kSub>::kNs; ++j) {
     int A[4] = {0, 0, 0, 0};                 // Σ q·hi (s8 x u8 products: q <= 15 is a valid s8)
@@ -258,8 +269,6 @@ __device__ __forceinline__ void compute_item(const Item<kSub>& it, const uint4* 
       P[c] = A[c] * 256 + int(B[c]) - z * sxs;  // exact: |P| < 2^26
     }
     *reinterpret_cast<int4*>(dp + j * C) = make_int4(P[0], P[1], P[2], P[3]);
-    const int kk = k0 + j * 8 * kSub, grp = kk / g;
-    if (kk - grp * g == 0) *reinterpret_cast<uint2*>(sc + size_t(grp) * C) = it.sc[j];
   }
 }
 
@@ -337,12 +346,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int ln = i % L, ch = i / L, s = ln / Q, n = n0 + 4 * (ln - s * Q);
     const ExpertView& v = s ? up : gate;
     const Operand op{v.qweight + qoff + n, v.scales + soff + n, kSym ? nullptr : v.qzeros + zoff + n / 8};
-    load_item<kSym, kSub>(it, op, I, g, ch * 64);
+    load_item<kSym, kSub>(it, op, I, g, ch * 64, scs + size_t(s) * ng * C + (n - n0), C);
   };
   auto compute = [&](const Item<kSub>& it, int i) {
     const int ln = i % L, ch = i / L, s = ln / Q, c = ln - s * Q, n = n0 + 4 * c, k0 = ch * 64;
     compute_item<kSym, kSub>(it, planes + k0 / 8, sx + k0 / 32, 4 * (n % 8), dp + (s * nsu + k0 / kSubK) * C + 4 * c,
-                             scs + size_t(s) * ng * C + 4 * c, C, g, k0);
+                             C);
   };
   Item<kSub> a;
   if (tid < items) load(a, tid);
@@ -350,6 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
   pdl_launch_dependents();
   run_items<kSub>(a, items, load, compute);
+  cp_async_wait_all();  // this thread's scales are in shared memory
   __syncthreads();
   if (tid < 2 * C) {
     const int s = tid / C, col = tid - s * C;
@@ -370,6 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ uint4 smem_down[];
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
+  __shared__ float s_res[kMaxCols], s_sh[kMaxCols], s_sig;
   constexpr int kSubK = 8 * kSub;
   const int H = down.N, I = down.K, g = down.group;
   const int tid = threadIdx.x;
@@ -388,13 +399,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     s_ids[tid] = __ldcg(ids + size_t(m) * k + tid);  // in range (clamped by gate/up)
     s_w[tid] = __ldcg(wts + size_t(m) * k + tid);
   }
-  float res = 0.0f, sh = 0.0f, sig = 0.0f;
+  // The combine's inputs wait in shared memory (no registers held across the passes).
   if (tid < C) {
-    res = __ldcg(residual + size_t(m) * H + n0 + tid);
-    if (shared) {
-      sh = __ldcg(shared + size_t(m) * H + n0 + tid);
-      sig = 1.0f / (1.0f + __expf(-__ldcg(gate_logit + m)));  // combine_kernel's shared_scale
-    }
+    s_res[tid] = __ldcg(residual + size_t(m) * H + n0 + tid);
+    if (shared) s_sh[tid] = __ldcg(shared + size_t(m) * H + n0 + tid);
+  } else if (tid == C && shared) {
+    s_sig = 1.0f / (1.0f + __expf(-__ldcg(gate_logit + m)));  // combine_kernel's shared_scale
   }
   for (int r0 = 0; r0 < k; r0 += kr) {
     const int nr = min(kr, k - r0), L = nr * Q, items = L * (I / 64);
@@ -403,13 +413,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int ln = i % L, ch = i / L, rl = ln / Q, n = n0 + 4 * (ln - rl * Q);
       const Operand op{down.qweight + size_t(e) * (I / 8) * H + n, down.scales + size_t(e) * ng * H + n,
                        kSym ? nullptr : down.qzeros + size_t(e) * ng * (H / 8) + n / 8};
-      load_item<kSym, kSub>(it, op, H, g, ch * 64);
+      load_item<kSym, kSub>(it, op, H, g, ch * 64, scs + size_t(rl) * ng * C + (n - n0), C);
     };
     auto load = [&](Item<kSub>& it, int i) { load_e(it, i, s_ids[r0 + (i % L) / Q]); };
     auto compute = [&](const Item<kSub>& it, int i) {
       const int ln = i % L, ch = i / L, rl = ln / Q, c = ln - rl * Q, n = n0 + 4 * c, k0 = ch * 64;
       compute_item<kSym, kSub>(it, planes + size_t(rl) * pstride + k0 / 8, sx + rl * (I / 32) + k0 / 32, 4 * (n % 8),
-                               dp + (rl * nsu + k0 / kSubK) * C + 4 * c, scs + size_t(rl) * ng * C + 4 * c, C, g, k0);
+                               dp + (rl * nsu + k0 / kSubK) * C + 4 * c, C);
     };
     Item<kSub> a;
     if (tid < items) {
@@ -421,6 +431,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
     if (r0 == 0) pdl_launch_dependents();
     run_items<kSub>(a, items, load, compute);
+    cp_async_wait_all();  // this thread's scales are in shared memory
     __syncthreads();
     for (int t = tid; t < nr * C; t += kThreads) {
       const int rl = t / C, col = t - rl * C;
@@ -432,8 +443,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (tid < C) {
     float acc = 0.0f;
     for (int r = 0; r < k; ++r) acc = fmaf(s_w[r], ys[r * C + tid], acc);
-    float o = res + acc;
-    if (shared) o = fmaf(sig, sh, o);
+    float o = s_res[tid] + acc;
+    if (shared) o = fmaf(s_sig, s_sh[tid], o);
     residual[size_t(m) * H + n0 + tid] = o;
   }
 }
