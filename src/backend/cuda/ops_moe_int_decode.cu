@@ -43,8 +43,9 @@
 //   runs the ranks in passes of kr (the fold's y of every rank stays in shared memory).
 // Threads 256, __launch_bounds__(256, 2) (<= 128 registers: 2 CTAs per SM). Shared memory (bytes,
 //   per CTA, smem_layout): planes rows·(K/8 [+1])·16, sub-unit sums series·(K/sub)·C·4, scales
-//   series·(K/g)·C·2, y, s_b and ΣX. 122B-A10B (H 3072, I 1024, k 8, g 128 sym): gate/up 22.0 KB
-//   (+ 2 KB static), down 28.4 KB: 2 CTAs per SM on the H200 and the DGX Spark (99 KB per block);
+//   series·(K/g)·C·2 (filled by 8-byte cp.async with the weights), y, s_b and ΣX. 122B-A10B (H 3072,
+//   I 1024, k 8, g 128 sym): gate/up 22,240 B (+ 2,048 static: the per-warp routing), down 28,544 B
+//   (+ 528 static): 2 CTAs per SM on the H200 and on the DGX Spark (99 KB per block and per SM);
 //   C (and the down passes) are chosen per device so that 2 CTAs fit, else 1 (plan_int_decode).
 //   Shared memory above 48 KB is opted in once per device (the device's per-block maximum).
 // Grids at the 122B shape: M = 1 gate/up 32 x 8 = 256 CTAs, down 192 x 1 = 192 (264 CTA slots:
@@ -57,8 +58,8 @@
 //   down launch (the only kernel that reads shared_out).
 // Roofline (bytes per layer): M·k·(2·I·H/2 + 2·(H/g)·I·2) for gate/up and M·k·(H·I/2 + (I/g)·H·2)
 //   for down (+ zeros when asymmetric; a token's repeated expert is read again; tokens are not
-//   grouped at M <= 8): 122B at M = 1 25.2 MB + 12.6 MB = 37.7 MB (+ 0.6 MB scales), 8.8 us at
-//   4.3 TB/s. Activations from L2: x (4·H) per gate/up CTA, k act rows (4·k·I) per down CTA.
+//   grouped at M <= 8): 122B at M = 1 25.2 MB + 12.6 MB = 37.7 MB of weights + 1.2 MB of scales.
+//   Activations from L2: x (4·H) per gate/up CTA, k act rows (4·k·I) per down CTA.
 // Instructions per weight word: 1 LOP3, 1 SHF + 1 LOP3, 4 dp4a (+ 1/4 of a 16-byte shared load of
 //   X), against ~25 for the f32 form (ops_moe_decode.cu).
 #include <cuda_fp16.h>
@@ -552,6 +553,7 @@ void int_decode(const float* x, const float* router_logits, const MoeShape& s, c
   if (M < 1 || M > kIntDecodeMaxTokens) throw Error("moe_int: int_decode called with " + std::to_string(M) + " tokens");
   const IntDecodeLayout lay = int_decode_layout(s, M);
   if (workspace_bytes < lay.bytes) throw Error("moe_int: int_decode workspace too small");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("moe_int: the workspace must be 16-byte aligned");
   char* ws = static_cast<char*>(workspace);
   int32_t* ids = reinterpret_cast<int32_t*>(ws + lay.ids);
   float* weights = reinterpret_cast<float*>(ws + lay.weights);
