@@ -1,0 +1,434 @@
+// The integer-form dp4a expert kernels for steps of 1-8 tokens (ops_moe_int_decode.cu), through
+// cuda::moe_routed_experts_int with set_moe_int_decode_max_tokens(8) (every M <= 8 takes them):
+//   - the routed block against the CPU reference int_form_moe (tests/gpu/moe_int_reference.h):
+//     within 1e-4 of max |routed| (the reference uses std::exp for silu and the shared gate, the
+//     kernels __expf), sym / asym zeros, groups 32 / 64 / 128, the 122B-A10B expert shape (E reduced
+//     to 16), small and odd shapes, top-k 1 .. 32, M = 1, 3, 8, with and without the shared expert;
+//   - bit for bit: with k = 1, one-hot router logits (weight exactly 1), zero residual and no shared
+//     expert the residual is y = down·act exactly, so it must equal int_form_linear(down_e, act)
+//     with act read back from the kernels' workspace (ops_moe_int_decode.cuh), and act must equal
+//     silu(g)·u of int_form_linear(gate_e / up_e, x) within 1e-6 of max |act| (only __expf vs
+//     std::exp differ); also with x not 16-byte aligned (the 4-byte staging loads);
+//   - batch invariance (a token alone == the same token at positions 0 / 3 / 7 of 8, bit for bit,
+//     k = 8 random routing), repeated calls on one workspace (same bits as on a fresh one), and the
+//     same bits as the tensor-core form (set_moe_int_decode_max_tokens(0));
+//   - unsupported experts (GPTQ act-order, FP8) return false and leave the residual alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_moe_int_decode.cuh"
+#include "core/error.h"
+#include "gpu_test_quant.h"
+#include "moe_int_reference.h"
+
+using namespace moeserve;
+using namespace moeserve::gputest;
+
+namespace {
+
+struct Case {
+  int E, k, H, I;
+  std::string format;  // "gptq-{sym,asym}-g{32,64,128}", "gptq-actorder", "fp8"
+};
+
+std::string case_name(const Case& c) {
+  return c.format + " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) + " H=" + std::to_string(c.H) +
+         " I=" + std::to_string(c.I);
+}
+
+TestWeight make_weight(Rng& rng, const Case& c, int64_t N, int64_t K) {
+  if (c.format == "fp8") return make_fp8_block(rng, N, K, 0.03f, false);
+  if (c.format == "gptq-actorder") return make_gptq(rng, N, K, 32, true, true, 0.005f);
+  const bool sym = c.format.rfind("gptq-sym", 0) == 0;
+  const int64_t group = std::stoll(c.format.substr(c.format.rfind('g') + 1));
+  return make_gptq(rng, N, K, group, sym, false, 0.005f);
+}
+
+struct Experts {
+  std::vector<TestWeight> gate, up, down;
+  IntFormExperts ref() const {
+    IntFormExperts r;
+    for (size_t e = 0; e < gate.size(); ++e) {
+      r.gate.push_back(&gate[e].weight);
+      r.up.push_back(&up[e].weight);
+      r.down.push_back(&down[e].weight);
+    }
+    return r;
+  }
+};
+
+Experts make_experts(Rng& rng, const Case& c) {
+  Experts ex;
+  for (int e = 0; e < c.E; ++e) {
+    ex.gate.push_back(make_weight(rng, c, c.I, c.H));
+    ex.up.push_back(make_weight(rng, c, c.I, c.H));
+    ex.down.push_back(make_weight(rng, c, c.H, c.I));
+  }
+  return ex;
+}
+
+std::vector<const quant::QuantWeight*> ptrs(const std::vector<TestWeight>& v) {
+  std::vector<const quant::QuantWeight*> p;
+  for (const auto& t : v) p.push_back(&t.weight);
+  return p;
+}
+
+cuda::DeviceExperts upload(const Experts& ex) {
+  return cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+}
+
+bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+int count_diffs(const std::vector<float>& got, const std::vector<float>& ref, size_t* first) {
+  int diffs = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!bits_equal(got[i], ref[i]) && diffs++ == 0) *first = i;
+  return diffs;
+}
+
+// Restores the dp4a path's token limit when a test ends (also on a failed ASSERT).
+struct DecodeMaxGuard {
+  int saved = cuda::moe_int_decode_max_tokens();
+  ~DecodeMaxGuard() { cuda::set_moe_int_decode_max_tokens(saved); }
+};
+
+struct Inputs {
+  std::vector<float> x, logits, residual;
+  const std::vector<float>* shared = nullptr;  // [M, H] (with gate) or null
+  const std::vector<float>* gate = nullptr;    // [M]
+};
+
+// One call of moe_routed_experts_int on ws (a caller-owned workspace, not refilled); returns the
+// residual after it. x_offset: x starts that many floats into its device buffer (1: not 16-byte
+// aligned).
+std::vector<float> run_on(DeviceBuffer<uint8_t>& ws, const cuda::DeviceExperts& d, const Case& c, const Inputs& in,
+                          int M, bool* ran, int x_offset = 0) {
+  const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+  std::vector<float> xs(size_t(x_offset), 0.0f);
+  xs.insert(xs.end(), in.x.begin(), in.x.end());
+  auto d_x = to_device_f32(xs);
+  auto d_logits = to_device_f32(in.logits);
+  auto d_res = to_device_f32(in.residual);
+  DeviceBuffer<float> d_shared, d_gate;
+  if (in.shared) {
+    d_shared = to_device_f32(*in.shared);
+    d_gate = to_device_f32(*in.gate);
+  }
+  *ran = cuda::moe_routed_experts_int(d_x.data() + x_offset, d_logits.data(), shape, d, M, ws.data(), ws.size(),
+                                      d_res.data(), nullptr, in.shared ? d_shared.data() : nullptr,
+                                      in.shared ? d_gate.data() : nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("moe_routed_experts_int failed on the device");
+  return to_host(d_res);
+}
+
+// A fresh workspace for M tokens, filled with 0xFF bytes (NaN as f32: a value no kernel wrote
+// shows up as a NaN, not as a stale value of an earlier call).
+DeviceBuffer<uint8_t> fresh_workspace(const Case& c, int M) {
+  const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+  DeviceBuffer<uint8_t> ws(cuda::moe_int_workspace_bytes(shape, M));
+  if (cudaMemset(ws.data(), 0xFF, ws.size()) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
+  return ws;
+}
+
+std::vector<float> run(const cuda::DeviceExperts& d, const Case& c, const Inputs& in, int M, bool* ran,
+                       int x_offset = 0) {
+  auto ws = fresh_workspace(c, M);
+  return run_on(ws, d, c, in, M, ran, x_offset);
+}
+
+Inputs random_inputs(Rng& rng, const Case& c, int M) {
+  return {random_f32(rng, size_t(M) * c.H, 1.0f), random_f32(rng, size_t(M) * c.E, 2.0f),
+          random_f32(rng, size_t(M) * c.H, 1.0f)};
+}
+
+}  // namespace
+
+// The routed block against int_form_moe: max |got − ref| / max |ref − residual| < 1e-4 (the
+// kernels and the reference differ by __expf vs std::exp in silu and the shared gate, and rarely
+// by the quantisation of an act row whose element sits on a rounding tie after that). A wrong
+// nibble, plane byte, zero, scale, unit or rank moves outputs by O(max |routed|).
+TEST(GpuOpsMoeIntDecode, MatchesIntFormMoe) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  cuda::set_moe_int_decode_max_tokens(8);
+  Rng rng(91);
+  const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"},
+                                {16, 8, 1024, 512, "gptq-asym-g32"},  {16, 8, 1024, 512, "gptq-sym-g64"},
+                                {8, 3, 256, 128, "gptq-asym-g32"},    {6, 2, 384, 384, "gptq-asym-g64"},
+                                {40, 32, 256, 128, "gptq-sym-g32"},   {5, 1, 640, 256, "gptq-asym-g128"}};
+  for (const auto& c : cases) {
+    const std::string name = case_name(c);
+    SCOPED_TRACE(name);
+    const Experts ex = make_experts(rng, c);
+    const IntFormExperts ref_ex = ex.ref();
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 3, 8}) {
+      Inputs in = random_inputs(rng, c, M);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      for (bool with_shared : {false, true}) {
+        in.shared = with_shared ? &shared : nullptr;
+        in.gate = with_shared ? &gate : nullptr;
+        std::vector<float> ref = in.residual;
+        int_form_moe(ref_ex, c.k, in.x.data(), in.logits.data(), M, ref.data(), in.shared ? in.shared->data() : nullptr,
+                     in.gate ? in.gate->data() : nullptr);
+        bool ran = false;
+        const auto got = run(d, c, in, M, &ran);
+        ASSERT_TRUE(ran) << "moe_routed_experts_int refused a supported shape";
+        double max_err = 0, max_routed = 0;
+        size_t worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double err = std::isfinite(got[i]) ? std::fabs(double(got[i]) - double(ref[i])) : INFINITY;
+          if (err > max_err || !std::isfinite(err)) max_err = err, worst = i;
+          max_routed = std::max(max_routed, std::fabs(double(ref[i]) - double(in.residual[i])));
+        }
+        const double rel = max_err / max_routed;
+        std::printf("  int_decode %s M=%d shared=%d: max|err| %.3e, max|routed| %.3e, rel %.3e\n", name.c_str(), M,
+                    int(with_shared), max_err, max_routed, rel);
+        EXPECT_GT(max_routed, 0.0);
+        EXPECT_LT(rel, 1e-4) << "M=" << M << " shared=" << with_shared << ": worst at token " << worst / size_t(c.H)
+                             << " column " << worst % size_t(c.H) << ": " << got[worst] << " vs " << ref[worst];
+      }
+    }
+  }
+}
+
+// k = 1, one-hot logits (the chosen expert's weight is p / p = 1.0f exactly), zero residual, no
+// shared expert: residual_out = 0 + fmaf(1, y, 0) = y, the down projection of the slot's act row
+// as the kernels computed it. So residual_out must equal int_form_linear(down_e, act) BIT FOR BIT
+// (act read back from the workspace: ops_moe_int_decode.cuh), and act must match silu(g)·u of
+// int_form_linear(gate_e / up_e, x) within 1e-6 of max |act| (__expf vs std::exp only; the gate and
+// up sums themselves are exact-order). Tokens pick different experts; M = 1, 3, 8; x 16-byte
+// aligned and not (offset by one float: the kernels' scalar staging path), same bits.
+TEST(GpuOpsMoeIntDecode, ProjectionsMatchIntFormLinearBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  cuda::set_moe_int_decode_max_tokens(8);
+  Rng rng(92);
+  const std::vector<Case> cases{{16, 1, 3072, 1024, "gptq-sym-g128"}, {16, 1, 1024, 512, "gptq-asym-g128"},
+                                {16, 1, 1024, 512, "gptq-asym-g32"},  {16, 1, 1024, 512, "gptq-sym-g64"},
+                                {8, 1, 256, 128, "gptq-asym-g32"},    {6, 1, 384, 384, "gptq-sym-g32"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+    for (int M : {1, 3, 8}) {
+      Inputs in = random_inputs(rng, c, M);
+      std::fill(in.residual.begin(), in.residual.end(), 0.0f);
+      std::fill(in.logits.begin(), in.logits.end(), 0.0f);
+      std::vector<int> expert(static_cast<size_t>(M));
+      for (int m = 0; m < M; ++m) {
+        expert[size_t(m)] = (5 * m + 3) % c.E;
+        in.logits[size_t(m) * c.E + expert[size_t(m)]] = 30.0f;
+      }
+      for (int x_offset : {0, 1}) {
+        SCOPED_TRACE("x offset " + std::to_string(x_offset));
+        auto ws = fresh_workspace(c, M);
+        bool ran = false;
+        const auto got = run_on(ws, d, c, in, M, &ran, x_offset);
+        ASSERT_TRUE(ran);
+        // act [M·k, I] f32 from the workspace.
+        const auto lay = cuda::moe_int_detail::int_decode_layout(shape, M);
+        std::vector<float> act(size_t(M) * c.I);
+        ASSERT_EQ(cudaMemcpy(act.data(), ws.data() + lay.act, act.size() * sizeof(float), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        std::vector<int32_t> ids(static_cast<size_t>(M));
+        ASSERT_EQ(cudaMemcpy(ids.data(), ws.data() + lay.ids, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        double max_act_err = 0, max_act = 0;
+        int diffs = 0;
+        size_t first = 0;
+        for (int m = 0; m < M; ++m) {
+          const int e = expert[size_t(m)];
+          EXPECT_EQ(ids[size_t(m)], e) << "token " << m;
+          const float* am = act.data() + size_t(m) * c.I;
+          const auto y = int_form_linear(ex.down[size_t(e)].weight, am, 1);
+          for (int h = 0; h < c.H; ++h)
+            if (!bits_equal(got[size_t(m) * c.H + h], y[size_t(h)]) && diffs++ == 0) first = size_t(m) * c.H + h;
+          const float* xm = in.x.data() + size_t(m) * c.H;
+          const auto g = int_form_linear(ex.gate[size_t(e)].weight, xm, 1);
+          const auto u = int_form_linear(ex.up[size_t(e)].weight, xm, 1);
+          for (int i = 0; i < c.I; ++i) {
+            const float r = g[size_t(i)] / (1.0f + std::exp(-g[size_t(i)])) * u[size_t(i)];
+            const double err = std::isfinite(am[i]) ? std::fabs(double(am[i]) - double(r)) : INFINITY;
+            max_act_err = std::max(max_act_err, err);
+            max_act = std::max(max_act, std::fabs(double(r)));
+          }
+        }
+        EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
+                            << " outputs differ from int_form_linear(down, act); first at token " << first / size_t(c.H)
+                            << " column " << first % size_t(c.H);
+        const double rel = max_act_err / max_act;
+        std::printf("  int_decode act %s M=%d x+%d: max|err| %.3e, max|act| %.3e, rel %.3e\n", case_name(c).c_str(), M,
+                    x_offset, max_act_err, max_act, rel);
+        EXPECT_GT(max_act, 0.0);
+        EXPECT_LT(rel, 1e-6) << "M=" << M << ": act differs from silu(g)·u of int_form_linear";
+      }
+    }
+  }
+}
+
+// A token's residual row is bit-identical alone (M = 1) and at positions 0, 3 and 7 of 8 tokens
+// (the others random; k = 8 random routing), with and without the shared expert.
+TEST(GpuOpsMoeIntDecode, TokenOutputIndependentOfBatch) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  cuda::set_moe_int_decode_max_tokens(8);
+  Rng rng(93);
+  const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
+                                {16, 8, 1024, 512, "gptq-asym-g32"},
+                                {16, 8, 1024, 512, "gptq-sym-g64"},
+                                {8, 3, 256, 128, "gptq-asym-g128"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    Inputs alone = random_inputs(rng, c, 1);
+    const auto shared_t = random_f32(rng, size_t(c.H), 0.5f);
+    const std::vector<float> gate_t{0.3f};
+    for (bool with_shared : {false, true}) {
+      alone.shared = with_shared ? &shared_t : nullptr;
+      alone.gate = with_shared ? &gate_t : nullptr;
+      bool ran = false;
+      const auto ref = run(d, c, alone, 1, &ran);
+      ASSERT_TRUE(ran);
+      int changed = 0;  // the experts did add something
+      for (int h = 0; h < c.H; ++h) changed += !bits_equal(ref[size_t(h)], alone.residual[size_t(h)]);
+      EXPECT_GT(changed, c.H / 2);
+      for (int pos : {0, 3, 7}) {
+        const int M = 8;
+        Inputs in = random_inputs(rng, c, M);
+        auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+        auto gate = random_f32(rng, size_t(M), 1.0f);
+        std::copy(alone.x.begin(), alone.x.end(), in.x.begin() + long(pos) * c.H);
+        std::copy(alone.logits.begin(), alone.logits.end(), in.logits.begin() + long(pos) * c.E);
+        std::copy(alone.residual.begin(), alone.residual.end(), in.residual.begin() + long(pos) * c.H);
+        std::copy(shared_t.begin(), shared_t.end(), shared.begin() + long(pos) * c.H);
+        gate[size_t(pos)] = gate_t[0];
+        in.shared = with_shared ? &shared : nullptr;
+        in.gate = with_shared ? &gate : nullptr;
+        const auto batch = run(d, c, in, M, &ran);
+        ASSERT_TRUE(ran);
+        int diffs = 0;
+        for (int h = 0; h < c.H; ++h) diffs += !bits_equal(ref[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
+        EXPECT_EQ(diffs, 0) << "shared=" << with_shared << ", token at " << pos << " of " << M << ": " << diffs
+                            << " of " << c.H << " outputs differ from the token alone";
+      }
+    }
+  }
+}
+
+// Consecutive calls on ONE workspace (as the model's layers share one; filled with 0xFF once):
+// M = 8, 8, 3, 1, 8, 3 with the shared expert must each give the bits of the same inputs on a
+// fresh workspace.
+TEST(GpuOpsMoeIntDecode, RepeatedCallsOnOneWorkspace) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  cuda::set_moe_int_decode_max_tokens(8);
+  Rng rng(94);
+  for (const Case& c : {Case{16, 8, 3072, 1024, "gptq-sym-g128"}, Case{16, 8, 1024, 512, "gptq-asym-g64"}}) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    struct Run {
+      int M;
+      Inputs in;
+      std::vector<float> shared, gate, ref;
+    };
+    std::vector<Run> runs;
+    for (int M : {8, 3, 1}) {
+      Run r{M, random_inputs(rng, c, M), random_f32(rng, size_t(M) * c.H, 0.5f), random_f32(rng, size_t(M), 1.0f), {}};
+      runs.push_back(std::move(r));
+    }
+    for (Run& r : runs) {
+      r.in.shared = &r.shared;
+      r.in.gate = &r.gate;
+      bool ran = false;
+      r.ref = run(d, c, r.in, r.M, &ran);
+      ASSERT_TRUE(ran);
+    }
+    auto ws = fresh_workspace(c, 8);
+    for (int seq : {0, 0, 1, 2, 0, 1}) {
+      const Run& r = runs[size_t(seq)];
+      bool ran = false;
+      const auto got = run_on(ws, d, c, r.in, r.M, &ran);
+      ASSERT_TRUE(ran);
+      size_t first = 0;
+      const int diffs = count_diffs(got, r.ref, &first);
+      EXPECT_EQ(diffs, 0) << "M=" << r.M << ": " << diffs << " of " << got.size()
+                          << " outputs differ from a fresh workspace; first at token " << first / size_t(c.H)
+                          << " column " << first % size_t(c.H);
+    }
+  }
+}
+
+// The dp4a kernels and the tensor-core kernels of the integer form (set_moe_int_decode_max_tokens(0)
+// sends every step to the latter) give every output the same bits: exact integer unit sums and one
+// f32 fold per output in both (moe_int_arith.h). M = 1, 3, 8, with the shared expert.
+TEST(GpuOpsMoeIntDecode, MatchesTensorCoreFormBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(95);
+  const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
+                                {16, 8, 1024, 512, "gptq-asym-g32"},
+                                {16, 8, 1024, 512, "gptq-sym-g64"},
+                                {8, 3, 256, 128, "gptq-asym-g128"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 3, 8}) {
+      Inputs in = random_inputs(rng, c, M);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      in.shared = &shared;
+      in.gate = &gate;
+      bool ran = false;
+      cuda::set_moe_int_decode_max_tokens(8);
+      const auto got = run(d, c, in, M, &ran);
+      ASSERT_TRUE(ran);
+      cuda::set_moe_int_decode_max_tokens(0);
+      const auto ref = run(d, c, in, M, &ran);
+      ASSERT_TRUE(ran);
+      size_t first = 0;
+      const int diffs = count_diffs(got, ref, &first);
+      EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
+                          << " outputs differ between the dp4a and tensor-core forms; first at token "
+                          << first / size_t(c.H) << " column " << first % size_t(c.H);
+    }
+  }
+}
+
+// GPTQ act-order (g_idx) and FP8 experts are not covered by the integer form: false, and the
+// residual is untouched.
+TEST(GpuOpsMoeIntDecode, RefusesUnsupportedExperts) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  cuda::set_moe_int_decode_max_tokens(8);
+  Rng rng(96);
+  for (const Case& c : {Case{8, 3, 256, 128, "gptq-actorder"}, Case{8, 3, 256, 128, "fp8"}}) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+    EXPECT_FALSE(cuda::moe_int_supported(shape, d));
+    const int M = 3;
+    const Inputs in = random_inputs(rng, c, M);
+    // Any workspace will do: the call must return before touching it.
+    DeviceBuffer<uint8_t> ws(cuda::moe_int_detail::int_decode_layout(shape, M).bytes);
+    bool ran = true;
+    const auto got = run_on(ws, d, c, in, M, &ran);
+    EXPECT_FALSE(ran);
+    int diffs = 0;
+    for (size_t i = 0; i < got.size(); ++i) diffs += !bits_equal(got[i], in.residual[i]);
+    EXPECT_EQ(diffs, 0) << "the residual changed although the call returned false";
+  }
+}
