@@ -105,8 +105,8 @@ const std::vector<IntCase>& cases() {
   static const std::vector<IntCase> c{{16, 8, 3072, 1024, 128, true},  // the 122B-A10B expert shape, E cut to 16
                                       {16, 8, 3072, 1024, 128, false}, {16, 8, 1024, 512, 32, false},
                                       {8, 3, 256, 128, 64, true},      {6, 2, 384, 256, 128, false},
-                                      // short last activation blocks (the fixtures' I 64; I 96, H 160):
-                                      {8, 2, 128, 64, 32, true},       {5, 2, 160, 96, 32, false}};
+                                      // short last activation blocks (the fixtures' I 64; H 192):
+                                      {8, 2, 128, 64, 32, true},       {5, 2, 192, 64, 32, false}};
   return c;
 }
 
@@ -232,7 +232,7 @@ TEST(GpuOpsMoeInt, DeclinesShapesOutsideTheForm) {
     int group;  // 0: FP8 block experts; -1: GPTQ act-order
   };
   for (const Bad& b : {Bad{"fp8 experts", 4, 2, 256, 128, 0}, Bad{"act-order", 4, 2, 256, 128, -1},
-                       Bad{"group 96", 4, 2, 384, 384, 96}, Bad{"H not a multiple of 32", 4, 2, 80, 64, 16}}) {
+                       Bad{"group 96", 4, 2, 384, 384, 96}, Bad{"H not a multiple of 64", 4, 2, 96, 64, 32}}) {
     SCOPED_TRACE(b.what);
     std::vector<TestWeight> g, u, dn;
     for (int e = 0; e < b.E; ++e) {

@@ -51,7 +51,7 @@ namespace moeserve::cuda::moe_int {
 
 constexpr int kXBlock = 128;   // activation scale block (k)
 constexpr int kXMax = 32767;   // |X| <= kXMax
-constexpr int kKStep = 32;     // K (H and I) must be a multiple of it: k32 MMA steps, 8-k GPTQ words
+constexpr int kKStep = 64;     // K (H and I) must be a multiple of it: the dp4a kernels' 64-k items, k32 MMA steps
 
 struct XScale {
   float s;    // X · s ≈ x

@@ -110,8 +110,8 @@ __host__ __device__ constexpr SmemLayout smem_layout(int rows, int pstride, int 
   L.dp = L.planes + rows * pstride * 16;                          // int   [series][K/sub_k][C]
   L.sc = L.dp + round16(series * (K / sub_k) * C * 4);            // half  [series][K/g][C]
   L.ys = L.sc + round16(series * (K / g) * C * 2);                // float [ys_floats]
-  L.sblk = L.ys + round16(ys_floats * 4);                         // float [rows][K/128]
-  L.sx = L.sblk + round16(rows * (K / mi::kXBlock) * 4);          // int   [rows][K/32]
+  L.sblk = L.ys + round16(ys_floats * 4);                         // float [rows][ceil(K/128)]
+  L.sx = L.sblk + round16(rows * ((K + mi::kXBlock - 1) / mi::kXBlock) * 4);  // int [rows][K/32]
   L.bytes = L.sx + round16(rows * (K / 32) * 4);
   return L;
 }
@@ -124,9 +124,11 @@ __host__ __device__ constexpr SmemLayout down_layout(int I, int k, int kr, int C
 
 // ---- activation quantisation (moe_int_arith.h step 1) ----------------------------------------
 
-// One 128-k block by one warp: lane L holds x[4L .. 4L + 3] of the block (v). Writes the block's
-// 16 plane vectors (planes[0..16)), its scale s_b (*sblk) and ΣX of its four 32-k quarters (sx[0..4)).
-__device__ __forceinline__ void quantize_block(float4 v, uint4* planes, float* sblk, int* sx) {
+// One 128-k block by one warp: lane L holds x[4L .. 4L + 3] of the block (v; zeros past the row's
+// end). Writes the block's plane vectors (planes[0..16)), its scale s_b (*sblk) and ΣX of its 32-k
+// quarters (sx[0..4)); a row's short last block (moe_int_arith.h 1.: K % 128 != 0) writes only its
+// len / 8 vectors and len / 32 quarters (len = its k count, a multiple of 32).
+__device__ __forceinline__ void quantize_block(float4 v, int len, uint4* planes, float* sblk, int* sx) {
   const int lane = threadIdx.x & 31;
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
@@ -147,30 +149,32 @@ __device__ __forceinline__ void quantize_block(float4 v, uint4* planes, float* s
   hiO |= __shfl_xor_sync(0xffffffffu, hiO, 1);
   loE |= __shfl_xor_sync(0xffffffffu, loE, 1);
   loO |= __shfl_xor_sync(0xffffffffu, loO, 1);
-  if ((lane & 1) == 0) planes[lane >> 1] = make_uint4(hiE, hiO, loE, loO);
+  if ((lane & 1) == 0 && 8 * (lane >> 1) < len) planes[lane >> 1] = make_uint4(hiE, hiO, loE, loO);
   int s = X0 + X1 + X2 + X3;  // exact
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   s += __shfl_xor_sync(0xffffffffu, s, 4);
-  if ((lane & 7) == 0) sx[lane >> 3] = s;
+  if ((lane & 7) == 0 && 32 * (lane >> 3) < len) sx[lane >> 3] = s;
   if (lane == 0) *sblk = sc.s;
 }
 
 // rows contiguous activation rows of K (src, f32, written by an earlier kernel: read through L2)
-// into planes (row stride pstride vectors), sblk [rows][K/128], sx [rows][K/32]. Warp w takes the
+// into planes (row stride pstride vectors), sblk [rows][ceil(K/128)], sx [rows][K/32]. Warp w takes the
 // blocks w, w + 8, ...; each warp loads kQuantBatch blocks before it quantises them. vec: src is
 // 16-byte aligned (else 4-byte loads).
 __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int rows, int K, bool vec, uint4* planes,
                                               int pstride, float* sblk, int* sx) {
-  const int nb = K / mi::kXBlock, tasks = rows * nb;
+  const int nb = (K + mi::kXBlock - 1) / mi::kXBlock, tasks = rows * nb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int t0 = warp; t0 < tasks; t0 += kQuantBatch * kWarps) {
     float4 v[kQuantBatch];
 #pragma unroll
     for (int j = 0; j < kQuantBatch; ++j) {
       const int t = t0 + j * kWarps;
-      if (t < tasks) {
-        const float* p = src + size_t(t) * mi::kXBlock + 4 * lane;  // row t / nb, block t % nb
+      v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const int r = t / nb, kk = (t - r * nb) * mi::kXBlock + 4 * lane;  // row t / nb, block t % nb
+      if (t < tasks && kk < K) {  // K % 4 == 0: a lane's 4 k are all in the row or all past it
+        const float* p = src + size_t(r) * K + kk;
         v[j] = vec ? __ldcg(reinterpret_cast<const float4*>(p))
                    : make_float4(__ldcg(p), __ldcg(p + 1), __ldcg(p + 2), __ldcg(p + 3));
       }
@@ -180,7 +184,8 @@ __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int
       const int t = t0 + j * kWarps;  // warp-uniform
       if (t < tasks) {
         const int r = t / nb, b = t - r * nb;
-        quantize_block(v[j], planes + size_t(r) * pstride + b * 16, sblk + r * nb + b, sx + r * (K / 32) + b * 4);
+        quantize_block(v[j], min(mi::kXBlock, K - b * mi::kXBlock), planes + size_t(r) * pstride + b * 16,
+                       sblk + r * nb + b, sx + r * (K / 32) + b * 4);
       }
     }
   }
@@ -437,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int t = tid; t < nr * C; t += kThreads) {
       const int rl = t / C, col = t - rl * C;
       ys[(r0 + rl) * C + col] = fold_output(dp + rl * nsu * C + col, scs + size_t(rl) * ng * C + col,
-                                            sblk + rl * (I / mi::kXBlock), I, C, U, g, kSubK);
+                                            sblk + rl * ((I + mi::kXBlock - 1) / mi::kXBlock), I, C, U, g, kSubK);
     }
     __syncthreads();  // ys complete; planes / dp / scs free for the next pass
   }
