@@ -46,16 +46,23 @@
 // ring of kStages cp.async stages (kStages − 1 in flight), one __syncthreads per k tile. Per 32-k
 // block and warp: one LDS.32 + 1 SHF + 2 LOP3 per (column block of 8, matrix), two ldmatrix.x4 (hi,
 // lo) per m16 fragment, 2 MMAs per (fragment, n8 tile). Tilings (warp tile 32 x 32 or 16 x 32):
-//   large (BM 64): 16 warps 2 x 8, gate_up BN 128 + 128, down BN 256, BK 64, 4 stages
-//                  (~79 KB), 512 threads, <= 128 registers: 1 CTA per SM.
-//   mid   (BM 32): 8 warps 1 x 8, same BN, BK 64, 4 stages (~59 KB), <= 128 registers: 2 CTAs/SM
-//                  on the H200 (1 on the DGX Spark).
-//   small (BM 16): 8 warps 1 x 8, same BN, BK 128, 4 stages (~94 KB): 2 CTAs/SM on the H200;
-//                  decode-sized steps (1-4 slots per expert: the weight stream is the bound).
-// Registers / spills (ptxas -v, sm_90 and sm_121): see the report of the commit that added this.
+//   large (BM 64): 16 warps 2 x 8, gate_up BN 128 + 128, down BN 256, BK 64, 4 stages of 21,248 B
+//                  (84,992 B), 512 threads, <= 128 registers: 1 CTA per SM.
+//   mid   (BM 32): 8 warps 1 x 8, same BN, BK 64, 4 stages of 15,488 B (61,952 B), <= 128
+//                  registers: 2 CTAs per SM on the H200 (1 on the DGX Spark).
+//   small (BM 16): 8 warps 1 x 8, same BN, BK 128, 4 stages of 24,640 B (98,560 B): 2 CTAs per SM
+//                  on the H200; decode-sized steps (1-4 slots per expert: the weight stream is the bound).
+// 122B shape: M 64 runs the small tiling (512 slots <= 4·E): grid (8, 288) for gate_up and (12, 288)
+// for down, ~220 tiles live; M 1,024 and 8,192 the mixed lists: grids (8, 256) + (8, slots / 33)
+// for gate_up, (12, ..) for down (tiles past each list's count exit at once).
+// ptxas (CUDA 13.0): every tiling 122-128 registers; sm_121 spills nothing except the asymmetric
+// large tiling (16-20 B); sm_90 spills 92-200 B (stores) per thread in the 32 x 32 tilings (mostly
+// the hoisted per-thread copy addresses, reloaded once per k tile: with the copies removed the
+// compute alone spills 8 B sym / 40-68 B asym), 4-32 B in the asymmetric small tiling, none in
+// the symmetric small tiling.
 //
-// Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, GPTQ sym g128). Useful work 2·3·H·I·slots
-// integer multiply-adds (M 1,024: 8,192 slots, 155 G-OP; M 8,192: 1.24 T-OP); the MMAs execute it
+// Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, GPTQ sym g128). Useful work 3·H·I·slots
+// integer multiply-adds, 2 OP each (M 1,024: 8,192 slots, 155 G-OP; M 8,192: 1.24 T-OP); the MMAs execute it
 // twice (hi and lo planes) at the s8 rate (~2x bf16; the bf16 kernels also execute it twice), plus
 // the empty rows of partial m16 fragments. Weights: each expert with slots is read once per tile
 // (HBM ~1.2 GB per layer at prefill sizes; later tiles of one expert mostly from L2: adjacent in
@@ -88,7 +95,7 @@ using mma_frag::cp_async_commit;
 using mma_frag::cp_async_wait;
 using mma_frag::ldmatrix_x4;
 
-constexpr int kSmemBudget = 96 * 1024;
+constexpr int kSmemBudget = 99 * 1024;  // the DGX Spark's per-block limit
 constexpr int kMagicBits = 0x4B400000;  // the float 12582912 = 1.5·2^23 (ulp 1)
 constexpr float kMagic = 12582912.0f;
 constexpr int kSmallBM = 16;            // tiles of the small tiling (route_and_group)
@@ -395,33 +402,46 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       if (mi > 0 && !active[mi]) continue;  // warp-uniform (fragment 0 is active here)
-      uint32_t ah[4], al[4];
-      ldmatrix_x4(st + a_off[mi] + uint32_t(32 * kb), ah);
-      ldmatrix_x4(st + uint32_t(kAPlane) + a_off[mi] + uint32_t(32 * kb), al);
+      // The hi plane's fragment and MMAs, then the lo plane's: one A fragment live at a time.
+      int2 s0 = make_int2(0, 0), s1 = make_int2(0, 0);  // the rows' (Σ hi, Σ lo) at a unit's first block
       if (ustart) {
         const int r0 = warp_m * T::kWarpM + mi * 16 + gq;
-        const int2 s0 = *reinterpret_cast<const int2*>(stp + T::kSumOff + (r0 * kSlots + slot) * 8);
-        const int2 s1 = *reinterpret_cast<const int2*>(stp + T::kSumOff + ((r0 + 8) * kSlots + slot) * 8);
+        s0 = *reinterpret_cast<const int2*>(stp + T::kSumOff + (r0 * kSlots + slot) * 8);
+        s1 = *reinterpret_cast<const int2*>(stp + T::kSumOff + ((r0 + 8) * kSlots + slot) * 8);
+      }
+      // One plane's MMAs; kFresh (a unit's first block): C0 = 0x4B400000 − z·Σ (the zero term and the
+      // float bias) as the C operand, else the running accumulator. Two code paths, no selects.
+      auto plane_mmas = [&](int plane, auto fresh) {
+        uint32_t af[4];
+        ldmatrix_x4(st + uint32_t(plane * kAPlane) + a_off[mi] + uint32_t(32 * kb), af);
+        const int sr0 = plane ? s0.y : s0.x, sr1 = plane ? s1.y : s1.x;
 #pragma unroll
         for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
           for (int ni = 0; ni < NI; ++ni) {
-            const int z0 = zval(mat, ni, 0), z1 = zval(mat, ni, 1);
-            mma_hi(ch[mat][mi][ni], ah, bl[mat][ni], bh[mat][ni], kMagicBits - z0 * s0.x, kMagicBits - z1 * s0.x,
-                   kMagicBits - z0 * s1.x, kMagicBits - z1 * s1.x);
-            mma_lo(cl[mat][mi][ni], al, bl[mat][ni], bh[mat][ni], kMagicBits - z0 * s0.y, kMagicBits - z1 * s0.y,
-                   kMagicBits - z0 * s1.y, kMagicBits - z1 * s1.y);
+            int(&c)[4] = plane ? cl[mat][mi][ni] : ch[mat][mi][ni];
+            if constexpr (decltype(fresh)::value) {
+              const int z0 = zval(mat, ni, 0), z1 = zval(mat, ni, 1);
+              const int c0 = kMagicBits - z0 * sr0, c1 = kMagicBits - z1 * sr0;
+              const int c2 = kMagicBits - z0 * sr1, c3 = kMagicBits - z1 * sr1;
+              if (plane)
+                mma_lo(c, af, bl[mat][ni], bh[mat][ni], c0, c1, c2, c3);
+              else
+                mma_hi(c, af, bl[mat][ni], bh[mat][ni], c0, c1, c2, c3);
+            } else {
+              if (plane)
+                mma_lo(c, af, bl[mat][ni], bh[mat][ni], c[0], c[1], c[2], c[3]);
+              else
+                mma_hi(c, af, bl[mat][ni], bh[mat][ni], c[0], c[1], c[2], c[3]);
+            }
           }
+      };
+      if (ustart) {
+        plane_mmas(0, std::true_type{});
+        plane_mmas(1, std::true_type{});
       } else {
-#pragma unroll
-        for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni) {
-            int(&h)[4] = ch[mat][mi][ni];
-            int(&l)[4] = cl[mat][mi][ni];
-            mma_hi(h, ah, bl[mat][ni], bh[mat][ni], h[0], h[1], h[2], h[3]);
-            mma_lo(l, al, bl[mat][ni], bh[mat][ni], l[0], l[1], l[2], l[3]);
-          }
+        plane_mmas(0, std::false_type{});
+        plane_mmas(1, std::false_type{});
       }
     }
     if (ulast) {  // fold_unit: acc = fma(RN(D_u), s_b·scale, acc)
