@@ -1,0 +1,439 @@
+// The integer-form tensor-core expert kernels (ops_moe_int_mma.cu) through cuda::moe_routed_experts_int
+// with set_moe_int_decode_max_tokens(0), so that every M takes them: against the CPU reference of the
+// integer form (gputest::int_form_moe, within 1e-4 of max |routed|: only __expf vs std::exp and the
+// softmax denominator's order differ), bit for bit per projection (act and y read back from the
+// workspace, ops_moe_int_mma_layout.h, against gputest::int_form_linear) and per token (the combine
+// recomputed from the workspace's weights and y), batch invariance (a token alone == the same token
+// among 63 / 299 / 1,024 others: 16-, 32- and 64-slot tiles), equality with the dp4a decode kernels at
+// M <= 8, repeated calls on one workspace, and the refusal of unsupported experts.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_moe_int_mma_layout.h"
+#include "gpu_test_quant.h"
+#include "moe_int_reference.h"
+
+using namespace moeserve;
+using namespace moeserve::gputest;
+
+namespace {
+
+struct IntCase {
+  int E, k, H, I;
+  bool sym;
+  int group;
+};
+
+std::string case_name(const IntCase& c) {
+  return std::string(c.sym ? "sym" : "asym") + "-g" + std::to_string(c.group) + " E=" + std::to_string(c.E) +
+         " k=" + std::to_string(c.k) + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
+}
+
+struct Experts {
+  std::vector<TestWeight> gate, up, down;
+};
+
+Experts make_experts(Rng& rng, const IntCase& c) {
+  Experts ex;
+  for (int e = 0; e < c.E; ++e) {
+    ex.gate.push_back(make_gptq(rng, c.I, c.H, c.group, c.sym, false, 0.005f));
+    ex.up.push_back(make_gptq(rng, c.I, c.H, c.group, c.sym, false, 0.005f));
+    ex.down.push_back(make_gptq(rng, c.H, c.I, c.group, c.sym, false, 0.005f));
+  }
+  return ex;
+}
+
+std::vector<const quant::QuantWeight*> ptrs(const std::vector<TestWeight>& v) {
+  std::vector<const quant::QuantWeight*> p;
+  for (const auto& t : v) p.push_back(&t.weight);
+  return p;
+}
+
+IntFormExperts ref_of(const Experts& ex) { return {ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down)}; }
+
+cuda::DeviceExperts upload(const Experts& ex) {
+  return cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+}
+
+cuda::MoeShape shape_of(const IntCase& c) { return {c.E, c.k, c.H, c.I}; }
+
+// Every step on the tensor-core kernels while a test runs (restored also on a failed ASSERT).
+struct DecodeMaxGuard {
+  int saved = cuda::moe_int_decode_max_tokens();
+  DecodeMaxGuard() { cuda::set_moe_int_decode_max_tokens(0); }
+  ~DecodeMaxGuard() { cuda::set_moe_int_decode_max_tokens(saved); }
+};
+
+// fn(i) for i in [0, n) on all host threads (the CPU reference is slow at the 122B expert shape).
+void parallel_for(int n, const std::function<void(int)>& fn) {
+  const int T = std::max(1, std::min(n, int(std::thread::hardware_concurrency())));
+  std::atomic<int> next{0};
+  std::vector<std::thread> th;
+  for (int t = 0; t < T; ++t)
+    th.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) fn(i);
+    });
+  for (auto& t : th) t.join();
+}
+
+// The CPU reference of the routed block, token by token in parallel (int_form_moe is per token).
+std::vector<float> reference(const Experts& ex, const IntCase& c, const std::vector<float>& x,
+                             const std::vector<float>& logits, const std::vector<float>& residual, int M) {
+  const IntFormExperts r = ref_of(ex);
+  std::vector<float> out = residual;
+  parallel_for(M, [&](int m) {
+    int_form_moe(r, c.k, x.data() + size_t(m) * c.H, logits.data() + size_t(m) * c.E, 1, out.data() + size_t(m) * c.H);
+  });
+  return out;
+}
+
+// The combine's shared-expert step on a reference without it (int_form_moe's arithmetic).
+std::vector<float> add_shared(const std::vector<float>& ref, const std::vector<float>& shared,
+                              const std::vector<float>& gate, int M, int H) {
+  std::vector<float> out = ref;
+  for (int m = 0; m < M; ++m) {
+    const float sig = 1.0f / (1.0f + std::exp(-gate[size_t(m)]));
+    for (int h = 0; h < H; ++h) out[size_t(m) * H + h] = std::fma(sig, shared[size_t(m) * H + h], ref[size_t(m) * H + h]);
+  }
+  return out;
+}
+
+// residual after moe_routed_experts_int on `ws` (a fresh workspace filled with 0xFF bytes, NaN as f32,
+// when null: an output no tile computed shows up). *ran: the return value; ws_host: the workspace's
+// bytes after the call (when given).
+std::vector<float> run_int(const cuda::DeviceExperts& d, const IntCase& c, const std::vector<float>& x,
+                           const std::vector<float>& logits, const std::vector<float>& residual, int M, bool* ran,
+                           const std::vector<float>* shared = nullptr, const std::vector<float>* gate = nullptr,
+                           DeviceBuffer<uint8_t>* ws = nullptr, std::vector<uint8_t>* ws_host = nullptr) {
+  const cuda::MoeShape shape = shape_of(c);
+  DeviceBuffer<uint8_t> own;
+  if (!ws) {
+    own.resize(cuda::moe_int_workspace_bytes(shape, M));
+    if (cudaMemset(own.data(), 0xFF, own.bytes()) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
+    ws = &own;
+  }
+  auto d_x = to_device_f32(x);
+  auto d_logits = to_device_f32(logits);
+  auto d_res = to_device_f32(residual);
+  DeviceBuffer<float> d_shared, d_gate;
+  if (shared) {
+    d_shared = to_device_f32(*shared);
+    d_gate = to_device_f32(*gate);
+  }
+  *ran = cuda::moe_routed_experts_int(d_x.data(), d_logits.data(), shape, d, M, ws->data(), ws->bytes(), d_res.data(),
+                                      nullptr, shared ? d_shared.data() : nullptr, shared ? d_gate.data() : nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("moe_routed_experts_int failed on the device");
+  if (ws_host) *ws_host = ws->download();
+  return to_host(d_res);
+}
+
+bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+template <typename T>
+std::vector<T> region(const std::vector<uint8_t>& ws, size_t offset, size_t n) {
+  std::vector<T> v(n);
+  std::memcpy(v.data(), ws.data() + offset, n * sizeof(T));
+  return v;
+}
+
+// Shapes: the 122B-A10B expert shape with E reduced to 16 (sym g128), the other zero modes and groups at
+// a smaller H / I, small shapes with odd multiples of 128 (partial 128- and 256-column blocks), top-1.
+const std::vector<IntCase> kCases{{16, 8, 3072, 1024, true, 128}, {16, 8, 1024, 512, false, 128},
+                                  {16, 8, 1024, 512, false, 32},  {16, 8, 1024, 512, true, 64},
+                                  {8, 3, 256, 128, false, 32},    {6, 2, 384, 640, false, 64},
+                                  {4, 1, 640, 384, true, 128}};
+
+}  // namespace
+
+// The whole block against the CPU reference of the integer form, M = 1, 7 (16-slot tiles), 64 and
+// 300 (mostly 32- / 64-slot tiles), with and without the gated shared expert. Error: max |got − ref| /
+// max |routed| < 1e-4 (the GPU's silu uses __expf; an act value a few ulps off can move its X by one).
+TEST(GpuOpsMoeIntMma, MatchesIntFormReference) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(91);
+  for (const auto& c : kCases) {
+    const std::string name = case_name(c);
+    SCOPED_TRACE(name);
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 7, 64, 300}) {
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      const auto ref0 = reference(ex, c, x, logits, residual, M);
+      const auto ref1 = add_shared(ref0, shared, gate, M, c.H);
+      double max_routed = 0;
+      for (size_t i = 0; i < ref0.size(); ++i) max_routed = std::max(max_routed, std::fabs(double(ref0[i]) - residual[i]));
+      ASSERT_GT(max_routed, 0.0);
+      for (bool with_shared : {false, true}) {
+        bool ran = false;
+        const auto got = run_int(d, c, x, logits, residual, M, &ran, with_shared ? &shared : nullptr,
+                                 with_shared ? &gate : nullptr);
+        ASSERT_TRUE(ran) << "moe_routed_experts_int refused a supported case";
+        const auto& ref = with_shared ? ref1 : ref0;
+        double max_err = 0;
+        int nans = 0;
+        size_t worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          nans += !std::isfinite(got[i]);
+          const double e = std::fabs(double(got[i]) - double(ref[i]));
+          if (e > max_err) max_err = e, worst = i;
+        }
+        const double rel = max_err / max_routed;
+        std::printf("  int_mma %s M=%d%s: max|err| %.3e, max|routed| %.3e, rel %.3e\n", name.c_str(), M,
+                    with_shared ? " +shared" : "", max_err, max_routed, rel);
+        EXPECT_EQ(nans, 0) << "M=" << M;
+        EXPECT_LT(rel, 1e-4) << "M=" << M << (with_shared ? " (shared)" : "") << ": worst at token "
+                             << worst / size_t(c.H) << " column " << worst % size_t(c.H) << ": " << got[worst]
+                             << " vs " << ref[worst];
+      }
+    }
+  }
+}
+
+// Bit for bit per projection, from the workspace after a call: for every slot (token m = slot / k,
+// expert ids[slot]) y[slot] == int_form_linear(down_e, act[slot]) exactly (the act quantiser and the
+// down kernel), act[slot] == silu(g)·u with g, u = int_form_linear(gate_e / up_e, x_m) within 1e-6
+// relative (+1e-6 of max |act|: only __expf vs std::exp differ), and the residual == the combine
+// recomputed on the host from the workspace's weights and y (fmaf in rank order from 0, then + the
+// residual), exactly (no shared expert here: its sigmoid uses __expf; MatchesIntFormReference covers
+// it). Tilings: M 7 (16-slot tiles), E 16 / M 64, E 8 / M 64 and E 6 / M 300 (32- and 64-slot tiles,
+// partial column blocks), E 64 / M 20 (16-slot tiles at 2.5 slots per expert).
+TEST(GpuOpsMoeIntMma, ProjectionsBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(92);
+  const std::vector<std::pair<IntCase, int>> cases{{{16, 8, 3072, 1024, true, 128}, 7},
+                                                   {{16, 8, 1024, 512, false, 32}, 64},
+                                                   {{6, 2, 384, 640, false, 128}, 300},
+                                                   {{64, 8, 512, 256, true, 64}, 20},
+                                                   {{8, 3, 256, 128, false, 64}, 64}};
+  for (const auto& [c, M] : cases) {
+    SCOPED_TRACE(case_name(c) + " M=" + std::to_string(M));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    bool ran = false;
+    std::vector<uint8_t> ws;
+    const auto got = run_int(d, c, x, logits, residual, M, &ran, nullptr, nullptr, nullptr, &ws);
+    ASSERT_TRUE(ran);
+    const auto L = cuda::moe_int_detail::int_mma_layout(shape_of(c), M);
+    const int slots = M * c.k;
+    const auto ids = region<int32_t>(ws, L.ids, size_t(slots));
+    const auto wts = region<float>(ws, L.weights, size_t(slots));
+    const auto act = region<float>(ws, L.act, size_t(slots) * c.I);
+    const auto y = region<float>(ws, L.y, size_t(slots) * c.H);
+    for (int s = 0; s < slots; ++s) ASSERT_TRUE(ids[size_t(s)] >= 0 && ids[size_t(s)] < c.E) << "slot " << s;
+    double act_max = 0;
+    for (float v : act) act_max = std::max(act_max, double(std::fabs(v)));
+    ASSERT_GT(act_max, 0.0);
+    std::vector<int> act_bad(size_t(slots), 0), y_bad(size_t(slots), 0);
+    std::vector<double> act_worst(size_t(slots), 0.0);
+    parallel_for(slots, [&](int s) {
+      const int m = s / c.k, e = ids[size_t(s)];
+      const float* xm = x.data() + size_t(m) * c.H;
+      const auto g = int_form_linear(ex.gate[size_t(e)].weight, xm, 1);
+      const auto u = int_form_linear(ex.up[size_t(e)].weight, xm, 1);
+      for (int i = 0; i < c.I; ++i) {
+        const float gi = g[size_t(i)], ref = gi / (1.0f + std::exp(-gi)) * u[size_t(i)];
+        const double err = std::fabs(double(act[size_t(s) * c.I + i]) - double(ref));
+        act_worst[size_t(s)] = std::max(act_worst[size_t(s)], err / (std::fabs(double(ref)) + act_max));
+        act_bad[size_t(s)] += !(err <= 1e-6 * std::fabs(double(ref)) + 1e-6 * act_max);
+      }
+      const auto yr = int_form_linear(ex.down[size_t(e)].weight, act.data() + size_t(s) * c.I, 1);
+      for (int h = 0; h < c.H; ++h) y_bad[size_t(s)] += !bits_equal(y[size_t(s) * c.H + h], yr[size_t(h)]);
+    });
+    int act_fail = 0, y_fail = 0;
+    for (int s = 0; s < slots; ++s) {
+      if (act_bad[size_t(s)] && act_fail++ < 3)
+        ADD_FAILURE() << "slot " << s << " (expert " << ids[size_t(s)] << "): " << act_bad[size_t(s)] << " of " << c.I
+                      << " act values off by more than 1e-6 (worst relative " << act_worst[size_t(s)] << ")";
+      if (y_bad[size_t(s)] && y_fail++ < 3)
+        ADD_FAILURE() << "slot " << s << " (expert " << ids[size_t(s)] << "): " << y_bad[size_t(s)] << " of " << c.H
+                      << " y values differ from int_form_linear(down, act) in some bit";
+    }
+    EXPECT_EQ(act_fail, 0);
+    EXPECT_EQ(y_fail, 0);
+    // The combine (combine_kernel's arithmetic) on the workspace's weights and y, bit for bit.
+    int res_diffs = 0;
+    for (int m = 0; m < M; ++m)
+      for (int h = 0; h < c.H; ++h) {
+        float a = 0.0f;
+        for (int r = 0; r < c.k; ++r) a = std::fma(wts[size_t(m) * c.k + r], y[(size_t(m) * c.k + r) * c.H + h], a);
+        res_diffs += !bits_equal(got[size_t(m) * c.H + h], residual[size_t(m) * c.H + h] + a);
+      }
+    EXPECT_EQ(res_diffs, 0) << "residual != residual + Σ_r w_r·y_r (the workspace's weights and y)";
+  }
+}
+
+// A token's residual row is bit-identical alone (M = 1) and at position p among others: M 64 (E 16:
+// 32 slots per expert, 32-slot tiles; E 256: 2 per expert, 16-slot tiles), 300 and 1,025 (64-slot
+// tiles with 32-slot remainders). Any tiling, tile, row in a tile and neighbour must give the same
+// bits: the unit sums are exact integers and the fold order is fixed.
+TEST(GpuOpsMoeIntMma, TokenOutputIndependentOfBatch) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(93);
+  const std::vector<IntCase> cases{{16, 8, 3072, 1024, true, 128},
+                                   {256, 8, 512, 256, false, 64},
+                                   {8, 3, 256, 128, false, 32},
+                                   {6, 2, 384, 640, true, 128}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const auto xt = random_f32(rng, size_t(c.H), 1.0f);
+    const auto lt = random_f32(rng, size_t(c.E), 2.0f);
+    const auto rt = random_f32(rng, size_t(c.H), 1.0f);
+    bool ran = false;
+    const auto alone = run_int(d, c, xt, lt, rt, 1, &ran);
+    ASSERT_TRUE(ran);
+    int changed = 0;
+    for (int h = 0; h < c.H; ++h) changed += !bits_equal(alone[size_t(h)], rt[size_t(h)]);
+    EXPECT_GT(changed, c.H / 2) << "the experts added nothing";
+    for (auto [M, pos] : std::vector<std::pair<int, int>>{{64, 17}, {300, 250}, {300, 0}, {1025, 700}, {1025, 1024}}) {
+      auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      std::copy(xt.begin(), xt.end(), x.begin() + long(pos) * c.H);
+      std::copy(lt.begin(), lt.end(), logits.begin() + long(pos) * c.E);
+      std::copy(rt.begin(), rt.end(), residual.begin() + long(pos) * c.H);
+      const auto batch = run_int(d, c, x, logits, residual, M, &ran);
+      ASSERT_TRUE(ran);
+      int diffs = 0, nans = 0;
+      for (int h = 0; h < c.H; ++h) diffs += !bits_equal(alone[size_t(h)], batch[size_t(pos) * c.H + size_t(h)]);
+      for (float v : batch) nans += !std::isfinite(v);
+      EXPECT_EQ(diffs, 0) << "token at " << pos << " of " << M << ": " << diffs << " of " << c.H
+                          << " outputs differ from the token alone";
+      EXPECT_EQ(nans, 0) << "M=" << M;
+    }
+  }
+}
+
+// Steps of <= 8 tokens through the dp4a decode kernels (set_moe_int_decode_max_tokens(8)) and through
+// these kernels (0) give every output the same bits (the integer form's promise: exact unit sums, one
+// fold), with and without the shared expert.
+TEST(GpuOpsMoeIntMma, MatchesDecodeKernelsBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(94);
+  const std::vector<IntCase> cases{{16, 8, 3072, 1024, true, 128}, {16, 8, 1024, 512, false, 32},
+                                   {8, 3, 256, 128, false, 64}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 2, 5, 8}) {
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      for (bool with_shared : {false, true}) {
+        const auto* so = with_shared ? &shared : nullptr;
+        const auto* sg = with_shared ? &gate : nullptr;
+        bool ran = false;
+        cuda::set_moe_int_decode_max_tokens(8);
+        const auto dec = run_int(d, c, x, logits, residual, M, &ran, so, sg);
+        ASSERT_TRUE(ran);
+        cuda::set_moe_int_decode_max_tokens(0);
+        const auto mma = run_int(d, c, x, logits, residual, M, &ran, so, sg);
+        ASSERT_TRUE(ran);
+        int diffs = 0;
+        size_t first = 0;
+        for (size_t i = 0; i < mma.size(); ++i)
+          if (!bits_equal(mma[i], dec[i]) && diffs++ == 0) first = i;
+        EXPECT_EQ(diffs, 0) << "M=" << M << (with_shared ? " (shared)" : "") << ": " << diffs << " of " << mma.size()
+                            << " outputs differ; first at token " << first / size_t(c.H) << " column "
+                            << first % size_t(c.H) << ": " << mma[first] << " vs " << dec[first];
+      }
+    }
+  }
+}
+
+// Consecutive calls of different sizes on one workspace (sized for the largest, not refilled between
+// calls, as the model's layers share it) give the bits of calls on fresh NaN-filled workspaces.
+TEST(GpuOpsMoeIntMma, RepeatedCallsOnOneWorkspace) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(95);
+  const IntCase c{16, 8, 1024, 512, false, 64};
+  const Experts ex = make_experts(rng, c);
+  const cuda::DeviceExperts d = upload(ex);
+  DeviceBuffer<uint8_t> ws(cuda::moe_int_workspace_bytes(shape_of(c), 300));
+  ASSERT_EQ(cudaMemset(ws.data(), 0xFF, ws.bytes()), cudaSuccess);
+  struct Step {
+    int M;
+    std::vector<float> x, logits, residual;
+  };
+  std::vector<Step> steps;
+  for (int M : {300, 7, 64}) {
+    steps.push_back({M, random_f32(rng, size_t(M) * c.H, 1.0f), random_f32(rng, size_t(M) * c.E, 2.0f),
+                     random_f32(rng, size_t(M) * c.H, 1.0f)});
+  }
+  steps.push_back(steps[0]);  // the first step again after the others
+  steps.push_back(steps[1]);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    bool ran = false;
+    const auto fresh = run_int(d, c, st.x, st.logits, st.residual, st.M, &ran);
+    ASSERT_TRUE(ran);
+    const auto reused = run_int(d, c, st.x, st.logits, st.residual, st.M, &ran, nullptr, nullptr, &ws);
+    ASSERT_TRUE(ran);
+    int diffs = 0;
+    for (size_t j = 0; j < fresh.size(); ++j) diffs += !bits_equal(fresh[j], reused[j]);
+    EXPECT_EQ(diffs, 0) << "call " << i << " (M=" << st.M << ") on the shared workspace";
+  }
+}
+
+// Experts the integer form does not cover: false, and the residual is untouched (act-order GPTQ,
+// FP8 block experts).
+TEST(GpuOpsMoeIntMma, RefusesUnsupportedExperts) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  Rng rng(96);
+  const IntCase c{8, 3, 256, 128, false, 32};
+  const int M = 20;
+  for (const std::string kind : {"gptq-actorder", "fp8"}) {
+    SCOPED_TRACE(kind);
+    Experts ex;
+    for (int e = 0; e < c.E; ++e) {
+      if (kind == "fp8") {
+        ex.gate.push_back(make_fp8_block(rng, c.I, c.H, 0.03f, false));
+        ex.up.push_back(make_fp8_block(rng, c.I, c.H, 0.03f, false));
+        ex.down.push_back(make_fp8_block(rng, c.H, c.I, 0.03f, false));
+      } else {
+        ex.gate.push_back(make_gptq(rng, c.I, c.H, 32, false, true, 0.005f));
+        ex.up.push_back(make_gptq(rng, c.I, c.H, 32, false, true, 0.005f));
+        ex.down.push_back(make_gptq(rng, c.H, c.I, 32, false, true, 0.005f));
+      }
+    }
+    const cuda::DeviceExperts d = upload(ex);
+    EXPECT_FALSE(cuda::moe_int_supported(shape_of(c), d));
+    const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+    const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+    const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+    bool ran = true;
+    const auto got = run_int(d, c, x, logits, residual, M, &ran);
+    EXPECT_FALSE(ran);
+    int diffs = 0;
+    for (size_t i = 0; i < got.size(); ++i) diffs += !bits_equal(got[i], residual[i]);
+    EXPECT_EQ(diffs, 0) << "the residual changed although the call returned false";
+  }
+}
