@@ -16,7 +16,9 @@ bool int_form_supported(const MoeShape& s, const DeviceExperts& ex) {
   if (ex.format != quant::WeightFormat::GptqInt4) return false;
   const DeviceLinear* p[] = {&ex.gate, &ex.up, &ex.down};
   for (const DeviceLinear* d : p)
-    if (d->g_idx.size() != 0 || moe_int::unit_length(int(d->group_size)) == 0) return false;
+    // Units of >= 32 k (the tensor-core kernels' k32 steps); a group that tiles its K.
+    if (d->g_idx.size() != 0 || moe_int::unit_length(int(d->group_size)) < 32 || d->K % d->group_size != 0)
+      return false;
   if (ex.gate.group_size != ex.up.group_size || ex.gate.sym != ex.up.sym) return false;
   // The last activation block of a row may be short; units must tile K (moe_int_arith.h 1., 2.).
   if (s.hidden % moe_int::kKStep != 0 || s.intermediate % moe_int::kKStep != 0) return false;

@@ -114,11 +114,13 @@ constexpr int cmin(int a, int b) { return a < b ? a : b; }
 __global__ void __launch_bounds__(kQuantThreads)
     quant_rows_kernel(const float* __restrict__ in, int rows, int K, int U, bool vec_ok, uint32_t* __restrict__ hi,
                       uint32_t* __restrict__ lo, float* __restrict__ sb, int2* __restrict__ sums) {
-  const int blocks = K / moe_int::kXBlock;
+  const int blocks = (K + moe_int::kXBlock - 1) / moe_int::kXBlock;  // a row's last block may be short
   const long long item = (static_cast<long long>(blockIdx.x) * kQuantThreads + threadIdx.x) >> 4;
   const int l = int(threadIdx.x & 15);
-  const bool valid = item < static_cast<long long>(rows) * blocks;  // whole half-warps; shuffles need all lanes
-  const int row = valid ? int(item / blocks) : 0, b = valid ? int(item % blocks) : 0;
+  const bool in_range = item < static_cast<long long>(rows) * blocks;  // whole half-warps; shuffles need all lanes
+  const int row = in_range ? int(item / blocks) : 0, b = in_range ? int(item % blocks) : 0;
+  // A short last block (K % 128 == 64): lanes past the row's end hold zeros and write nothing.
+  const bool valid = in_range && b * moe_int::kXBlock + 8 * l < K;
   const size_t k0 = size_t(row) * K + size_t(b) * moe_int::kXBlock + size_t(8 * l);
   float v[8];
   if (valid && vec_ok) {
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(kQuantThreads)
 
 void quant_rows(const float* in, int rows, int K, int U, uint8_t* hi, uint8_t* lo, float* sb, int2* sums,
                 cudaStream_t stream) {
-  const long long items = static_cast<long long>(rows) * (K / moe_int::kXBlock);
+  const long long items = static_cast<long long>(rows) * ((K + moe_int::kXBlock - 1) / moe_int::kXBlock);
   const long long grid = (items + kQuantThreads / 16 - 1) / (kQuantThreads / 16);
   if (grid <= 0) return;
   const bool vec_ok = reinterpret_cast<uintptr_t>(in) % 16 == 0;
@@ -246,6 +248,8 @@ struct Tiling {
 template <int kMats> using LargeT = Tiling<kMats, 64, (kMats == 2 ? 128 : 256), 2, 8, 64, 4, 1>;
 template <int kMats> using MidT = Tiling<kMats, 32, (kMats == 2 ? 128 : 256), 1, 8, 64, 4, 2>;
 template <int kMats> using SmallT = Tiling<kMats, kSmallBM, (kMats == 2 ? 128 : 256), 1, 8, 128, 4, 2>;
+// The small tiling with 64-k tiles, for a K that is not a multiple of 128 (moe_int_arith.h: K % 64 == 0).
+template <int kMats> using SmallT64 = Tiling<kMats, kSmallBM, (kMats == 2 ? 128 : 256), 1, 8, 64, 4, 2>;
 
 // The A operand: a quantised activation matrix [rows][K] (quant_rows_kernel's output).
 struct APlanes {
@@ -274,7 +278,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int n0 = int(blockIdx.x) * BN;
   const int ushift = 31 - __clz(U);           // U = 32, 64 or 128
   const int unit_slots = U >= BK ? 1 : BK / U;  // units with a slot per stage
-  const int units_per_row = K >> ushift, blocks_per_row = K / moe_int::kXBlock;
+  const int units_per_row = K >> ushift, blocks_per_row = (K + moe_int::kXBlock - 1) / moe_int::kXBlock;
 
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sbase = uint32_t(__cvta_generic_to_shared(smem));
@@ -472,7 +476,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 
   // ---- the cp.async ring: kStages − 1 k tiles in flight while one is computed ----
   __syncthreads();  // the zeroing is done before any copy lands
-  const int kt_count = K / BK;  // K % 128 == 0
+  const int kt_count = K / BK;  // K % BK == 0 (the launcher picks BK 64 when K % 128 != 0)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < kt_count) load_tile(s, s * BK);
@@ -599,7 +603,9 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
   const bool gsym = all_zero_eight(ex.gate) && all_zero_eight(ex.up), dsym = all_zero_eight(ex.down);
   const TileList list{num_tiles, tile_expert, tile_start, tile_count, order};
   const TileList large{num_tiles + 1, tile_expert + mid_cap, tile_start + mid_cap, tile_count + mid_cap, order};
-  if (small) {
+  if (small && H % 128 != 0) {
+    launch_sym<SmallT64<2>>(gsym, xa, k, Ugu, list, small_grid, g, u, act, stream);
+  } else if (small) {
     launch_sym<SmallT<2>>(gsym, xa, k, Ugu, list, small_grid, g, u, act, stream);
   } else {
     launch_sym<LargeT<2>>(gsym, xa, k, Ugu, large, large_cap, g, u, act, stream);
@@ -609,7 +615,9 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
   quant_rows(act, int(slots), I, Ud, base + L.a_hi, base + L.a_lo, reinterpret_cast<float*>(base + L.a_sb),
              reinterpret_cast<int2*>(base + L.a_sum), stream);
 
-  if (small) {
+  if (small && I % 128 != 0) {
+    launch_sym<SmallT64<1>>(dsym, aa, 1, Ud, list, small_grid, d, d, y, stream);
+  } else if (small) {
     launch_sym<SmallT<1>>(dsym, aa, 1, Ud, list, small_grid, d, d, y, stream);
   } else {
     launch_sym<LargeT<1>>(dsym, aa, 1, Ud, large, large_cap, d, d, y, stream);
