@@ -6,7 +6,7 @@
 //   num_tiles [2] i32, tile_expert / tile_start / tile_count [tiles] i32: the tile lists
 //   x_hi [M][H] s8, x_lo [M][H] u8: X = 256·hi + lo (moe_int_arith.h step 1), k permuted inside each
 //     32-k block (logical byte 16·h + 4·t + i holds physical k 8·t + 2·i + h)
-//   x_sb [M][H/128] f32: the block scales s_b;  x_sum [M][H/32] int2: (Σ hi, Σ lo) per unit
+//   x_sb [M][ceil(H/128)] f32: the block scales s_b;  x_sum [M][H/32] int2: (Σ hi, Σ lo) per unit
 //   act [M·k][I] f32 by slot: silu(g)·u;  a_hi, a_lo, a_sb, a_sum: act quantised as x
 //   y [M·k][H] f32 by slot: the down projection, before the combine
 #pragma once
@@ -47,12 +47,12 @@ inline IntMmaLayout int_mma_layout(const MoeShape& s, int tokens) {
   l.tile_count = take(l.tiles * 4);
   l.x_hi = take(M * H);
   l.x_lo = take(M * H);
-  l.x_sb = take(M * (H / 128) * 4);
+  l.x_sb = take(M * ((H + 127) / 128) * 4);  // a short last block has its scale too
   l.x_sum = take(M * (H / 32) * 8);
   l.act = take(slots * I * 4);
   l.a_hi = take(slots * I);
   l.a_lo = take(slots * I);
-  l.a_sb = take(slots * (I / 128) * 4);
+  l.a_sb = take(slots * ((I + 127) / 128) * 4);
   l.a_sum = take(slots * (I / 32) * 8);
   l.y = take(slots * H * 4);
   l.total = off;
