@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
                  "CUDA-core experts)");
   std::string expert_activations = "f32";
   app.add_option("--expert-activations", expert_activations,
-                 "GPTQ routed experts, as serve --expert-activations: f32 or int16 (the integer form)");
+                 "generated tokens' GPTQ routed experts, as serve --expert-activations: f32 or int16 (the integer form)");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);

@@ -29,8 +29,8 @@ struct ModelLoadOptions {
   // CUDA: kernels of generated tokens: "gemv" (CUDA-core GEMVs, fastest at batch 1) or
   // "tensor-cores" (the prompt tokens' kernels). Prompt tokens always take the tensor cores.
   std::string decode_kernels = "gemv";
-  // CUDA: GPTQ INT4 routed experts with "f32" activations or in the "int16" integer form
-  // (moe_routed_experts_int) for every token.
+  // CUDA: generated tokens' GPTQ INT4 routed experts with "f32" activations or in the "int16" integer
+  // form (moe_routed_experts_int).
   std::string expert_activations = "f32";
 };
 

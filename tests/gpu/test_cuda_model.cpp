@@ -276,11 +276,13 @@ TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {
   EXPECT_THROW(cuda::set_decode_kernels(o, "fast"), Error);
 }
 
-// The integer form of the GPTQ experts (--expert-activations int16, moe_routed_experts_int) on the
-// GPTQ fixtures: the logits against transformers' within the exact-weight bars of
-// FixtureLogitsMatchTransformers, different from the f32 form's (so the form really ran), a prompt
-// scored in chunks of 7 == token by token (prompt tokens on both expert kernel families), and a
-// request's greedy output alone == in a batch of six.
+// The integer form of the generated tokens' GPTQ experts (--expert-activations int16,
+// moe_routed_experts_int) on the GPTQ fixtures, every position scored as a generated token
+// (prompt_len 0): the logits against transformers' within the exact-weight bars of
+// FixtureLogitsMatchTransformers and different from the f32 form's (so the form really ran); the
+// sequence in one step (the int8 tensor-core kernels) against chunks of 7 and token by token (the dp4a
+// kernels); prompt-kind scoring unchanged by the option (prompt tokens keep their kernels); a request's
+// greedy output alone == in a batch of six.
 TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const auto& name : {"int4_autoround_sym", "hybrid_int4_fp8"}) {
@@ -290,12 +292,13 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     const auto expect = ref.floats("logits");
     auto o = small_options();
     auto f32_model = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
-    const auto by_f32 = score(*f32_model, ids, 1000);
+    const auto by_f32 = score(*f32_model, ids, 1000, /*prompt_len=*/0);
+    const auto prompt_kind = score(*f32_model, ids, 1000);
     f32_model.reset();
     cuda::set_expert_activations(o, "int16");
     ASSERT_TRUE(o.int_experts);
     auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
-    const auto got = score(*m, ids, 1000);
+    const auto got = score(*m, ids, 1000, /*prompt_len=*/0);
     ASSERT_EQ(got.size(), expect.size());
     const double err = rel_diff(got, expect), vs_f32 = rel_diff(got, by_f32);
     const double agree = top1_agreement(got, expect, size_t(m->config().vocab_size));
@@ -304,7 +307,8 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     EXPECT_GE(agree, 0.95);
     if (agree == 1.0) EXPECT_LT(err, 1e-2);
     EXPECT_GT(vs_f32, 0.0) << "the int16 form gave the f32 form's bits: did it run?";
-    const double e7 = rel_diff(score(*m, ids, 7), got), e1 = rel_diff(score(*m, ids, 1), got);
+    EXPECT_EQ(rel_diff(score(*m, ids, 1000), prompt_kind), 0.0) << "the option changed prompt tokens";
+    const double e7 = rel_diff(score(*m, ids, 7, 0), got), e1 = rel_diff(score(*m, ids, 1, 0), got);
     std::printf("[gpu-int-experts] %-20s chunks of 7 %.3e, token by token %.3e (rel)\n", name, e7, e1);
     EXPECT_LT(e7, 2e-3);
     EXPECT_LT(e1, 2e-3);

@@ -722,28 +722,30 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
       shared_ready = join_event_;
     }
-    // The integer form serves every row in one call (a token's bits do not depend on the kernel it takes).
-    if (options_.int_experts &&
-        moe_routed_experts_int(x32_.data(), router_logits_.data(), ms, moe.experts, M, moe_int_ws_.data(),
-                               moe_int_ws_.bytes(), residual_.data(), s, shared_down_.data(),
-                               shared_gate_logit_.data(), shared_ready))
-      continue;
-    // The GEMV rows and the tensor-core rows route and group their experts separately.
+    // Generated rows: the integer form (int_experts, formats it covers), else the CUDA-core f32 kernels
+    // (G_moe rows); the rest take the tensor-core expert kernels. Each path routes and groups its own rows.
     const int E = int(c.num_experts);
-    if (G_moe > 0)
-      moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G_moe, moe_ws_.data(), moe_ws_.bytes(),
+    const int G_int = options_.int_experts && G > 0 && moe_int_supported(ms, moe.experts) ? G : 0;
+    const int G_f32 = G_int > 0 ? 0 : G_moe;
+    const int P0 = G_int > 0 ? G_int : G_f32;  // the first row of the tensor-core call
+    if (G_int > 0 && !moe_routed_experts_int(x32_.data(), router_logits_.data(), ms, moe.experts, G_int,
+                                             moe_int_ws_.data(), moe_int_ws_.bytes(), residual_.data(), s,
+                                             shared_down_.data(), shared_gate_logit_.data(), shared_ready))
+      throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
+    if (G_f32 > 0)
+      moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G_f32, moe_ws_.data(), moe_ws_.bytes(),
                          residual_.data(), s, shared_down_.data(), shared_gate_logit_.data(), shared_ready);
-    if (G_moe < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
+    if (P0 < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
       if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
-      const size_t xo = size_t(G_moe) * size_t(H);
+      const size_t xo = size_t(P0) * size_t(H);
       const float* x = x32_.data() + xo;
-      const float* logits = router_logits_.data() + size_t(G_moe) * size_t(E);
+      const float* logits = router_logits_.data() + size_t(P0) * size_t(E);
       float* res = residual_.data() + xo;
       const float* sh = shared_down_.data() + xo;
-      const float* shg = shared_gate_logit_.data() + G_moe;
-      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - G_moe, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res,
+      const float* shg = shared_gate_logit_.data() + P0;
+      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - P0, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res,
                                   s, sh, shg))
-        moe_routed_experts(x, logits, ms, moe.experts, M - G_moe, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
+        moe_routed_experts(x, logits, ms, moe.experts, M - P0, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
     }
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());

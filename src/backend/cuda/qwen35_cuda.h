@@ -46,11 +46,12 @@ struct CudaModelOptions {
   // serve flag's names onto the two.
   bool tensor_core_decode = false;
   bool tensor_core_decode_experts = false;
-  // Routed GPTQ INT4 experts in the integer form (moe_routed_experts_int, moe_int_arith.h: activations
-  // quantised to 16-bit integers per 128-k block, exact integer sums per weight group) for EVERY token,
-  // prompt and generated: its kernels all give a token the same bits, so one call serves the whole step
-  // and the two settings above do not apply to the experts. Formats the form does not cover keep the
-  // f32 kernels. set_expert_activations() maps the serve flag's names ("f32", "int16") onto it.
+  // Generated tokens' routed GPTQ INT4 experts in the integer form (moe_routed_experts_int,
+  // moe_int_arith.h: activations quantised to 16-bit integers per 128-k block, exact integer sums per
+  // weight group; dp4a kernels up to 8 rows, int8 tensor cores above, the same bits either way), instead
+  // of tensor_core_decode_experts' choice. Prompt tokens keep the prompt-token expert kernels (faster at
+  // prefill sizes, docs/PERF.md run V1). Formats the form does not cover keep the f32 kernels.
+  // set_expert_activations() maps the serve flag's names ("f32", "int16") onto it.
   bool int_experts = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
