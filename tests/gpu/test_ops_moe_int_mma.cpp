@@ -148,11 +148,13 @@ std::vector<T> region(const std::vector<uint8_t>& ws, size_t offset, size_t n) {
 }
 
 // Shapes: the 122B-A10B expert shape with E reduced to 16 (sym g128), the other zero modes and groups at
-// a smaller H / I, small shapes with odd multiples of 128 (partial 128- and 256-column blocks), top-1.
+// a smaller H / I, small shapes with odd multiples of 128 (partial 128- and 256-column blocks), top-1,
+// and H, I not multiples of 128 (short last activation blocks: the 64-k small tiling at every M).
 const std::vector<IntCase> kCases{{16, 8, 3072, 1024, true, 128}, {16, 8, 1024, 512, false, 128},
                                   {16, 8, 1024, 512, false, 32},  {16, 8, 1024, 512, true, 64},
                                   {8, 3, 256, 128, false, 32},    {6, 2, 384, 640, false, 64},
-                                  {4, 1, 640, 384, true, 128}};
+                                  {4, 1, 640, 384, true, 128},    {8, 2, 192, 320, false, 64},
+                                  {5, 2, 192, 64, true, 32}};
 
 }  // namespace
 
@@ -212,7 +214,9 @@ TEST(GpuOpsMoeIntMma, MatchesIntFormReference) {
 // recomputed on the host from the workspace's weights and y (fmaf in rank order from 0, then + the
 // residual), exactly (no shared expert here: its sigmoid uses __expf; MatchesIntFormReference covers
 // it). Tilings: M 7 (16-slot tiles), E 16 / M 64, E 8 / M 64 and E 6 / M 300 (32- and 64-slot tiles,
-// partial column blocks), E 64 / M 20 (16-slot tiles at 2.5 slots per expert).
+// partial column blocks; units of 32, 64, 128 k: 1, 2, 4 units per 128-k stage), E 8 / M 100 (sym
+// g128 on 32- and 64-slot tiles), E 64 / M 20 (16-slot tiles at 2.5 slots per expert), H 192 / I 320
+// at M 300 (K % 128 == 64: the 64-k small tiling on 16-slot tiles although the step is prompt-sized).
 TEST(GpuOpsMoeIntMma, ProjectionsBitForBit) {
   MOESERVE_REQUIRE_GPU();
   DecodeMaxGuard guard;
@@ -221,7 +225,9 @@ TEST(GpuOpsMoeIntMma, ProjectionsBitForBit) {
                                                    {{16, 8, 1024, 512, false, 32}, 64},
                                                    {{6, 2, 384, 640, false, 128}, 300},
                                                    {{64, 8, 512, 256, true, 64}, 20},
-                                                   {{8, 3, 256, 128, false, 64}, 64}};
+                                                   {{8, 3, 256, 128, false, 64}, 64},
+                                                   {{8, 4, 1024, 768, true, 128}, 100},
+                                                   {{8, 2, 192, 320, false, 64}, 300}};
   for (const auto& [c, M] : cases) {
     SCOPED_TRACE(case_name(c) + " M=" + std::to_string(M));
     const Experts ex = make_experts(rng, c);
@@ -293,7 +299,8 @@ TEST(GpuOpsMoeIntMma, TokenOutputIndependentOfBatch) {
   const std::vector<IntCase> cases{{16, 8, 3072, 1024, true, 128},
                                    {256, 8, 512, 256, false, 64},
                                    {8, 3, 256, 128, false, 32},
-                                   {6, 2, 384, 640, true, 128}};
+                                   {6, 2, 384, 640, true, 128},
+                                   {8, 2, 192, 320, true, 64}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c);

@@ -42,24 +42,27 @@
 //
 // Parallelisation. Grid (ceil(N / BN), tile capacity of the list); CTA (nb, t) computes tile t's
 // <= BM slots x the BN columns nb·BN.. (gate_up: BN of gate AND of up, so the SwiGLU is local);
-// CTAs at or past the list's tile count exit at once. The CTA walks K in k tiles of BK through a
-// ring of kStages cp.async stages (kStages − 1 in flight), one __syncthreads per k tile. Per 32-k
-// block and warp: one LDS.32 + 1 SHF + 2 LOP3 per (column block of 8, matrix), two ldmatrix.x4 (hi,
-// lo) per m16 fragment, 2 MMAs per (fragment, n8 tile). Tilings (warp tile 32 x 32 or 16 x 32):
-//   large (BM 64): 16 warps 2 x 8, gate_up BN 128 + 128, down BN 256, BK 64, 4 stages of 21,248 B
-//                  (84,992 B), 512 threads, <= 128 registers: 1 CTA per SM.
-//   mid   (BM 32): 8 warps 1 x 8, same BN, BK 64, 4 stages of 15,488 B (61,952 B), <= 128
-//                  registers: 2 CTAs per SM on the H200 (1 on the DGX Spark).
-//   small (BM 16): 8 warps 1 x 8, same BN, BK 128, 4 stages of 24,640 B (98,560 B): 2 CTAs per SM
-//                  on the H200; decode-sized steps (1-4 slots per expert: the weight stream is the bound).
+// CTAs at or past the list's tile count exit at once. The CTA walks K in k tiles of BK = 128 (64
+// when K % 128 != 0, then U <= 64) through a ring of kStages cp.async stages (kStages − 1 in
+// flight), one __syncthreads per k tile; a stage holds whole units. Every warp owns one m16
+// fragment (16 rows) and n8 tiles; compute is unit-major: per unit, its 2·U/32 ldmatrix.x4 (hi and
+// lo planes) once, then per n8 tile one LDS.32 + 1 SHF + 2 LOP3 per 32-k block, a chain of U/32 hi
+// MMAs and one of U/32 lo MMAs (C0 at the head), and the fold at once: the integer accumulators
+// live for one tile, so the registers are acc + the unit's A fragments (no spills). Tilings:
+//   large (BM 64, 64-slot list): 8 warps 4 x 2, warp tile 16 x 32 per matrix (gate_up BN 64 + 64) /
+//     16 x 64 (down BN 128), 3 stages of 30,720 B (92,160 B), <= 255 registers: 1 CTA per SM.
+//   mid (BM 32, 32-slot list): gate_up 4 warps 2 x 2, BN 64 + 64, 4 stages of 20,352 B (81,408 B),
+//     2 CTAs per SM on the H200 (1 on the DGX Spark); down 8 warps 2 x 4, BN 256, 3 stages of
+//     29,824 B (89,472 B), 1 CTA per SM. <= 255 registers.
+//   small (BM 16, 16-slot list): 8 warps 1 x 8, warp tile 16 x 16 per matrix (gate_up BN 128 + 128)
+//     / 16 x 32 (down BN 256), 4 stages of 24,640 B (98,560 B; 64-k tiles: 12,608 B), <= 128
+//     registers: 2 CTAs per SM on the H200; decode-sized steps (1-4 slots per expert: the weight
+//     stream is the bound), and every step whose H or I is not a multiple of 128.
 // 122B shape: M 64 runs the small tiling (512 slots <= 4·E): grid (8, 288) for gate_up and (12, 288)
-// for down, ~220 tiles live; M 1,024 and 8,192 the mixed lists: grids (8, 256) + (8, slots / 33)
-// for gate_up, (12, ..) for down (tiles past each list's count exit at once).
-// ptxas (CUDA 13.0): every tiling 122-128 registers; sm_121 spills nothing except the asymmetric
-// large tiling (16-20 B); sm_90 spills 92-200 B (stores) per thread in the 32 x 32 tilings (mostly
-// the hoisted per-thread copy addresses, reloaded once per k tile: with the copies removed the
-// compute alone spills 8 B sym / 40-68 B asym), 4-32 B in the asymmetric small tiling, none in
-// the symmetric small tiling.
+// for down, ~220 tiles live; M 1,024 and 8,192 the mixed lists: grids (16, slots / 33) + (16, 256)
+// for gate_up, (24, ..) + (12, 256) for down (tiles past each list's count exit at once).
+// ptxas (CUDA 13.0, sm_90 / sm_121): no spills in any tiling; large and mid 178-208 registers (gate_up
+// 179-208, down 178-203), small 110-128.
 //
 // Roofline (122B-A10B: E 256, top-8, H 3072, I 1024, GPTQ sym g128). Useful work 3·H·I·slots
 // integer multiply-adds, 2 OP each (M 1,024: 8,192 slots, 155 G-OP; M 8,192: 1.24 T-OP); the MMAs execute it
@@ -67,11 +70,13 @@
 // the empty rows of partial m16 fragments. Weights: each expert with slots is read once per tile
 // (HBM ~1.2 GB per layer at prefill sizes; later tiles of one expert mostly from L2: adjacent in
 // the grid). L2 -> SM per k and CTA: A 2 bytes per row (x: BM·2, act: BM·2) against 0.5 bytes per
-// weight column (gate_up 256 columns, down 256): large tiles 128 + 128 bytes, half the bf16
-// kernels' 256 + 128. Activation traffic besides: x f32 read once and written as 2 planes (3 B/elem),
+// weight column (large: 128 columns, mid down 256): large tiles 128 + 64 bytes per k. Activation traffic besides: x f32 read once and written as 2 planes (3 B/elem),
 // act f32 written once and read once by its quantiser (M·k·I·8 bytes), y f32 written and read once
-// by the combine (M·k·H·8 bytes). ALU per 32-bit weight word: 1 LDS + 3 integer instructions, and
-// per output and unit 5 f32 instructions (2 FADD, 2 FFMA, 1 FMUL) against 2·U/32 MMAs.
+// by the combine (M·k·H·8 bytes). Instructions per warp, unit and n8 tile (U = 128): 4 LDS.32 +
+// 12 integer (the B registers), 8 MMAs, the fold 1 LDS + 2 HADD2.F32 + 4 FMUL + 8 FADD + 8 FFMA;
+// per unit and warp besides 8 ldmatrix.x4 and 2 LDS.64 (sums). Small gate_up (4 tiles per warp, 512
+// words per unit): ~205 warp instructions per unit, ~13 thread instructions per weight word, plus
+// ~3 for the copies (hoisted sources: one cp.async + a constant offset per chunk).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -208,11 +213,11 @@ __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
 }
 
 // One CTA shape: kMats = 2 (gate_up: B columns [0, BN) gate, [BN, 2·BN) up) or 1 (down); BM slots x
-// BN columns per matrix; WM x WN warps; k tile BK (64 or 128: a stage never straddles a 128-k
-// activation block). Stage layout (bytes): A hi [BM][AS], A lo [BM][AS], weight words
-// [BK/8][kWStride] u32, then per unit slot (the units of U >= 32 k that start in the stage, or the
-// one containing it): scales f16 [kSlots][BR], zero words [kSlots][BR/8], then the rows' block
-// scales f32 [BM] and unit sums int2 [BM][kSlots].
+// BN columns per matrix; WM x WN warps; k tile BK (128, or 64 for a K that is not a multiple of 128):
+// a stage holds whole units (BK % U == 0, the launcher checks) and never straddles a 128-k
+// activation block. Stage layout (bytes): A hi [BM][AS], A lo [BM][AS], weight words
+// [BK/8][kWStride] u32, then per unit slot (the BK / U units of the stage): scales f16 [kSlots][BR],
+// zero words [kSlots][BR/8], then the rows' block scales f32 [BM] and unit sums int2 [BM][kSlots].
 template <int kMats_, int BM_, int BN_, int WM_, int WN_, int BK_, int kMaxStages, int kMinBlocks_>
 struct Tiling {
   static constexpr int kMats = kMats_, BM = BM_, BN = BN_, WM = WM_, WN = WN_, BK = BK_, kMinBlocks = kMinBlocks_;
@@ -234,28 +239,44 @@ struct Tiling {
   static constexpr int kStageBytes = (kSumOff + BM * kSlots * 8 + 15) / 16 * 16;
   static constexpr int kStages = cmin(kMaxStages, kSmemBudget / kStageBytes);
   static constexpr int kSmemBytes = kStages * kStageBytes;
+  // Copy chunks of 16 bytes: A rows (BK / 16 per row and plane), weight word rows (BR / 4 per k/8
+  // row), scales (BR / 8 per unit slot).
+  static constexpr int kACPR = BK / 16, kAChunks = 2 * BM * kACPR;
+  static constexpr int kWCPR = BR / 4, kWChunks = (BK / 8) * kWCPR;
+  static constexpr int kSCPR = BR / 8, kSChunks = kSlots * kSCPR;
   static_assert(kWarpM % 16 == 0 && kWarpN % 8 == 0, "warp tile");
-  static_assert(BK % 32 == 0 && 128 % BK == 0, "k tiles inside one 128-k activation block");
+  static_assert(BK == 64 || BK == 128, "k tiles inside one 128-k activation block");
   static_assert(BR % 32 == 0, "zero words and bank padding");
   static_assert(kAPlane % 16 == 0 && kScaleOff % 16 == 0 && kZeroOff % 16 == 0 && kSbOff % 16 == 0 &&
                     kSumOff % 16 == 0,
                 "16-byte aligned stage regions");
-  static_assert(kThreads >= BM, "one thread per row copies the row metadata");
+  static_assert(kThreads >= BM && kThreads >= kSChunks, "one thread per row / scale chunk");
+  static_assert(kWChunks % kThreads == 0 && kThreads % kWCPR == 0, "whole weight chunks per thread, one column");
+  static_assert(kThreads % kACPR == 0, "one k offset per thread's A chunks");
   static_assert(kStages >= 2, "at least double buffering");
   static_assert(kSmemBytes <= 99 * 1024, "DGX Spark: <= 99 KB of shared memory per block");
 };
 
-template <int kMats> using LargeT = Tiling<kMats, 64, (kMats == 2 ? 128 : 256), 2, 8, 64, 4, 1>;
-template <int kMats> using MidT = Tiling<kMats, 32, (kMats == 2 ? 128 : 256), 1, 8, 64, 4, 2>;
+// Warp tiles of one m16 fragment (the unit's A registers shared by all the warp's n8 tiles), 8 n8
+// tiles per warp in large and mid (gate_up 16 x 32 per matrix, down 16 x 64), up to 255 registers
+// per thread there (the ILP of 8 independent tiles per warp instead of more warps): large BM 64,
+// 8 warps 4 x 2, gate_up BN 64 + 64, down BN 128; mid BM 32, gate_up BN 64 + 64 on 4 warps 2 x 2
+// (2 CTAs per SM on the H200), down BN 256 on 8 warps 2 x 4. Small: 16 x 16 per matrix / 16 x 32,
+// <= 128 registers, 2 CTAs per SM.
+template <int kMats> using LargeT = Tiling<kMats, 64, (kMats == 2 ? 64 : 128), 4, 2, 128, 3, 1>;
+template <int kMats>
+using MidT = Tiling<kMats, 32, (kMats == 2 ? 64 : 256), 2, (kMats == 2 ? 2 : 4), 128, (kMats == 2 ? 4 : 3),
+                    (kMats == 2 ? 2 : 1)>;
 template <int kMats> using SmallT = Tiling<kMats, kSmallBM, (kMats == 2 ? 128 : 256), 1, 8, 128, 4, 2>;
-// The small tiling with 64-k tiles, for a K that is not a multiple of 128 (moe_int_arith.h: K % 64 == 0).
+// The small tiling with 64-k tiles, for a K that is not a multiple of 128 (moe_int_arith.h: K % 64 == 0;
+// then U <= 64); the launcher sends every tile of such a step to it.
 template <int kMats> using SmallT64 = Tiling<kMats, kSmallBM, (kMats == 2 ? 128 : 256), 1, 8, 64, 4, 2>;
 
 // The A operand: a quantised activation matrix [rows][K] (quant_rows_kernel's output).
 struct APlanes {
   const uint8_t* hi;
   const uint8_t* lo;
-  const float* sb;   // [rows][K/128]
+  const float* sb;   // [rows][ceil(K/128)]
   const int2* sums;  // [rows][K/U]
 };
 
@@ -263,6 +284,12 @@ struct APlanes {
 // of w0 (and w1). A row of tile row r: slot / row_div (gate_up: the token, row_div = top_k; down:
 // the slot, row_div = 1). Output row: the slot (gate_up: act = silu(gate)·up; down: y).
 // kSym: every zero point is 8 (no zero words read).
+//
+// Compute order (unit-major): per stage, per m16 fragment mi and unit j of the stage, the unit's A
+// fragments (UB = U / 32 blocks x 2 planes, 8·UB registers) are loaded once; then per n8 tile the
+// unit's hi MMAs run as one chain and its lo MMAs as another (C0 = the bias and zero term at the
+// chain's head), and the unit is folded into acc at once. So the integer accumulators live for one
+// tile only: per thread acc (4·kMats·MI·NI f32) + 8·UB A registers + a few transients.
 template <class T, bool kSym>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     int_mma_kernel(APlanes a, int row_div, int U, TileList tiles, ExpertView w0, ExpertView w1,
@@ -276,8 +303,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   const int e = tiles.expert[t], start = tiles.start[t], count = tiles.count[t];
   const int N = w0.N, K = w0.K, gsize = w0.group;
   const int n0 = int(blockIdx.x) * BN;
-  const int ushift = 31 - __clz(U);           // U = 32, 64 or 128
-  const int unit_slots = U >= BK ? 1 : BK / U;  // units with a slot per stage
+  const int ushift = 31 - __clz(U);  // U = 32, 64 or 128, U <= BK
+  const int ub = U >> 5;             // 32-k blocks per unit
+  const int unit_slots = BK >> ushift;
   const int units_per_row = K >> ushift, blocks_per_row = (K + moe_int::kXBlock - 1) / moe_int::kXBlock;
 
   extern __shared__ __align__(16) unsigned char smem[];
@@ -290,61 +318,60 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
   // Rows no copy fills (past the slot count) and columns past N stay zero: every MMA input is defined.
   for (int i = tid; i < T::kSmemBytes / 16; i += kThreads) reinterpret_cast<uint4*>(smem)[i] = make_uint4(0u, 0u, 0u, 0u);
 
-  // ---- this thread's A chunks (16 bytes of one row and plane), fixed over k ----
-  constexpr int kACPR = BK / 16, kAPlaneChunks = BM * kACPR, kAChunks = 2 * kAPlaneChunks;
-  constexpr int kAPer = (kAChunks + kThreads - 1) / kThreads;
-  int arow[kAPer];
+  // ---- this thread's copies, hoisted: sources at k0 = 0 (advanced by k0 per tile), stage offsets ----
+  // A: chunks c = tid + i·kThreads (plane, row, 16-byte part); the part is the same for every i.
+  constexpr int kAPer = (T::kAChunks + kThreads - 1) / kThreads, kAPlaneChunks = BM * T::kACPR;
+  const int apart = tid % T::kACPR;
+  const uint8_t* asrc[kAPer];  // null: no chunk, or a row past the tile's count
 #pragma unroll
   for (int i = 0; i < kAPer; ++i) {
-    const int c = tid + i * kThreads, r = (c % kAPlaneChunks) / kACPR;
-    arow[i] = c < kAChunks && r < count ? tiles.order[start + r] / row_div : -1;
+    const int c = tid + i * kThreads, plane = c / kAPlaneChunks, r = (c % kAPlaneChunks) / T::kACPR;
+    asrc[i] = c < T::kAChunks && r < count
+                  ? (plane ? a.lo : a.hi) + size_t(tiles.order[start + r] / row_div) * K + apart * 16
+                  : nullptr;
   }
-  const int mrow = tid < BM && tid < count ? tiles.order[start + tid] / row_div : -1;  // row metadata
+  // Weights: chunks c = tid + i·kThreads, word row kw0 + i·kThreads / kWCPR, the same 4 columns.
+  constexpr int kWPer = T::kWChunks / kThreads, kWRowStep = kThreads / T::kWCPR;
+  const int wcol = (tid % T::kWCPR) * 4, wkw0 = tid / T::kWCPR;
+  const bool wm1 = kMats == 2 && wcol >= BN;
+  const int wn = n0 + wcol - (wm1 ? BN : 0);
+  const bool wvalid = wn < N;  // N % 4 == 0: a chunk is all in or all out
+  const int32_t* wsrc = (wm1 ? w1.qweight : w0.qweight) + (size_t(e) * (K / 8) + wkw0) * N + wn;
+  const uint32_t wdst = uint32_t(T::kBOff + (wkw0 * T::kWStride + wcol) * 4);
+  // Scales (and zero words): one chunk of 8 columns of unit slot ss per thread (tid < kSChunks).
+  const int ss = tid / T::kSCPR, scol = (tid % T::kSCPR) * 8;
+  const bool sm1 = kMats == 2 && scol >= BN;
+  const int sn = n0 + scol - (sm1 ? BN : 0);
+  const bool svalid = tid < T::kSChunks && ss < unit_slots && sn < N;
+  const __half* sscales = sm1 ? w1.scales : w0.scales;
+  const int32_t* szeros = sm1 ? w1.qzeros : w0.qzeros;
+  // Row metadata: thread tid < count copies row tid's block scale and unit sums.
+  const int mrow = tid < BM && tid < count ? tiles.order[start + tid] / row_div : -1;
 
   auto load_tile = [&](int stage, int k0) {
     const uint32_t st = sbase + uint32_t(stage * kStageBytes);
 #pragma unroll
     for (int i = 0; i < kAPer; ++i) {
-      if (arow[i] < 0) continue;
-      const int c = tid + i * kThreads, plane = c / kAPlaneChunks, rc = c % kAPlaneChunks;
-      const int r = rc / kACPR, part = rc % kACPR;
-      const uint8_t* src = (plane ? a.lo : a.hi) + size_t(arow[i]) * K + k0 + part * 16;
-      cp_async16(st + uint32_t(plane * kAPlane + r * AS + part * 16), src);
+      if (asrc[i] == nullptr) continue;
+      const int c = tid + i * kThreads, plane = c / kAPlaneChunks, r = (c % kAPlaneChunks) / T::kACPR;
+      cp_async16(st + uint32_t(plane * kAPlane + r * AS + apart * 16), asrc[i] + k0);
     }
-    constexpr int kWCPR = BR / 4, kWChunks = (BK / 8) * kWCPR;  // 4 columns per 16-byte chunk
+    if (wvalid) {
+      const int32_t* src = wsrc + size_t(k0 / 8) * N;
 #pragma unroll
-    for (int i = 0; i < (kWChunks + kThreads - 1) / kThreads; ++i) {
-      const int c = tid + i * kThreads;
-      if (c >= kWChunks) break;
-      const int kw = c / kWCPR, col = (c % kWCPR) * 4;
-      const bool m1 = kMats == 2 && col >= BN;
-      const int n = n0 + col - (m1 ? BN : 0);
-      if (n < N)
-        cp_async16(st + uint32_t(T::kBOff + (kw * T::kWStride + col) * 4),
-                   (m1 ? w1.qweight : w0.qweight) + (size_t(e) * (K / 8) + k0 / 8 + kw) * N + n);
+      for (int i = 0; i < kWPer; ++i)
+        cp_async16(st + wdst + uint32_t(i * kWRowStep * T::kWStride * 4), src + size_t(i * kWRowStep) * N);
     }
-    constexpr int kSCPR = BR / 8, kSChunks = kSlots * kSCPR;  // 8 scales (one zero word) per chunk
-#pragma unroll
-    for (int i = 0; i < (kSChunks + kThreads - 1) / kThreads; ++i) {
-      const int c = tid + i * kThreads;
-      if (c >= kSChunks) break;
-      const int s = c / kSCPR, col = (c % kSCPR) * 8;
-      const bool m1 = kMats == 2 && col >= BN;
-      const int n = n0 + col - (m1 ? BN : 0);
-      if (s < unit_slots && n < N) {
-        const int ustart = U >= BK ? (k0 & ~(U - 1)) : k0 + s * U;  // the slot's unit
-        const size_t grow = size_t(e) * (K / gsize) + size_t(ustart / gsize);
-        cp_async16(st + uint32_t(T::kScaleOff + (s * BR + col) * 2), (m1 ? w1.scales : w0.scales) + grow * N + n);
-        if (!kSym)
-          cp_async4(st + uint32_t(T::kZeroOff + (s * (BR / 8) + col / 8) * 4),
-                    (m1 ? w1.qzeros : w0.qzeros) + grow * (N / 8) + n / 8);
-      }
+    if (svalid) {
+      const size_t grow = size_t(e) * (K / gsize) + size_t((k0 + (ss << ushift)) / gsize);  // the slot's group
+      cp_async16(st + uint32_t(T::kScaleOff + (ss * BR + scol) * 2), sscales + grow * N + sn);
+      if (!kSym)
+        cp_async4(st + uint32_t(T::kZeroOff + (ss * (BR / 8) + scol / 8) * 4), szeros + grow * (N / 8) + sn / 8);
     }
     if (mrow >= 0) {
       cp_async4(st + uint32_t(T::kSbOff + tid * 4), a.sb + size_t(mrow) * blocks_per_row + k0 / moe_int::kXBlock);
-      for (int s = 0; s < unit_slots; ++s)
-        cp_async8(st + uint32_t(T::kSumOff + (tid * kSlots + s) * 8),
-                  a.sums + size_t(mrow) * units_per_row + (k0 >> ushift) + s);
+      const int2* src = a.sums + size_t(mrow) * units_per_row + (k0 >> ushift);
+      for (int s = 0; s < unit_slots; ++s) cp_async8(st + uint32_t(T::kSumOff + (tid * kSlots + s) * 8), src + s);
     }
   };
 
@@ -357,10 +384,13 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
     active[mi] = warp_m * T::kWarpM + mi * 16 < count;
   }
   const bool any_active = active[0];
-  auto colbase = [&](int mat, int ni) { return mat * BN + warp_n * T::kWarpN + ni * 8; };  // n8 tile's first column
+  // This lane's word of a tile's first column (word row t4 of a 32-k block, column gq), and its two
+  // output columns 2·t4, 2·t4 + 1 (scales); per (mat, ni, block) compile-time offsets on top.
+  const int wcol0 = warp_n * T::kWarpN;
+  const uint32_t b_off = uint32_t(T::kBOff + (t4 * T::kWStride + wcol0 + gq) * 4);
+  const uint32_t s_off = uint32_t(T::kScaleOff + (wcol0 + 2 * t4) * 2);
 
-  int ch[kMats][MI][NI][4], cl[kMats][MI][NI][4];  // the unit's accumulators (hi, lo planes)
-  float acc[kMats][MI][NI][4];                       // the fold over units
+  float acc[kMats][MI][NI][4];  // the fold over units
 #pragma unroll
   for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
@@ -368,106 +398,70 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) ch[mat][mi][ni][q] = cl[mat][mi][ni][q] = 0, acc[mat][mi][ni][q] = 0.0f;
-  int zc[kMats][NI][2];  // asymmetric: the zero point of this lane's columns 2·t4 + j of the current unit
-#pragma unroll
-  for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni) zc[mat][ni][0] = zc[mat][ni][1] = 8;
-  auto zval = [&](int mat, int ni, int j) { return kSym ? 8 : zc[mat][ni][j]; };
+        for (int q = 0; q < 4; ++q) acc[mat][mi][ni][q] = 0.0f;
 
-  // One 32-k block kb of the stage. Per output: the unit's first block adds C0 (the zero term and
-  // the float bias, see the header), its last block folds the unit into acc.
-  auto compute_block = [&](const unsigned char* stp, uint32_t st, int k0, int kb) {
-    const int k = k0 + 32 * kb;
-    const bool ustart = (k & (U - 1)) == 0, ulast = ((k + 32) & (U - 1)) == 0;
-    const int slot = U >= BK ? 0 : (32 * kb) >> ushift;
-    if (!kSym && ustart) {
-#pragma unroll
-      for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-        for (int ni = 0; ni < NI; ++ni) {
-          const uint32_t zw =
-              *reinterpret_cast<const uint32_t*>(stp + T::kZeroOff + (slot * (BR / 8) + colbase(mat, ni) / 8) * 4);
-#pragma unroll
-          for (int j = 0; j < 2; ++j) zc[mat][ni][j] = int((zw >> (4 * (2 * t4 + j))) & 0xFu) + 1;
-        }
-    }
-    uint32_t bl[kMats][NI], bh[kMats][NI];  // B registers: nibbles 0, 2, 4, 6 and 1, 3, 5, 7 of word t4
-#pragma unroll
-    for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(
-            stp + T::kBOff + ((kb * 4 + t4) * T::kWStride + colbase(mat, ni) + gq) * 4);
-        bl[mat][ni] = w & 0x0F0F0F0Fu;
-        bh[mat][ni] = (w >> 4) & 0x0F0F0F0Fu;
-      }
+  // One stage, units of UB 32-k blocks. Per output the units run in ascending k (j ascending, stages
+  // ascending): fold_unit's order.
+  auto compute_stage = [&](const unsigned char* stp, uint32_t st, auto ub_c) {
+    constexpr int UB = decltype(ub_c)::value;
+    constexpr int kUnits = BK / 32 / UB;
+    const float* sbr = reinterpret_cast<const float*>(stp + T::kSbOff);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       if (mi > 0 && !active[mi]) continue;  // warp-uniform (fragment 0 is active here)
-      // The hi plane's fragment and MMAs, then the lo plane's: one A fragment live at a time.
-      int2 s0 = make_int2(0, 0), s1 = make_int2(0, 0);  // the rows' (Σ hi, Σ lo) at a unit's first block
-      if (ustart) {
-        const int r0 = warp_m * T::kWarpM + mi * 16 + gq;
-        s0 = *reinterpret_cast<const int2*>(stp + T::kSumOff + (r0 * kSlots + slot) * 8);
-        s1 = *reinterpret_cast<const int2*>(stp + T::kSumOff + ((r0 + 8) * kSlots + slot) * 8);
-      }
-      // One plane's MMAs; kFresh (a unit's first block): C0 = 0x4B400000 − z·Σ (the zero term and the
-      // float bias) as the C operand, else the running accumulator. Two code paths, no selects.
-      auto plane_mmas = [&](int plane, auto fresh) {
-        uint32_t af[4];
-        ldmatrix_x4(st + uint32_t(plane * kAPlane) + a_off[mi] + uint32_t(32 * kb), af);
-        const int sr0 = plane ? s0.y : s0.x, sr1 = plane ? s1.y : s1.x;
+      const int r0 = warp_m * T::kWarpM + mi * 16 + gq;
+      const float sb0 = sbr[r0], sb1 = sbr[r0 + 8];  // rows r0, r0 + 8: C elements q < 2, q >= 2
+#pragma unroll 1  // units of one stage one after the other (no A fragments of the next unit hoisted)
+      for (int j = 0; j < kUnits; ++j) {
+        uint32_t ah[UB][4], al[UB][4];
+#pragma unroll
+        for (int kb = 0; kb < UB; ++kb) {
+          ldmatrix_x4(st + a_off[mi] + uint32_t(32 * (j * UB + kb)), ah[kb]);
+          ldmatrix_x4(st + uint32_t(kAPlane) + a_off[mi] + uint32_t(32 * (j * UB + kb)), al[kb]);
+        }
+        // The rows' (Σ hi, Σ lo) of unit j: the zero term at each chain's head.
+        const int2 s0 = *reinterpret_cast<const int2*>(stp + T::kSumOff + (r0 * kSlots + j) * 8);
+        const int2 s1 = *reinterpret_cast<const int2*>(stp + T::kSumOff + ((r0 + 8) * kSlots + j) * 8);
 #pragma unroll
         for (int mat = 0; mat < kMats; ++mat)
 #pragma unroll
           for (int ni = 0; ni < NI; ++ni) {
-            int(&c)[4] = plane ? cl[mat][mi][ni] : ch[mat][mi][ni];
-            if constexpr (decltype(fresh)::value) {
-              const int z0 = zval(mat, ni, 0), z1 = zval(mat, ni, 1);
-              const int c0 = kMagicBits - z0 * sr0, c1 = kMagicBits - z1 * sr0;
-              const int c2 = kMagicBits - z0 * sr1, c3 = kMagicBits - z1 * sr1;
-              if (plane)
-                mma_lo(c, af, bl[mat][ni], bh[mat][ni], c0, c1, c2, c3);
-              else
-                mma_hi(c, af, bl[mat][ni], bh[mat][ni], c0, c1, c2, c3);
-            } else {
-              if (plane)
-                mma_lo(c, af, bl[mat][ni], bh[mat][ni], c[0], c[1], c[2], c[3]);
-              else
-                mma_hi(c, af, bl[mat][ni], bh[mat][ni], c[0], c[1], c[2], c[3]);
+            const int cb = mat * BN + ni * 8;  // the n8 tile's first column, relative to wcol0
+            int z0 = 8, z1 = 8;                // zero points of this lane's columns 2·t4, 2·t4 + 1
+            if constexpr (!kSym) {
+              const uint32_t zw = *reinterpret_cast<const uint32_t*>(
+                  stp + T::kZeroOff + (j * (BR / 8) + (wcol0 + cb) / 8) * 4);
+              z0 = int((zw >> (8 * t4)) & 0xFu) + 1;
+              z1 = int((zw >> (8 * t4 + 4)) & 0xFu) + 1;
             }
-          }
-      };
-      if (ustart) {
-        plane_mmas(0, std::true_type{});
-        plane_mmas(1, std::true_type{});
-      } else {
-        plane_mmas(0, std::false_type{});
-        plane_mmas(1, std::false_type{});
-      }
-    }
-    if (ulast) {  // fold_unit: acc = fma(RN(D_u), s_b·scale, acc)
-      const __half* sc = reinterpret_cast<const __half*>(stp + T::kScaleOff) + slot * BR;
-      const float* sbr = reinterpret_cast<const float*>(stp + T::kSbOff);
+            uint32_t bl[UB], bh[UB];  // nibbles 0, 2, 4, 6 and 1, 3, 5, 7 of word t4 of each block
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        if (mi > 0 && !active[mi]) continue;
-        const int r0 = warp_m * T::kWarpM + mi * 16 + gq;
-        const float sb2[2] = {sbr[r0], sbr[r0 + 8]};
+            for (int kb = 0; kb < UB; ++kb) {
+              const uint32_t w = *reinterpret_cast<const uint32_t*>(
+                  stp + b_off + ((j * UB + kb) * 4 * T::kWStride + cb) * 4);
+              bl[kb] = w & 0x0F0F0F0Fu;
+              bh[kb] = (w >> 4) & 0x0F0F0F0Fu;
+            }
+            int ch[4], cl[4];
+            mma_hi(ch, ah[0], bl[0], bh[0], kMagicBits - z0 * s0.x, kMagicBits - z1 * s0.x, kMagicBits - z0 * s1.x,
+                   kMagicBits - z1 * s1.x);
+            mma_lo(cl, al[0], bl[0], bh[0], kMagicBits - z0 * s0.y, kMagicBits - z1 * s0.y, kMagicBits - z0 * s1.y,
+                   kMagicBits - z1 * s1.y);
 #pragma unroll
-        for (int mat = 0; mat < kMats; ++mat)
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni) {
-            // this lane's columns 2·t4, 2·t4 + 1: adjacent f16 scales, one 4-byte load
-            const float2 sp = __half22float2(*reinterpret_cast<const __half2*>(sc + colbase(mat, ni) + 2 * t4));
+            for (int kb = 1; kb < UB; ++kb) {
+              mma_hi(ch, ah[kb], bl[kb], bh[kb], ch[0], ch[1], ch[2], ch[3]);
+              mma_lo(cl, al[kb], bl[kb], bh[kb], cl[0], cl[1], cl[2], cl[3]);
+            }
+            // fold_unit: acc = fma(RN(D_u), s_b·scale, acc); this lane's columns' adjacent f16 scales.
+            const float2 sp =
+                __half22float2(*reinterpret_cast<const __half2*>(stp + s_off + (j * BR + cb) * 2));
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-              const float hf = __fsub_rn(__int_as_float(ch[mat][mi][ni][q]), kMagic);
-              const float lf = __fsub_rn(__int_as_float(cl[mat][mi][ni][q]), kMagic);
+              const float hf = __fsub_rn(__int_as_float(ch[q]), kMagic);
+              const float lf = __fsub_rn(__int_as_float(cl[q]), kMagic);
               const float d = __fmaf_rn(hf, 256.0f, lf);
-              acc[mat][mi][ni][q] = __fmaf_rn(d, __fmul_rn(sb2[q >> 1], (q & 1) ? sp.y : sp.x), acc[mat][mi][ni][q]);
+              acc[mat][mi][ni][q] =
+                  __fmaf_rn(d, __fmul_rn(q < 2 ? sb0 : sb1, (q & 1) ? sp.y : sp.x), acc[mat][mi][ni][q]);
             }
           }
       }
@@ -492,8 +486,12 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks)
       const int stage = kt % kStages;
       const unsigned char* stp = smem + stage * kStageBytes;
       const uint32_t st = sbase + uint32_t(stage * kStageBytes);
-#pragma unroll
-      for (int kb = 0; kb < BK / 32; ++kb) compute_block(stp, st, kt * BK, kb);
+      if (BK == 128 && ub == 4)  // uniform over the launch
+        compute_stage(stp, st, std::integral_constant<int, BK == 128 ? 4 : 2>{});
+      else if (ub == 2)
+        compute_stage(stp, st, std::integral_constant<int, 2>{});
+      else
+        compute_stage(stp, st, std::integral_constant<int, 1>{});
     }
   }
   cp_async_wait<0>();
@@ -530,6 +528,7 @@ template <class T, bool kSym>
 void launch_one(const APlanes& a, int row_div, int U, const TileList& tiles, int grid_tiles, const ExpertView& w0,
                 const ExpertView& w1, float* out, cudaStream_t stream) {
   if (grid_tiles <= 0) return;
+  if (T::BK % U != 0) throw Error("moe_int_mma: a k tile must hold whole units");
   // Per device, before the first launch (a cudaFuncSetAttribute, not a stream operation); the
   // largest carve-out so that two 2-CTA tilings share an SM.
   opt_in_dynamic_smem<int_mma_kernel<T, kSym>>(T::kSmemBytes, true);
@@ -584,7 +583,9 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
   // Tile sizes by the average slots per expert (any choice gives the same bits): <= 4, the small
   // tiling (decode-sized steps: many CTAs stream the weights); above, per-expert 64-slot tiles and
   // a remainder of <= 32 slots on a 32-slot tile (route_and_group_mixed).
-  const bool small = slots <= 4LL * s.num_experts;
+  // K % 128 != 0 (test shapes: the 64-k tiles serve them): the small tiling at any M.
+  const bool short_k = H % 128 != 0 || I % 128 != 0;
+  const bool small = short_k || slots <= 4LL * s.num_experts;
   const int mid_cap = mixed_mid_cap(int(slots), s.num_experts), large_cap = mixed_large_cap(int(slots));
   const int small_grid = max_tiles(int(slots), s.num_experts, kSmallBM);
   if (static_cast<long long>(small ? small_grid : std::max(mid_cap, large_cap)) > 65535)
