@@ -147,18 +147,29 @@ struct SmemLayout {
   int planes, dp, sc, ys, sblk, sx, res, tiles, bytes;
   int dp_buf, sc_buf;  // elements per buffer of dp (int) and sc (half)
 };
+// Scale buffers for a prefetch distance of `ahead` tiles: the tiles j - 1 (its fold) .. j + ahead
+// (their cp.async) are in use at once; a power of two above 3 (the index a mask).
+__host__ __device__ constexpr int scale_buffers(int ahead) {
+  int n = 4;
+  while (n < ahead + 2) n *= 2;
+  return ahead <= 1 ? 3 : n;
+}
+__host__ __device__ constexpr int scale_buffer(int jq, int nsc) { return nsc == 3 ? jq % 3 : jq & (nsc - 1); }
+// How many tiles past the current one a thread's next item may lie (IT items per tile).
+__host__ __device__ constexpr int tiles_ahead(int IT) { return (kThreads + IT - 1) / IT; }
 // rows activation rows (planes: pstride 16-byte vectors per row; s_b: nbs floats per row; ΣX: sxs
 // ints per row), series outputs per column, C columns, K, group g, sub_k k per sub-unit, ys_floats
 // floats of fold results, res_floats floats of combine inputs, len_max tiles.
 __host__ __device__ constexpr SmemLayout smem_layout(int rows, int pstride, int nbs, int sxs, int series, int K, int C,
-                                                     int g, int sub_k, int ys_floats, int res_floats, int len_max) {
+                                                     int g, int sub_k, int ys_floats, int res_floats, int len_max,
+                                                     int nsc) {
   SmemLayout L{};
   L.dp_buf = series * (K / sub_k) * C;
   L.sc_buf = series * (K / g) * C;
   L.planes = 0;
   L.dp = L.planes + rows * pstride * 16;           // int   [2][series][K/sub_k][C]
-  L.sc = L.dp + round16(2 * L.dp_buf * 4);         // half  [3][series][K/g][C]
-  L.ys = L.sc + round16(3 * L.sc_buf * 2);         // float [ys_floats]
+  L.sc = L.dp + round16(2 * L.dp_buf * 4);         // half  [nsc][series][K/g][C]
+  L.ys = L.sc + round16(nsc * L.sc_buf * 2);       // float [ys_floats]
   L.sblk = L.ys + round16(ys_floats * 4);          // float [rows][nbs]
   L.sx = L.sblk + round16(rows * nbs * 4);         // int   [rows][sxs]
   L.res = L.sx + round16(rows * sxs * 4);          // float [res_floats]
@@ -167,13 +178,18 @@ __host__ __device__ constexpr SmemLayout smem_layout(int rows, int pstride, int 
   return L;
 }
 __host__ __device__ constexpr int blocks_of(int K) { return (K + mi::kXBlock - 1) / mi::kXBlock; }
+// Items per tile: gate/up 16 lanes (gate | up x 8 column quads) x H/64 chunks; down 2k lanes
+// (rank x 2 column quads) x I/64 chunks.
+__host__ __device__ constexpr int up_items(int H) { return 16 * (H / 64); }
+__host__ __device__ constexpr int down_items(int I, int k) { return 2 * k * (I / 64); }
 __host__ __device__ constexpr SmemLayout up_layout(int H, int nt, int g, int sub_k, int len_max) {
-  return smem_layout(nt, H / 8, blocks_of(H), H / 32, 2, H, kUpCols, g, sub_k, 0, 0, len_max);
+  return smem_layout(nt, H / 8, blocks_of(H), H / 32, 2, H, kUpCols, g, sub_k, 0, 0, len_max,
+                     scale_buffers(tiles_ahead(up_items(H))));
 }
 __host__ __device__ constexpr SmemLayout down_layout(int I, int k, int nt, int g, int sub_k, int nbs, int sxs,
                                                      int len_max) {
   return smem_layout(nt * k, I / 8 + 1, nbs, sxs, k, I, kDownCols, g, sub_k, k * kDownCols,
-                     2 * len_max * kDownCols, len_max);
+                     2 * len_max * kDownCols, len_max, scale_buffers(tiles_ahead(down_items(I, k))));
 }
 
 // ---- routing ---------------------------------------------------------------------------------
@@ -420,26 +436,27 @@ __device__ __forceinline__ float2 fold2(const int* dp0, const __half* sc0, const
 
 // ---- the item ring over a CTA's tiles ----------------------------------------------------------
 
-// This thread's items of tile j (q .. < qend, step kThreads) with a two-item register ring: X
-// holds item q on entry (its loads issued when `have`, else they are issued first); the next
-// item's loads are issued before the current item is computed, but only below lim (the end of
-// tile j + 1: the scale buffers of tile j + 2 may still be read by a fold). Returns true when Y
-// holds the next item q on exit. load(Item&, q, tile) / compute(const Item&, q, tile).
+// This thread's items of tile j (q .. < qend, step kThreads; IT items per tile) with a two-item
+// register ring: X holds item q on entry (its loads issued when `have`, else they are issued
+// first); the next item's loads are issued before the current item is computed, but only below
+// lim (the end of tile j + ahead: the scale buffers of later tiles may still be read by a fold).
+// Returns true when Y holds the next item q on exit. load(Item&, q, tile) / compute(const Item&,
+// q, tile).
 template <int kSub, class Load, class Compute>
-__device__ __forceinline__ bool ring_tile(Item<kSub>& X, Item<kSub>& Y, int& q, bool& have, int j, int qend, int lim,
-                                          Load& load, Compute& compute) {
+__device__ __forceinline__ bool ring_tile(Item<kSub>& X, Item<kSub>& Y, int& q, bool& have, int j, int IT, int qend,
+                                          int lim, Load& load, Compute& compute) {
   if (q >= qend) return false;
   if (!have) load(X, q, j);
   for (;;) {
     int q2 = q + kThreads;
     have = q2 < lim;
-    if (have) load(Y, q2, q2 < qend ? j : j + 1);
+    if (have) load(Y, q2, q2 < qend ? j : q2 / IT);
     compute(X, q, j);
     q = q2;
     if (q >= qend) return true;
     q2 = q + kThreads;
     have = q2 < lim;
-    if (have) load(X, q2, q2 < qend ? j : j + 1);
+    if (have) load(X, q2, q2 < qend ? j : q2 / IT);
     compute(Y, q, j);
     q = q2;
     if (q >= qend) return false;
@@ -448,16 +465,22 @@ __device__ __forceinline__ bool ring_tile(Item<kSub>& X, Item<kSub>& Y, int& q, 
 
 // All tiles of the CTA's range (len tiles of IT items): per tile this thread's items, its cp.async
 // scales of the tile landed, a barrier, then warp j % kWarps folds tile j (fold(j)) while the
-// others go on. q / have: this thread's next item and whether A already holds its loads.
+// others go on. q / have: this thread's next item and whether A already holds its loads (else A
+// gets them here when the item lies within the first 1 + ahead tiles). ahead = ceil(kThreads / IT):
+// how many tiles past the current one a thread's next item may lie (scale buffers: ahead + 2).
 template <int kSub, class Load, class Compute, class Fold>
-__device__ __forceinline__ void run_tiles(int len, int IT, Item<kSub>& A, Item<kSub>& B, int q, bool have, Load& load,
-                                          Compute& compute, Fold& fold) {
+__device__ __forceinline__ void run_tiles(int len, int IT, int ahead, Item<kSub>& A, Item<kSub>& B, int q, bool have,
+                                          Load& load, Compute& compute, Fold& fold) {
   const int total = len * IT, warp = threadIdx.x >> 5;
+  if (!have && q < min(total, (1 + ahead) * IT)) {
+    load(A, q, q / IT);
+    have = true;
+  }
   bool flip = false;  // B holds item q
   for (int j = 0; j < len; ++j) {
-    const int qend = (j + 1) * IT, lim = min(total, qend + IT);
-    const bool odd = flip ? ring_tile(B, A, q, have, j, qend, lim, load, compute)
-                          : ring_tile(A, B, q, have, j, qend, lim, load, compute);
+    const int qend = (j + 1) * IT, lim = min(total, qend + ahead * IT);
+    const bool odd = flip ? ring_tile(B, A, q, have, j, IT, qend, lim, load, compute)
+                          : ring_tile(A, B, q, have, j, IT, qend, lim, load, compute);
     flip = flip != odd;
     // The newest cp.async group is the next item's (tile j + 1) when `have`: only it may still fly.
     if (have)
@@ -555,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 2) int_gate_up_kernel(UpArgs a, Expe
   __syncthreads();
   pdl_launch_dependents();
 
-  const int IT = 16 * (H / 64);  // items per tile: lanes (gate | up) x 8 column quads, H/64 chunks
+  const int IT = up_items(H), ahead = tiles_ahead(IT), nsc = scale_buffers(ahead);
   const size_t qstride = size_t(H / 8) * I, sstride = size_t(ng) * I, zstride = size_t(ng) * (I / 8);
   // Item q of tile jq: i = q - jq·IT, lane i % 16 (series s = lane / 8: 0 gate, 1 up; quad c =
   // lane % 8), chunk i / 16.
@@ -567,7 +590,8 @@ __global__ void __launch_bounds__(kThreads, 2) int_gate_up_kernel(UpArgs a, Expe
     const ExpertView& v = s ? up : gate;
     const Operand op{v.qweight + size_t(e) * qstride + n, v.scales + size_t(e) * sstride + n,
                      kSym ? nullptr : v.qzeros + size_t(e) * zstride + n / 8};
-    load_item<kSym, kSub>(it, op, I, g, ch * 64, scs + (jq % 3) * lay.sc_buf + s * ng * kUpCols + 4 * c, kUpCols);
+    load_item<kSym, kSub>(it, op, I, g, ch * 64, scs + scale_buffer(jq, nsc) * lay.sc_buf + s * ng * kUpCols + 4 * c,
+                          kUpCols);
   };
   auto compute = [&](const Item<kSub>& it, int q, int jq) {
     const int i = q - jq * IT, ln = i & 15, ch = i >> 4, s = ln >> 3, c = ln & 7, k0 = ch * 64;
@@ -578,14 +602,14 @@ __global__ void __launch_bounds__(kThreads, 2) int_gate_up_kernel(UpArgs a, Expe
   auto fold = [&](int j) {  // lane c: gate and up of column c, act, the block arrival
     const int4 ti = tiles[j];
     const int* d = dp + (j & 1) * lay.dp_buf + lane;
-    const __half* sc = scs + (j % 3) * lay.sc_buf + lane;
+    const __half* sc = scs + scale_buffer(j, nsc) * lay.sc_buf + lane;
     const float* sb = sblk + ti.z * nbH;
     const float2 gu = fold2(d, sc, sb, d + nsu * kUpCols, sc + ng * kUpCols, sb, H, kUpCols, a.U, g, kSubK);
     a.act[size_t(ti.x) * I + ti.y + lane] = silu_mul_rn(gu.x, gu.y);
     act_block_arrive(a, ti.x, ti.y / kUpCols, I);
   };
   Item<kSub> A, B;
-  run_tiles<kSub>(len, IT, A, B, tid, false, load, compute, fold);
+  run_tiles<kSub>(len, IT, ahead, A, B, tid, false, load, compute, fold);
 }
 
 // ---- down + combine --------------------------------------------------------------------------
@@ -633,14 +657,14 @@ __global__ void __launch_bounds__(kThreads, 2) int_down_kernel(DownArgs a, Exper
   float* s_sh = s_res + a.len_max * kC;                     // [len][8]
   int4* tiles = reinterpret_cast<int4*>(base + lay.tiles);  // {token, first column, token - m0, 0}
 
-  const int L = 2 * k, IT = L * (I / 64);  // items per tile: lanes (rank, column quad), I/64 chunks
+  const int L = 2 * k, IT = down_items(I, k), ahead = tiles_ahead(IT), nsc = scale_buffers(ahead);
   // Item q of tile jq: i = q - jq·IT, lane i % L (rank lane / 2, quad lane % 2), chunk i / L.
   auto load_at = [&](Item<kSub>& it, int i, int n0, int e, int jq) {
     const int ch = int(__umulhi(unsigned(i), a.magic)), ln = i - ch * L, rl = ln >> 1, c = ln & 1;
     const int n = n0 + 4 * c;
     const Operand op{down.qweight + size_t(e) * nv * H + n, down.scales + size_t(e) * ng * H + n,
                      kSym ? nullptr : down.qzeros + size_t(e) * ng * (H / 8) + n / 8};
-    load_item<kSym, kSub>(it, op, H, g, ch * 64, scs + (jq % 3) * lay.sc_buf + rl * ng * kC + 4 * c, kC);
+    load_item<kSym, kSub>(it, op, H, g, ch * 64, scs + scale_buffer(jq, nsc) * lay.sc_buf + rl * ng * kC + 4 * c, kC);
   };
   auto rank_of = [&](int i) { return (i - int(__umulhi(unsigned(i), a.magic)) * L) >> 1; };
 
@@ -706,7 +730,7 @@ __global__ void __launch_bounds__(kThreads, 2) int_down_kernel(DownArgs a, Exper
   auto fold = [&](int j) {  // y of every (rank, column), then the combine of the tile's 8 columns
     const int4 ti = tiles[j];
     const int* d = dp + (j & 1) * lay.dp_buf;
-    const __half* sc = scs + (j % 3) * lay.sc_buf;
+    const __half* sc = scs + scale_buffer(j, nsc) * lay.sc_buf;
     const int outs = k * kC;
     for (int o = lane; o < outs; o += 64) {
       const int o2 = min(o + 32, outs - 1);  // a duplicate of a valid chain when o + 32 >= outs
@@ -727,7 +751,7 @@ __global__ void __launch_bounds__(kThreads, 2) int_down_kernel(DownArgs a, Exper
     }
     __syncwarp();
   };
-  run_tiles<kSub>(len, IT, A, B, tid, have, load, compute, fold);
+  run_tiles<kSub>(len, IT, ahead, A, B, tid, have, load, compute, fold);
 }
 
 // ---- host ------------------------------------------------------------------------------------
