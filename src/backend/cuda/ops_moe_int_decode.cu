@@ -33,16 +33,19 @@
 //     publishes the token's ids / weights for down) while the other warps quantise the x rows;
 //     the arg-max rounds use redux.sync (two warp reductions per round instead of five shuffle
 //     pairs) and keep the chosen ids in shared memory (route_token's per-round arrays are local
-//     memory). Fixed part per CTA: one routing warp (~400 instructions at k 8: ~100 softmax, ~35 per
-//     round) and ~3 quantize_block (~70 each) per other warp, instead of ~1,500 in every warp;
+//     memory). Fixed part per CTA (estimated from the source, no SASS listing here): one routing
+//     warp (~250 instructions of softmax + ~45 per round: ~600 at k 8) and ~4 quantize_block (~90
+//     each) + ~50 of setup per other warp at M = 1: ~4,100 warp instructions per CTA against ~12,000
+//     (8 x 1,508) before; per tile then one fold warp (~450 + the arrival ~40, + ~100 when last);
 //   - the act rows are quantised once per (slot, 128-column block): the gate/up CTAs that finish a
 //     block's 32-column tiles count their arrivals (g_act_arrivals, one counter per (slot, block));
 //     the last one reads the block's 128 act values back from L2 and writes its planes, s_b and ΣX
 //     to the workspace, and sets the counter back to 0. Down just copies them to shared memory;
 //   - CTAs are persistent: a grid of at most 2 CTAs per SM, each CTA a contiguous range of tiles
-//     (same work per CTA to one tile), so the prologue is paid once per CTA, and a thread's register
-//     ring runs on across its tiles (the next tile's first item is requested before the barrier).
-//     A range covers at most two tokens (the grid holds >= M CTAs): <= 2 routing warps, <= 2 x rows.
+//     (the ranges differ by at most one tile), so the prologue is paid once per CTA, and a thread's
+//     register ring runs on across its tiles (the next tile's first item is requested before the
+//     tile's barrier). A range covers at most two tokens (the grid holds >= M CTAs): <= 2 routing
+//     warps, <= 2 x rows, <= 2 tokens' act planes.
 //
 // Items: a thread's unit of work is (series, 4 columns, chunk of 8 packed rows = 64 k): 8 16-byte
 // weight loads (ld.global.nc.L1::no_allocate.v4), plus per sub-unit that starts a GPTQ group the
@@ -51,9 +54,9 @@
 // segments), chunk i / L. The CTA numbers the items of its range q = j·IT + i (tile j, IT items per
 // tile); thread t runs q = t, t + 256, ... with a two-item register ring (the next item's loads
 // are issued before the current one is computed: 8-16 rows, 128-256 bytes in flight per thread all
-// the time), across tile boundaries, but never more than one tile ahead (the scale buffers).
-// Per tile: items; barrier; warp j % 8 folds tile j (double-buffered sub-unit sums, triple-buffered
-// scales: the other warps go on with tile j + 1 meanwhile; the fold warp rotates).
+// the time), across tile boundaries, at most ceil(256 / IT) tiles ahead (1 at the 122B shapes).
+// Per tile: items; barrier; warp j % 8 folds tile j (double-buffered sub-unit sums, scales in
+// ahead + 2 buffers: the other warps go on with the next tile meanwhile; the fold warp rotates).
 //
 // gate/up (int_gate_up_kernel): tile = (slot, 32 columns of I: one 128-byte line of a packed row),
 //   series gate and up of the slot's expert, L = 16, IT = 16·H/64; tiles M·k·I/32, numbered slot-
@@ -71,15 +74,18 @@
 // Threads 256, __launch_bounds__(256, 2) (<= 128 registers). Grid: min(tiles, max(M, 2 x SMs))
 //   (1 x SMs when two CTAs do not fit in shared memory). Shared memory (bytes per CTA, up_layout /
 //   down_layout; nt = tokens a range may cover, 1 at M = 1 or one tile per CTA, else 2):
-//   gate/up planes nt·H/8·16, sub-unit sums 2·2·(H/sub)·32·4, scales 3·2·(H/g)·32·2, s_b, ΣX and a
-//   tile table; down planes nt·k·(I/8 + 1)·16, sums 2·k·(I/sub)·8·4, scales 3·k·(I/g)·8·2, y k·8·4,
-//   s_b, ΣX, residual / shared values 2·8 per tile and a tile table. 122B-A10B: gate/up ~41 KB at
-//   M = 1 (~47 KB at M >= 2), down ~31 KB at M = 1 (~48 KB at M = 8): two CTAs per SM on the H200;
-//   on the DGX Spark (99 KB per SM) the plan falls back to one where two do not fit. A shape whose
-//   CTA fits neither way (or more (slot, block) counters than g_act_arrivals holds) runs int_mma.
-// Grids at the 122B shape on the H200 (132 SMs): M = 1 gate/up 256 tiles on 256 CTAs, down 384
-//   tiles on 264 CTAs (1-2 tiles, 32 KB each); M = 8 gate/up 2048 tiles on 264 CTAs (7-8 each), down
-//   3072 on 264 (11-12 each).
+//   gate/up planes nt·H/8·16, sub-unit sums 2·2·(H/sub)·32·4, scales nsc·2·(H/g)·32·2, s_b, ΣX and
+//   a tile table; down planes nt·k·(I/8 + 1)·16, sums 2·k·(I/sub)·8·4, scales nsc·k·(I/g)·8·2, y
+//   k·8·4, s_b, ΣX, residual / shared values 2·8 per tile and a tile table (nsc = 3 scale buffers
+//   when a tile has >= 256 items, else a power of two >= ahead + 2).
+//   122B-A10B: gate/up 40,432 B at M = 1, 47,168 B at M = 8; down 29,472 B at M = 1, 48,064 B at
+//   M = 8 (+ 512 / 528 static): two CTAs per SM on the H200, and on the DGX Spark if its 99 KB per
+//   SM hold two (plan_launch decides per device from its attributes; else one per SM). A shape whose CTA fits neither way
+//   (or more (slot, block) counts than g_act_arrivals holds) runs int_mma (the same bits).
+// Grids at the 122B shape on the H200 (132 SMs): M = 1 gate/up 256 tiles (96 KB each, 3 items per
+//   thread) on 256 CTAs, down 384 tiles (32 KB, 1 item per thread) on 264 CTAs (1-2 each); M = 8
+//   gate/up 2048 tiles on 264 CTAs (7-8 each), down 3072 on 264 (11-12 each). Registers (ptxas,
+//   sm_90 / sm_121): gate/up 128 / 109-124, down 128 / 122-128, no spills.
 // PDL: both kernels are programmatic dependent launches and wait (pdl_wait) before touching any
 //   global memory (the experts to read depend on the routing, which needs the logits; down's on the
 //   ids gate/up writes); they let their dependents launch after their prologue. shared_ready: the
@@ -92,7 +98,7 @@
 //   for down (+ zeros when asymmetric; a token's repeated expert is read again; tokens are not
 //   grouped at M <= 8): 122B at M = 1 25.2 MB + 12.6 MB = 37.7 MB of weights + 1.2 MB of scales.
 //   Activations from L2: x (4·H) per gate/up CTA and token, act (4·128 per block, once) and the
-//   planes (2·I + 12·I/128 per slot) per down CTA and token.
+//   act planes (2·I bytes + s_b and ΣX per slot) per down CTA and token.
 // Instructions per weight word: 1 LOP3, 1 SHF + 1 LOP3, 4 dp4a (+ 1/4 of a 16-byte shared load of
 //   X), against ~25 for the f32 form (ops_moe_decode.cu); per item ~25 more for its addresses.
 #include <cuda_fp16.h>
