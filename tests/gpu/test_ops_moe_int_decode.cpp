@@ -3,7 +3,8 @@
 //   - the routed block against the CPU reference int_form_moe (tests/gpu/moe_int_reference.h):
 //     within 1e-4 of max |routed| (the reference uses std::exp for silu and the shared gate, the
 //     kernels __expf), sym / asym zeros, groups 32 / 64 / 128, the 122B-A10B expert shape (E reduced
-//     to 16), small and odd shapes, top-k 1 .. 32, M = 1, 3, 8, with and without the shared expert;
+//     to 16), small and odd shapes, short last activation blocks (H 192, I 64 / 320: K % 128 = 64),
+//     top-k 1 .. 32, M = 1, 3, 8, with and without the shared expert;
 //   - bit for bit: with k = 1, one-hot router logits (weight exactly 1), zero residual and no shared
 //     expert the residual is y = down·act exactly, so it must equal int_form_linear(down_e, act)
 //     with act read back from the kernels' workspace (ops_moe_int_decode.cuh), and act must equal
@@ -516,7 +517,8 @@ TEST(GpuOpsMoeIntDecode, MatchesTensorCoreFormBitForBit) {
   const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
                                 {16, 8, 1024, 512, "gptq-asym-g32"},
                                 {16, 8, 1024, 512, "gptq-sym-g64"},
-                                {8, 3, 256, 128, "gptq-asym-g128"}};
+                                {8, 3, 256, 128, "gptq-asym-g128"},
+                                {5, 3, 192, 320, "gptq-asym-g64"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c);
