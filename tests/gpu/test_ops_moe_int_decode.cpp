@@ -3,15 +3,21 @@
 //   - the routed block against the CPU reference int_form_moe (tests/gpu/moe_int_reference.h):
 //     within 1e-4 of max |routed| (the reference uses std::exp for silu and the shared gate, the
 //     kernels __expf), sym / asym zeros, groups 32 / 64 / 128, the 122B-A10B expert shape (E reduced
-//     to 16), small and odd shapes, top-k 1 .. 32, M = 1, 3, 8, with and without the shared expert;
+//     to 16), small and odd shapes, short last activation blocks (H 192, I 64 / 320: K % 128 = 64),
+//     top-k 1 .. 32, M = 1, 3, 8, with and without the shared expert;
 //   - bit for bit: with k = 1, one-hot router logits (weight exactly 1), zero residual and no shared
 //     expert the residual is y = down·act exactly, so it must equal int_form_linear(down_e, act)
 //     with act read back from the kernels' workspace (ops_moe_int_decode.cuh), and act must equal
 //     silu(g)·u of int_form_linear(gate_e / up_e, x) within 1e-6 of max |act| (only __expf vs
 //     std::exp differ); also with x not 16-byte aligned (the 4-byte staging loads);
+//     the act rows' quantisation in the workspace (planes, block scales, ΣX: written once per
+//     (slot, 128-column block) by the last gate/up CTA to finish the block) must equal
+//     moe_int_arith.h step 1 of the act read back, bit for bit (short last blocks included);
 //   - batch invariance (a token alone == the same token at positions 0 / 3 / 7 of 8, bit for bit,
-//     k = 8 random routing), repeated calls on one workspace (same bits as on a fresh one), and the
-//     same bits as the tensor-core form (set_moe_int_decode_max_tokens(0));
+//     k = 8 random routing), repeated calls on one workspace (same bits as on a fresh one), a call
+//     captured in a CUDA graph and replayed on new inputs (same bits as eager calls; the act-block
+//     arrival counters must be back at zero after every launch), and the same bits as the
+//     tensor-core form (set_moe_int_decode_max_tokens(0));
 //   - unsupported experts (GPTQ act-order, FP8) return false and leave the residual alone.
 #include <gtest/gtest.h>
 
@@ -22,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/moe_int_arith.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
 #include "core/error.h"
@@ -148,6 +155,50 @@ Inputs random_inputs(Rng& rng, const Case& c, int M) {
           random_f32(rng, size_t(M) * c.H, 1.0f)};
 }
 
+// The act rows' quantisation the kernels left in the workspace (planes, block scales, ΣX of
+// slots rows of I) against moe_int_arith.h step 1 of the act rows read back (act [slots, I]): the
+// count of differing planes vectors, scales and sums (0 expected).
+int check_act_quantisation(const DeviceBuffer<uint8_t>& ws, const cuda::moe_int_detail::IntDecodeLayout& lay,
+                           const std::vector<float>& act, int slots, int I) {
+  namespace mi = cuda::moe_int;
+  std::vector<uint32_t> planes(size_t(slots) * (I / 8) * 4);
+  std::vector<float> sblk(size_t(slots) * lay.nbs);
+  std::vector<int32_t> sx(size_t(slots) * lay.sxs);
+  if (cudaMemcpy(planes.data(), ws.data() + lay.planes, planes.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(sblk.data(), ws.data() + lay.sblk, sblk.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(sx.data(), ws.data() + lay.sx, sx.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess)
+    throw std::runtime_error("cudaMemcpy failed");
+  int bad = 0;
+  for (int r = 0; r < slots; ++r) {
+    const float* a = act.data() + size_t(r) * I;
+    std::vector<int> X(static_cast<size_t>(I));
+    for (int b = 0; b * mi::kXBlock < I; ++b) {
+      const int k0 = b * mi::kXBlock, k1 = std::min(I, k0 + mi::kXBlock);
+      float amax = 0.0f;
+      for (int kk = k0; kk < k1; ++kk) amax = std::max(amax, std::fabs(a[kk]));
+      const mi::XScale sc = mi::x_scale(amax);
+      for (int kk = k0; kk < k1; ++kk) X[size_t(kk)] = mi::quantize_x(a[kk], sc.inv);
+      bad += !bits_equal(sblk[size_t(r) * lay.nbs + b], sc.s);
+    }
+    for (int q = 0; q < I / 32; ++q) {
+      int sum = 0;
+      for (int kk = 32 * q; kk < 32 * q + 32; ++kk) sum += X[size_t(kk)];
+      bad += sx[size_t(r) * lay.sxs + q] != sum;
+    }
+    for (int p = 0; p < I / 8; ++p) {
+      uint32_t want[4] = {0, 0, 0, 0};  // {hi of k 0,2,4,6 | hi of k 1,3,5,7 | lo of ... | lo of ...}
+      for (int j = 0; j < 8; ++j) {
+        const int Xk = X[size_t(8 * p + j)];
+        const uint32_t hi = uint32_t(Xk >> 8) & 0xFFu, lo = uint32_t(Xk) & 0xFFu;
+        want[j & 1] |= hi << (8 * (j >> 1));
+        want[2 + (j & 1)] |= lo << (8 * (j >> 1));
+      }
+      for (int w = 0; w < 4; ++w) bad += planes[(size_t(r) * (I / 8) + p) * 4 + w] != want[w];
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 // The routed block against int_form_moe: max |got − ref| / max |ref − residual| < 1e-4 (the
@@ -162,7 +213,9 @@ TEST(GpuOpsMoeIntDecode, MatchesIntFormMoe) {
   const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"},
                                 {16, 8, 1024, 512, "gptq-asym-g32"},  {16, 8, 1024, 512, "gptq-sym-g64"},
                                 {8, 3, 256, 128, "gptq-asym-g32"},    {6, 2, 384, 384, "gptq-asym-g64"},
-                                {40, 32, 256, 128, "gptq-sym-g32"},   {5, 1, 640, 256, "gptq-asym-g128"}};
+                                {40, 32, 256, 128, "gptq-sym-g32"},   {5, 1, 640, 256, "gptq-asym-g128"},
+                                // short last activation blocks (K % 128 == 64: x and act rows)
+                                {8, 2, 128, 64, "gptq-sym-g32"},      {5, 3, 192, 320, "gptq-asym-g64"}};
   for (const auto& c : cases) {
     const std::string name = case_name(c);
     SCOPED_TRACE(name);
@@ -214,7 +267,8 @@ TEST(GpuOpsMoeIntDecode, ProjectionsMatchIntFormLinearBitForBit) {
   Rng rng(92);
   const std::vector<Case> cases{{16, 1, 3072, 1024, "gptq-sym-g128"}, {16, 1, 1024, 512, "gptq-asym-g128"},
                                 {16, 1, 1024, 512, "gptq-asym-g32"},  {16, 1, 1024, 512, "gptq-sym-g64"},
-                                {8, 1, 256, 128, "gptq-asym-g32"},    {6, 1, 384, 384, "gptq-sym-g32"}};
+                                {8, 1, 256, 128, "gptq-asym-g32"},    {6, 1, 384, 384, "gptq-sym-g32"},
+                                {8, 1, 128, 64, "gptq-sym-g32"},      {5, 1, 192, 320, "gptq-asym-g64"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c);
@@ -243,6 +297,7 @@ TEST(GpuOpsMoeIntDecode, ProjectionsMatchIntFormLinearBitForBit) {
         std::vector<int32_t> ids(static_cast<size_t>(M));
         ASSERT_EQ(cudaMemcpy(ids.data(), ws.data() + lay.ids, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
                   cudaSuccess);
+        EXPECT_EQ(check_act_quantisation(ws, lay, act, M * c.k, c.I), 0) << "M=" << M;
         double max_act_err = 0, max_act = 0;
         int diffs = 0;
         size_t first = 0;
@@ -286,7 +341,8 @@ TEST(GpuOpsMoeIntDecode, TokenOutputIndependentOfBatch) {
   const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
                                 {16, 8, 1024, 512, "gptq-asym-g32"},
                                 {16, 8, 1024, 512, "gptq-sym-g64"},
-                                {8, 3, 256, 128, "gptq-asym-g128"}};
+                                {8, 3, 256, 128, "gptq-asym-g128"},
+                                {5, 3, 192, 320, "gptq-asym-g64"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c);
@@ -370,6 +426,87 @@ TEST(GpuOpsMoeIntDecode, RepeatedCallsOnOneWorkspace) {
   }
 }
 
+// One call captured in a CUDA graph (on its own stream) and replayed on new inputs written into
+// the same device buffers: every replay gives the bits of an eager call on a fresh workspace, also
+// with eager calls of another size on the same workspace between the replays. The act-block
+// arrival counts (one per (slot, 128-column block), in device memory, not the workspace) must be
+// back at zero after every launch for this: a stale count makes a block's quantisation run early
+// (NaN or stale planes) or never. M = 1 (one tile per CTA) and 8 (ranges of several tiles and two
+// tokens), with the shared expert.
+TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard;
+  cuda::set_moe_int_decode_max_tokens(8);
+  Rng rng(97);
+  for (const Case& c : {Case{16, 8, 3072, 1024, "gptq-sym-g128"}, Case{8, 3, 192, 320, "gptq-asym-g64"}}) {
+    SCOPED_TRACE(case_name(c));
+    const Experts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
+    for (int M : {1, 8}) {
+      SCOPED_TRACE("M=" + std::to_string(M));
+      DeviceBuffer<float> d_x{size_t(M) * c.H}, d_logits{size_t(M) * c.E}, d_res{size_t(M) * c.H},
+          d_shared{size_t(M) * c.H}, d_gate{size_t(M)};
+      auto put = [](DeviceBuffer<float>& dst, const std::vector<float>& src) {
+        ASSERT_EQ(cudaMemcpy(dst.data(), src.data(), src.size() * sizeof(float), cudaMemcpyHostToDevice),
+                  cudaSuccess);
+      };
+      auto ws = fresh_workspace(c, 8);
+      cudaStream_t st = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+      auto call = [&]() {
+        return cuda::moe_routed_experts_int(d_x.data(), d_logits.data(), shape, d, M, ws.data(), ws.size(),
+                                            d_res.data(), st, d_shared.data(), d_gate.data());
+      };
+      // An eager call first: the first call on a device sets the kernels' attributes.
+      put(d_x, random_f32(rng, size_t(M) * c.H, 1.0f));
+      put(d_logits, random_f32(rng, size_t(M) * c.E, 2.0f));
+      put(d_res, random_f32(rng, size_t(M) * c.H, 1.0f));
+      put(d_shared, random_f32(rng, size_t(M) * c.H, 0.5f));
+      put(d_gate, random_f32(rng, size_t(M), 1.0f));
+      ASSERT_TRUE(call());
+      ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const bool captured = call();
+      ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+      ASSERT_TRUE(captured);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int rep = 0; rep < 3; ++rep) {
+        Inputs in = random_inputs(rng, c, M);
+        const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+        const auto gate = random_f32(rng, size_t(M), 1.0f);
+        in.shared = &shared;
+        in.gate = &gate;
+        put(d_x, in.x);
+        put(d_logits, in.logits);
+        put(d_res, in.residual);
+        put(d_shared, shared);
+        put(d_gate, gate);
+        ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+        const auto got = to_host(d_res);
+        bool ran = false;
+        const auto ref = run(d, c, in, M, &ran);
+        ASSERT_TRUE(ran);
+        size_t first = 0;
+        const int diffs = count_diffs(got, ref, &first);
+        EXPECT_EQ(diffs, 0) << "replay " << rep << ": " << diffs << " of " << got.size()
+                            << " outputs differ from an eager call; first at token " << first / size_t(c.H)
+                            << " column " << first % size_t(c.H);
+        // Another size on the same workspace between the replays.
+        const Inputs other = random_inputs(rng, c, 3);
+        (void)run_on(ws, d, c, other, 3, &ran);
+        ASSERT_TRUE(ran);
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(st);
+    }
+  }
+}
+
 // The dp4a kernels and the tensor-core kernels of the integer form (set_moe_int_decode_max_tokens(0)
 // sends every step to the latter) give every output the same bits: exact integer unit sums and one
 // f32 fold per output in both (moe_int_arith.h). M = 1, 3, 8, with the shared expert.
@@ -380,7 +517,8 @@ TEST(GpuOpsMoeIntDecode, MatchesTensorCoreFormBitForBit) {
   const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
                                 {16, 8, 1024, 512, "gptq-asym-g32"},
                                 {16, 8, 1024, 512, "gptq-sym-g64"},
-                                {8, 3, 256, 128, "gptq-asym-g128"}};
+                                {8, 3, 256, 128, "gptq-asym-g128"},
+                                {5, 3, 192, 320, "gptq-asym-g64"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const Experts ex = make_experts(rng, c);

@@ -1,75 +1,117 @@
 // The integer form of the GPTQ INT4 routed experts (moe_int_arith.h) for steps of 1 ..
-// kIntDecodeMaxTokens tokens: two dp4a kernels on CUDA cores, routing fused into gate/up and the
-// combine into down (int_decode, declared in ops_moe_int_internal.cuh).
+// kIntDecodeMaxTokens tokens: two dp4a kernels on CUDA cores, routing fused into gate/up, the act
+// quantisation into gate/up's tail and the combine into down (int_decode, ops_moe_int_internal.cuh).
 //
 // Layout: the checkpoint's own: qweight [E][K/8][N] int32 (nibble j of word (kp, n) = q[8kp + j, n]),
 // scales f16 [E][K/g][N], qzeros [E][K/g][N/8] (stored zero - 1); x f32 [M, H]; router logits f32
-// [M, E]; residual f32 [M, H]. Workspace (ops_moe_int_decode.cuh): ids [M·k] i32, weights [M·k] f32,
-// act [M·k, I] f32 by slot = m·k + rank, 256-byte aligned regions.
+// [M, E]; residual f32 [M, H]. Workspace (ops_moe_int_decode.cuh): ids, weights [M·k], act [M·k, I]
+// f32 by slot = m·k + rank, and the act rows quantised: planes [M·k, I/8] x 16 B, block scales, ΣX.
 //
-// Arithmetic (moe_int_arith.h, exactly): each CTA quantises its activation rows in shared memory
-// (step 1: one warp per 128-k block: amax by a shuffle max, x_scale, quantize_x), keeping X = 256·hi
-// + lo as two byte planes in the order dp4a wants: per packed row (8 k) one 16-byte vector {hi of
-// k 0,2,4,6 | hi of k 1,3,5,7 | lo of k 0,2,4,6 | lo of k 1,3,5,7} (hi = X >> 8 signed, lo = X & 0xFF
-// unsigned), the block scale s_b, and ΣX per 32 k. A GPTQ word w gives lo_w = w & 0x0F0F0F0F (q of
-// k 0,2,4,6) and hi_w = (w >> 4) & 0x0F0F0F0F (k 1,3,5,7); per column A = Σ q·hi and B = Σ q·lo by
-// four dp4a per word, and per sub-unit (min(U, 64) k: 64, or 32 when U = 32) the exact integer
-// P = 256·A + B − z·ΣX goes to shared memory. After a barrier one thread per output adds the
-// sub-units of a unit (exact: D_u) and folds the units in ascending k with fold_unit (step 3).
-// No sum depends on M, the grid, the column block or the thread split: a token gets the same bits
-// in any batch, and the same as int_form_linear and the tensor-core form.
+// Arithmetic (moe_int_arith.h, exactly): an activation row is quantised per 128-k block by one warp
+// (quantize_block: amax by a shuffle max, x_scale, quantize_x) into X = 256·hi + lo as two byte
+// planes in the order dp4a wants: per packed row (8 k) one 16-byte vector {hi of k 0,2,4,6 | hi of
+// k 1,3,5,7 | lo of k 0,2,4,6 | lo of k 1,3,5,7} (hi = X >> 8 signed, lo = X & 0xFF unsigned), the
+// block scale s_b, and ΣX per 32 k. A GPTQ word w gives lo_w = w & 0x0F0F0F0F (q of k 0,2,4,6) and
+// hi_w = (w >> 4) & 0x0F0F0F0F (k 1,3,5,7); per column A = Σ q·hi and B = Σ q·lo by four dp4a per
+// word, and per sub-unit (min(U, 64) k: 64, or 32 when U = 32) the exact integer P = 256·A + B −
+// z·ΣX goes to shared memory. After a barrier one lane per output adds the sub-units of a unit
+// (exact: D_u) and folds the units in ascending k with fold_unit (step 3). No sum depends on M,
+// the grid, the tile or the thread split: a token gets the same bits in any batch, and the same as
+// int_form_linear and the tensor-core form. The routing is route_token's (ops_moe_internal.cuh)
+// bit for bit: route_rounds below differs only in how it finds each round's arg-max.
+//
+// Why this decomposition (the latency chain at M = 1; 122B-A10B: H 3072, I 1024, k 8, g 128):
+// the weights gate/up reads depend on the routing, the routing on the router logits, written by
+// the previous kernel. So the chain of a gate/up CTA is: pdl_wait -> logits (one L2 round trip) ->
+// softmax + arg-max rounds -> weight loads (one DRAM round trip) -> dp4a -> fold -> act. A separate
+// routing kernel would add a grid boundary and one more L2 round trip (the ids) to that chain and
+// save nothing on it; what made the previous version slow was not the chain but the work beside
+// it: every WARP routed its token itself (~1,500 instructions, 44 % of the kernel's, issued by all
+// 16 warps of an SM before their weight streams could run at full rate) and every down CTA
+// re-quantised all k act rows of its token. Now:
+//   - one warp per CTA and token routes (rounds 0 .. r of the CTA's last rank; all k where the CTA
+//     publishes the token's ids / weights for down) while the other warps quantise the x rows;
+//     the arg-max rounds use redux.sync (two warp reductions per round instead of five shuffle
+//     pairs) and keep the chosen ids in shared memory (route_token's per-round arrays are local
+//     memory). Fixed part per CTA (estimated from the source, no SASS listing here): one routing
+//     warp (~250 instructions of softmax + ~45 per round: ~600 at k 8) and ~4 quantize_block (~90
+//     each) + ~50 of setup per other warp at M = 1: ~4,100 warp instructions per CTA against ~12,000
+//     (8 x 1,508) before; per tile then one fold warp (~450 + the arrival ~40, + ~100 when last);
+//   - the act rows are quantised once per (slot, 128-column block): the gate/up CTAs that finish a
+//     block's 32-column tiles count their arrivals (g_act_arrivals, one counter per (slot, block));
+//     the last one reads the block's 128 act values back from L2 and writes its planes, s_b and ΣX
+//     to the workspace, and sets the counter back to 0. Down just copies them to shared memory;
+//   - CTAs are persistent: a grid of at most 2 CTAs per SM, each CTA a contiguous range of tiles
+//     (the ranges differ by at most one tile), so the prologue is paid once per CTA, and a thread's
+//     register ring runs on across its tiles (the next tile's first item is requested before the
+//     tile's barrier). A range covers at most two tokens (the grid holds >= M CTAs): <= 2 routing
+//     warps, <= 2 x rows, <= 2 tokens' act planes.
 //
 // Items: a thread's unit of work is (series, 4 columns, chunk of 8 packed rows = 64 k): 8 16-byte
 // weight loads (ld.global.nc.L1::no_allocate.v4), plus per sub-unit that starts a GPTQ group the
-// group's 4 scales (8 bytes) and, asymmetric, its zero word. Item i of a CTA: lane i % L (L =
-// series x column quads, quads fastest: a warp's loads cover whole 64/128-byte row segments),
-// chunk i / L; thread t runs items t, t + 256, ... with the next item's loads issued before the
-// current one is computed (a two-item register ring: 8-16 rows, 128-256 bytes in flight per thread
-// all the time).
+// group's 4 scales (8 bytes, cp.async into shared memory) and, asymmetric, its zero word. Item i of
+// a tile: lane i % L (L = series x column quads, quads fastest: a warp's loads cover whole row
+// segments), chunk i / L. The CTA numbers the items of its range q = j·IT + i (tile j, IT items per
+// tile); thread t runs q = t, t + 256, ... with a two-item register ring (the next item's loads
+// are issued before the current one is computed: 8-16 rows, 128-256 bytes in flight per thread all
+// the time), across tile boundaries, at most ceil(256 / IT) tiles ahead (1 at the 122B shapes).
+// Per tile: items; barrier; warp j % 8 folds tile j (double-buffered sub-unit sums, scales in
+// ahead + 2 buffers: the other warps go on with the next tile meanwhile; the fold warp rotates).
 //
-// gate/up (int_gate_up_kernel): grid (I / C_up, M·k), C_up = 32 columns (one 128-byte line of a
-//   packed row) when it fits; series gate and up of the slot's expert, so L = 16, H/64 chunks.
-//   Every warp routes the slot's token itself (route_token, the decode kernels' code, r + 1 arg-max
-//   rounds; the publishing warp, warp 0 of the token's (rank 0, column block 0) CTA, all k rounds
-//   and writes ids / weights for down), issues its first item's loads, then the warps quantise the
-//   x row (__ldcg: written by the previous kernel); barrier; items; barrier; 2·C threads fold gate
-//   and up, C threads write act = silu_mul_rn(g, u).
-// down (int_down_kernel): grid (H / C_down, M), C_down = 16; all k ranks of the token (series =
-//   ranks, L = 4·k, I/64 chunks). Reads ids / weights (written by gate/up), issues its first item's
-//   loads, quantises the k act rows (row stride I/8 + 1 vectors: the ranks' rows on different banks),
-//   items, fold per (rank, column) into y, then combine_kernel's steps (ops_moe.cu) per column:
-//   acc = fmaf(w_r, y_r, acc) over r from 0, o = residual + acc, with the shared expert
-//   o = fmaf(1 / (1 + __expf(-logit)), shared, o). A shape whose k act rows do not fit the device
-//   runs the ranks in passes of kr (the fold's y of every rank stays in shared memory).
-// Threads 256, __launch_bounds__(256, 2) (<= 128 registers: 2 CTAs per SM). Shared memory (bytes,
-//   per CTA, smem_layout): planes rows·(K/8 [+1])·16, sub-unit sums series·(K/sub)·C·4, scales
-//   series·(K/g)·C·2 (filled by 8-byte cp.async with the weights), y, s_b and ΣX. 122B-A10B (H 3072,
-//   I 1024, k 8, g 128 sym): gate/up 22,240 B (+ 2,048 static: the per-warp routing), down 28,544 B
-//   (+ 528 static): 2 CTAs per SM on the H200 and on the DGX Spark (99 KB per block and per SM);
-//   C (and the down passes) are chosen per device so that 2 CTAs fit, else 1 (plan_int_decode).
-//   Shared memory above 48 KB is opted in once per device (the device's per-block maximum).
-// Grids at the 122B shape: M = 1 gate/up 32 x 8 = 256 CTAs, down 192 x 1 = 192 (264 CTA slots:
-//   one wave each); M = 8 gate/up 2048, down 1536. Bytes in flight: 8-16 rows x 16 B per thread,
-//   256 threads, 2 CTAs per SM: 64-128 KB per SM (at M = 1 gate/up requests 2/3 of a CTA's 96 KB
-//   slice before its first item is computed; down all of its 64 KB).
+// gate/up (int_gate_up_kernel): tile = (slot, 32 columns of I: one 128-byte line of a packed row),
+//   series gate and up of the slot's expert, L = 16, IT = 16·H/64; tiles M·k·I/32, numbered slot-
+//   major. Prologue: routing warps (above), the other warps quantise the range's x rows (__ldcg:
+//   written by the previous kernel) into shared memory; barrier. Fold: lane c folds gate and up of
+//   column c (two chains), writes act = silu_mul_rn(g, u), then the block arrival (above).
+// down (int_down_kernel): tile = (token, 8 columns of H), all k ranks (series = ranks, L = 2k, IT =
+//   2k·I/64); tiles M·H/8, numbered token-major. Prologue: cp.async of the range's tokens' planes
+//   (row stride I/8 + 1 vectors: the ranks' rows on different banks), s_b and ΣX; each thread
+//   requests its first item as soon as it has read its rank's id; ids / weights, the residual and
+//   shared values of the range's outputs to shared memory; barrier. Fold: k·8 chains (two per lane
+//   at a time) into y, then combine_kernel's steps (ops_moe.cu) per column: acc = fmaf(w_r, y_r,
+//   acc) over r from 0, o = residual + acc, with the shared expert o = fmaf(1 / (1 + __expf(-logit)),
+//   shared, o).
+// Threads 256, __launch_bounds__(256, 2) (<= 128 registers). Grid: min(tiles, max(M, 2 x SMs))
+//   (1 x SMs when two CTAs do not fit in shared memory). Shared memory (bytes per CTA, up_layout /
+//   down_layout; nt = tokens a range may cover, 1 at M = 1 or one tile per CTA, else 2):
+//   gate/up planes nt·H/8·16, sub-unit sums 2·2·(H/sub)·32·4, scales nsc·2·(H/g)·32·2, s_b, ΣX and
+//   a tile table; down planes nt·k·(I/8 + 1)·16, sums 2·k·(I/sub)·8·4, scales nsc·k·(I/g)·8·2, y
+//   k·8·4, s_b, ΣX, residual / shared values 2·8 per tile and a tile table (nsc = 3 scale buffers
+//   when a tile has >= 256 items, else a power of two >= ahead + 2).
+//   122B-A10B: gate/up 40,432 B at M = 1, 47,168 B at M = 8; down 29,472 B at M = 1, 48,064 B at
+//   M = 8 (+ 512 / 528 static): two CTAs per SM on the H200, and on the DGX Spark if its 99 KB per
+//   SM hold two (plan_launch decides per device from its attributes; else one per SM). A shape whose CTA fits neither way
+//   (or more (slot, block) counts than g_act_arrivals holds) runs int_mma (the same bits).
+// Grids at the 122B shape on the H200 (132 SMs): M = 1 gate/up 256 tiles (96 KB each, 3 items per
+//   thread) on 256 CTAs, down 384 tiles (32 KB, 1 item per thread) on 264 CTAs (1-2 each); M = 8
+//   gate/up 2048 tiles on 264 CTAs (7-8 each), down 3072 on 264 (11-12 each). Registers (ptxas,
+//   sm_90 / sm_121): gate/up 128 / 109-124, down 128 / 122-128, no spills.
 // PDL: both kernels are programmatic dependent launches and wait (pdl_wait) before touching any
-//   global memory (the experts to read depend on the routing, which needs the logits); they let
-//   their dependents launch after their prologue. shared_ready: the stream waits for it before the
-//   down launch (the only kernel that reads shared_out).
+//   global memory (the experts to read depend on the routing, which needs the logits; down's on the
+//   ids gate/up writes); they let their dependents launch after their prologue. shared_ready: the
+//   stream waits for it before the down launch (the only kernel that reads shared_out).
+//   g_act_arrivals: zero at module load, and the last arrival of a block sets it back to zero, so
+//   it is zero between launches (graph replays, any workspace). Per device; gate/up launches on one
+//   device must not overlap (they run in stream order on the model's stream; with PDL a gate/up
+//   waits for the previous down, which waited for the previous gate/up).
 // Roofline (bytes per layer): M·k·(2·I·H/2 + 2·(H/g)·I·2) for gate/up and M·k·(H·I/2 + (I/g)·H·2)
 //   for down (+ zeros when asymmetric; a token's repeated expert is read again; tokens are not
 //   grouped at M <= 8): 122B at M = 1 25.2 MB + 12.6 MB = 37.7 MB of weights + 1.2 MB of scales.
-//   Activations from L2: x (4·H) per gate/up CTA, k act rows (4·k·I) per down CTA.
+//   Activations from L2: x (4·H) per gate/up CTA and token, act (4·128 per block, once) and the
+//   act planes (2·I bytes + s_b and ΣX per slot) per down CTA and token.
 // Instructions per weight word: 1 LOP3, 1 SHF + 1 LOP3, 4 dp4a (+ 1/4 of a 16-byte shared load of
-//   X), against ~25 for the f32 form (ops_moe_decode.cu).
+//   X), against ~25 for the f32 form (ops_moe_decode.cu); per item ~25 more for its addresses.
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <mutex>
 #include <string>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/moe_int_arith.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
 #include "backend/cuda/ops_moe_int_internal.cuh"
@@ -80,9 +122,11 @@
 namespace moeserve::cuda::moe_int_detail {
 namespace {
 
+using async_copy::cp_async16;
+using async_copy::cp_async_commit;
+using async_copy::cp_async_wait;
 using moe_detail::ExpertView;
 using moe_detail::kMaxTopK;
-using moe_detail::route_token;
 using moe_detail::silu_mul_rn;
 using moe_detail::view_of;
 namespace mi = moe_int;
@@ -91,35 +135,132 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunkRows = 8;   // packed rows per item (64 k)
 constexpr int kQuantBatch = 4;  // 128-k blocks a warp loads before it quantises them
-constexpr int kMaxCols = 32;    // columns per CTA (C: 32, 16, 8 or 4)
+constexpr int kUpCols = 32;     // gate/up tile: columns of I (4 tiles per 128-column act block)
+constexpr int kDownCols = 8;    // down tile: columns of H (2 column quads per rank)
+constexpr int kMaxRangeTokens = 2;
+static_assert(4 * kUpCols == mi::kXBlock, "an act block is 4 gate/up tiles");
+
+// Arrival counts of the act blocks, one per (slot, 128-column block) of a launch (see the header).
+constexpr int kArrivalSlots = 1 << 15;
+__device__ unsigned g_act_arrivals[kArrivalSlots];
 
 // ---- shared memory ---------------------------------------------------------------------------
 
 __host__ __device__ constexpr int round16(int b) { return (b + 15) / 16 * 16; }
 
-// Byte offsets of a CTA's dynamic shared memory. rows activation rows of K (planes: pstride
-// 16-byte vectors per row), series outputs per column, C columns, group g, sub_k k per sub-unit,
-// ys_floats floats of fold results.
+// Byte offsets of a CTA's dynamic shared memory.
 struct SmemLayout {
-  int planes, dp, sc, ys, sblk, sx, bytes;
+  int planes, dp, sc, ys, sblk, sx, res, tiles, bytes;
+  int dp_buf, sc_buf;  // elements per buffer of dp (int) and sc (half)
 };
-__host__ __device__ constexpr SmemLayout smem_layout(int rows, int pstride, int series, int K, int C, int g, int sub_k,
-                                                     int ys_floats) {
+// Scale buffers for a prefetch distance of `ahead` tiles: the tiles j - 1 (its fold) .. j + ahead
+// (their cp.async) are in use at once; a power of two above 3 (the index a mask).
+__host__ __device__ constexpr int scale_buffers(int ahead) {
+  int n = 4;
+  while (n < ahead + 2) n *= 2;
+  return ahead <= 1 ? 3 : n;
+}
+__host__ __device__ constexpr int scale_buffer(int jq, int nsc) { return nsc == 3 ? jq % 3 : jq & (nsc - 1); }
+// How many tiles past the current one a thread's next item may lie (IT items per tile).
+__host__ __device__ constexpr int tiles_ahead(int IT) { return (kThreads + IT - 1) / IT; }
+// rows activation rows (planes: pstride 16-byte vectors per row; s_b: nbs floats per row; ΣX: sxs
+// ints per row), series outputs per column, C columns, K, group g, sub_k k per sub-unit, ys_floats
+// floats of fold results, res_floats floats of combine inputs, len_max tiles.
+__host__ __device__ constexpr SmemLayout smem_layout(int rows, int pstride, int nbs, int sxs, int series, int K, int C,
+                                                     int g, int sub_k, int ys_floats, int res_floats, int len_max,
+                                                     int nsc) {
   SmemLayout L{};
+  L.dp_buf = series * (K / sub_k) * C;
+  L.sc_buf = series * (K / g) * C;
   L.planes = 0;
-  L.dp = L.planes + rows * pstride * 16;                          // int   [series][K/sub_k][C]
-  L.sc = L.dp + round16(series * (K / sub_k) * C * 4);            // half  [series][K/g][C]
-  L.ys = L.sc + round16(series * (K / g) * C * 2);                // float [ys_floats]
-  L.sblk = L.ys + round16(ys_floats * 4);                         // float [rows][ceil(K/128)]
-  L.sx = L.sblk + round16(rows * ((K + mi::kXBlock - 1) / mi::kXBlock) * 4);  // int [rows][K/32]
-  L.bytes = L.sx + round16(rows * (K / 32) * 4);
+  L.dp = L.planes + rows * pstride * 16;           // int   [2][series][K/sub_k][C]
+  L.sc = L.dp + round16(2 * L.dp_buf * 4);         // half  [nsc][series][K/g][C]
+  L.ys = L.sc + round16(nsc * L.sc_buf * 2);       // float [ys_floats]
+  L.sblk = L.ys + round16(ys_floats * 4);          // float [rows][nbs]
+  L.sx = L.sblk + round16(rows * nbs * 4);         // int   [rows][sxs]
+  L.res = L.sx + round16(rows * sxs * 4);          // float [res_floats]
+  L.tiles = L.res + round16(res_floats * 4);       // int4  [len_max]
+  L.bytes = L.tiles + len_max * 16;
   return L;
 }
-__host__ __device__ constexpr SmemLayout up_layout(int H, int C, int g, int sub_k) {
-  return smem_layout(1, H / 8, 2, H, C, g, sub_k, 2 * C);
+__host__ __device__ constexpr int blocks_of(int K) { return (K + mi::kXBlock - 1) / mi::kXBlock; }
+// Items per tile: gate/up 16 lanes (gate | up x 8 column quads) x H/64 chunks; down 2k lanes
+// (rank x 2 column quads) x I/64 chunks.
+__host__ __device__ constexpr int up_items(int H) { return 16 * (H / 64); }
+__host__ __device__ constexpr int down_items(int I, int k) { return 2 * k * (I / 64); }
+__host__ __device__ constexpr SmemLayout up_layout(int H, int nt, int g, int sub_k, int len_max) {
+  return smem_layout(nt, H / 8, blocks_of(H), H / 32, 2, H, kUpCols, g, sub_k, 0, 0, len_max,
+                     scale_buffers(tiles_ahead(up_items(H))));
 }
-__host__ __device__ constexpr SmemLayout down_layout(int I, int k, int kr, int C, int g, int sub_k) {
-  return smem_layout(kr, I / 8 + 1, kr, I, C, g, sub_k, k * C);
+__host__ __device__ constexpr SmemLayout down_layout(int I, int k, int nt, int g, int sub_k, int nbs, int sxs,
+                                                     int len_max) {
+  return smem_layout(nt * k, I / 8 + 1, nbs, sxs, k, I, kDownCols, g, sub_k, k * kDownCols,
+                     2 * len_max * kDownCols, len_max, scale_buffers(tiles_ahead(down_items(I, k))));
+}
+
+// ---- routing ---------------------------------------------------------------------------------
+
+// route_token (ops_moe_internal.cuh) bit for bit, for E <= 256, `rounds` arg-max rounds: the same
+// softmax code (lane L holds logits L, L + 32, ...; max, accurate expf, the denominator per lane
+// then by warp_sum; p = e / denom), the same choice per round (largest p, equal p: lower id; a
+// p that never compares > -1 (NaN, taken, e >= E) is never chosen, and a round without any gives
+// id 0x7fffffff, p = -1, as route_token). Each round takes two warp reductions: the largest key
+// (p >= 0 as its bits + 1: unsigned order = float order; 0 = not choosable), then the lowest id
+// with that key. Lane 0 writes ids[r] and p[r] (shared memory); returns Σ p in round order from
+// 0.0f (route_token's psum when rounds = k; the weights are p[r] / psum). Call from a whole warp.
+__device__ __forceinline__ float route_rounds(const float* __restrict__ row, int E, int rounds, int32_t* ids,
+                                              float* p_out) {
+  constexpr int kPerLane = 8;
+  const int lane = threadIdx.x & 31;
+  float p[kPerLane];
+  float mx = -FLT_MAX;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? __ldcg(row + e) : -FLT_MAX;
+    mx = fmaxf(mx, p[i]);
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float denom = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    p[i] = e < E ? expf(p[i] - mx) : 0.0f;
+    denom += p[i];
+  }
+  denom = moe_detail::warp_sum(denom);
+  unsigned key[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const float pi = lane + 32 * i < E ? p[i] / denom : -1.0f;
+    key[i] = pi >= 0.0f ? (__float_as_uint(pi) & 0x7fffffffu) + 1u : 0u;
+  }
+  float psum = 0.0f;
+  for (int r = 0; r < rounds; ++r) {
+    unsigned best = key[0];
+#pragma unroll
+    for (int i = 1; i < kPerLane; ++i) best = max(best, key[i]);
+    const unsigned top = __reduce_max_sync(0xffffffffu, best);  // warp-uniform
+    unsigned win = 0x7fffffffu;
+    float bp = -1.0f;
+    if (top != 0u) {
+      unsigned cand = 0xffffffffu;
+#pragma unroll
+      for (int i = kPerLane - 1; i >= 0; --i)
+        if (key[i] == top) cand = unsigned(lane + 32 * i);  // the lane's lowest id at the top key
+      win = __reduce_min_sync(0xffffffffu, cand);
+      bp = __uint_as_float(top - 1u);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i)
+        if (unsigned(lane + 32 * i) == win) key[i] = 0u;  // taken
+    }
+    if (lane == 0) {
+      ids[r] = int(win);
+      p_out[r] = bp;
+    }
+    psum += bp;
+  }
+  return psum;
 }
 
 // ---- activation quantisation (moe_int_arith.h step 1) ----------------------------------------
@@ -127,7 +268,7 @@ __host__ __device__ constexpr SmemLayout down_layout(int I, int k, int kr, int C
 // One 128-k block by one warp: lane L holds x[4L .. 4L + 3] of the block (v; zeros past the row's
 // end). Writes the block's plane vectors (planes[0..16)), its scale s_b (*sblk) and ΣX of its 32-k
 // quarters (sx[0..4)); a row's short last block (moe_int_arith.h 1.: K % 128 != 0) writes only its
-// len / 8 vectors and len / 32 quarters (len = its k count, a multiple of 32).
+// len / 8 vectors and len / 32 quarters (len = its k count, a multiple of 32). Shared or global.
 __device__ __forceinline__ void quantize_block(float4 v, int len, uint4* planes, float* sblk, int* sx) {
   const int lane = threadIdx.x & 31;
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -159,18 +300,18 @@ __device__ __forceinline__ void quantize_block(float4 v, int len, uint4* planes,
 }
 
 // rows contiguous activation rows of K (src, f32, written by an earlier kernel: read through L2)
-// into planes (row stride pstride vectors), sblk [rows][ceil(K/128)], sx [rows][K/32]. Warp w takes the
-// blocks w, w + 8, ...; each warp loads kQuantBatch blocks before it quantises them. vec: src is
-// 16-byte aligned (else 4-byte loads).
+// into planes (row stride K/8 vectors), sblk [rows][ceil(K/128)], sx [rows][K/32], by warps
+// warp0 .. kWarps - 1: warp w takes the blocks w - warp0, + (kWarps - warp0), ...; each warp loads
+// kQuantBatch blocks before it quantises them. vec: src is 16-byte aligned (else 4-byte loads).
 __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int rows, int K, bool vec, uint4* planes,
-                                              int pstride, float* sblk, int* sx) {
-  const int nb = (K + mi::kXBlock - 1) / mi::kXBlock, tasks = rows * nb;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int t0 = warp; t0 < tasks; t0 += kQuantBatch * kWarps) {
+                                              float* sblk, int* sx, int warp0) {
+  const int nb = blocks_of(K), tasks = rows * nb, nw = kWarps - warp0;
+  const int w = (threadIdx.x >> 5) - warp0, lane = threadIdx.x & 31;
+  for (int t0 = w; t0 < tasks; t0 += kQuantBatch * nw) {
     float4 v[kQuantBatch];
 #pragma unroll
     for (int j = 0; j < kQuantBatch; ++j) {
-      const int t = t0 + j * kWarps;
+      const int t = t0 + j * nw;
       v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       const int r = t / nb, kk = (t - r * nb) * mi::kXBlock + 4 * lane;  // row t / nb, block t % nb
       if (t < tasks && kk < K) {  // K % 4 == 0: a lane's 4 k are all in the row or all past it
@@ -181,10 +322,10 @@ __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int
     }
 #pragma unroll
     for (int j = 0; j < kQuantBatch; ++j) {
-      const int t = t0 + j * kWarps;  // warp-uniform
+      const int t = t0 + j * nw;  // warp-uniform
       if (t < tasks) {
         const int r = t / nb, b = t - r * nb;
-        quantize_block(v[j], min(mi::kXBlock, K - b * mi::kXBlock), planes + size_t(r) * pstride + b * 16,
+        quantize_block(v[j], min(mi::kXBlock, K - b * mi::kXBlock), planes + size_t(r) * (K / 8) + b * 16,
                        sblk + r * nb + b, sx + r * (K / 32) + b * 4);
       }
     }
@@ -208,13 +349,11 @@ struct Operand {
   const int32_t* z;   // qzeros [K/g][N/8] + n/8 (asymmetric)
 };
 
-// The 4 group scales (8 bytes) straight into shared memory: no register holds them in flight;
-// cp_async_wait_all before the barrier that precedes the fold.
+// The 4 group scales (8 bytes) straight into shared memory: no register holds them in flight.
 __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // kSub packed rows per sub-unit (4: U = 32; 8: U >= 64); kNs sub-units per item.
 template <int kSub>
@@ -226,7 +365,7 @@ struct Item {
 
 // Requests an item: its 8 rows into registers, its sub-units' zero words (asymmetric) into
 // registers, and the scales of the groups its sub-units start into sc[grp·C + 0..3] (shared
-// memory, the item's series and column quad).
+// memory, the item's series and column quad), as one cp.async group (committed, maybe empty).
 template <bool kSym, int kSub>
 __device__ __forceinline__ void load_item(Item<kSub>& it, const Operand& op, int N, int g, int k0, __half* sc,
                                           int C) {
@@ -239,6 +378,7 @@ __device__ __forceinline__ void load_item(Item<kSub>& it, const Operand& op, int
     if (kk - grp * g == 0) cp_async8(sc + size_t(grp) * C, op.sc + size_t(grp) * N);
     if constexpr (!kSym) it.z[j] = uint32_t(__ldg(op.z + size_t(grp) * (N / 8)));
   }
+  cp_async_commit();
 }
 
 // The item's exact sub-unit sums P = Σ (q - z)·X of its 4 columns -> dp[j·C + 0..3] (dp at the
@@ -278,189 +418,352 @@ __device__ __forceinline__ void compute_item(const Item<kSub>& it, const uint4* 
   }
 }
 
-// Step 3 for one output: D_u = the unit's sub-unit sums (exact), acc = fold_unit(acc, D_u, s_b,
-// scale) over the units in ascending k from 0. dp / sc / sblk: the output's series (dp and sc at
-// its column; stride C per sub-unit / group).
-__device__ __forceinline__ float fold_output(const int* dp, const __half* sc, const float* sblk, int K, int C, int U,
-                                             int g, int sub_k) {
+// Step 3 for two outputs side by side (two independent chains): D_u = the unit's sub-unit sums
+// (exact), acc = fold_unit(acc, D_u, s_b, scale) over the units in ascending k from 0. dp / sc:
+// the output's sums and scales (at its column; stride C per sub-unit / group); sb: its act row's
+// block scales.
+__device__ __forceinline__ float2 fold2(const int* dp0, const __half* sc0, const float* sb0, const int* dp1,
+                                        const __half* sc1, const float* sb1, int K, int C, int U, int g, int sub_k) {
   const int nu = K / U, spu = U / sub_k;
-  float acc = 0.0f;
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll 4
   for (int u = 0; u < nu; ++u) {
-    int d = 0;
-    for (int j = 0; j < spu; ++j) d += dp[(u * spu + j) * C];
-    acc = mi::fold_unit(acc, d, sblk[u * U / mi::kXBlock], __half2float(sc[(u * U / g) * C]));
+    int d0 = 0, d1 = 0;
+    for (int j = 0; j < spu; ++j) {
+      d0 += dp0[(u * spu + j) * C];
+      d1 += dp1[(u * spu + j) * C];
+    }
+    const int b = u * U / mi::kXBlock, gi = u * U / g;
+    a0 = mi::fold_unit(a0, d0, sb0[b], __half2float(sc0[gi * C]));
+    a1 = mi::fold_unit(a1, d1, sb1[b], __half2float(sc1[gi * C]));
   }
-  return acc;
+  return make_float2(a0, a1);
 }
 
-// Runs this thread's items tid, tid + 256, ... < items with a two-item register ring: the next
-// item's loads are issued before the current item is computed. `first` was loaded by the caller
-// (item tid, when tid < items). load(Item&, i) / compute(const Item&, i).
+// ---- the item ring over a CTA's tiles ----------------------------------------------------------
+
+// This thread's items of tile j (q .. < qend, step kThreads; IT items per tile) with a two-item
+// register ring: X holds item q on entry (its loads issued when `have`, else they are issued
+// first); the next item's loads are issued before the current item is computed, but only below
+// lim (the end of tile j + ahead: the scale buffers of later tiles may still be read by a fold).
+// Returns true when Y holds the next item q on exit. load(Item&, q, tile) / compute(const Item&,
+// q, tile).
 template <int kSub, class Load, class Compute>
-__device__ __forceinline__ void run_items(Item<kSub>& a, int items, Load load, Compute compute) {
-  Item<kSub> b;
-  for (int i = threadIdx.x; i < items; i += 2 * kThreads) {
-    const int i2 = i + kThreads;
-    if (i2 < items) load(b, i2);
-    compute(a, i);
-    if (i2 >= items) break;
-    if (i2 + kThreads < items) load(a, i2 + kThreads);
-    compute(b, i2);
+__device__ __forceinline__ bool ring_tile(Item<kSub>& X, Item<kSub>& Y, int& q, bool& have, int j, int IT, int qend,
+                                          int lim, Load& load, Compute& compute) {
+  if (q >= qend) return false;
+  if (!have) load(X, q, j);
+  for (;;) {
+    int q2 = q + kThreads;
+    have = q2 < lim;
+    if (have) load(Y, q2, q2 < qend ? j : q2 / IT);
+    compute(X, q, j);
+    q = q2;
+    if (q >= qend) return true;
+    q2 = q + kThreads;
+    have = q2 < lim;
+    if (have) load(X, q2, q2 < qend ? j : q2 / IT);
+    compute(Y, q, j);
+    q = q2;
+    if (q >= qend) return false;
+  }
+}
+
+// All tiles of the CTA's range (len tiles of IT items): per tile this thread's items, its cp.async
+// scales of the tile landed, a barrier, then warp j % kWarps folds tile j (fold(j)) while the
+// others go on. q / have: this thread's next item and whether A already holds its loads (else A
+// gets them here when the item lies within the first 1 + ahead tiles). ahead = ceil(kThreads / IT):
+// how many tiles past the current one a thread's next item may lie (scale buffers: ahead + 2).
+template <int kSub, class Load, class Compute, class Fold>
+__device__ __forceinline__ void run_tiles(int len, int IT, int ahead, Item<kSub>& A, Item<kSub>& B, int q, bool have,
+                                          Load& load, Compute& compute, Fold& fold) {
+  const int total = len * IT, warp = threadIdx.x >> 5;
+  if (!have && q < min(total, (1 + ahead) * IT)) {
+    load(A, q, q / IT);
+    have = true;
+  }
+  bool flip = false;  // B holds item q
+  for (int j = 0; j < len; ++j) {
+    const int qend = (j + 1) * IT, lim = min(total, qend + ahead * IT);
+    const bool odd = flip ? ring_tile(B, A, q, have, j, IT, qend, lim, load, compute)
+                          : ring_tile(A, B, q, have, j, IT, qend, lim, load, compute);
+    flip = flip != odd;
+    // The newest cp.async group is the next item's (tile j + 1) when `have`: only it may still fly.
+    if (have)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
+    __syncthreads();
+    if (warp == j % kWarps) fold(j);
   }
 }
 
 // ---- gate/up ---------------------------------------------------------------------------------
 
-// Grid (I / C, M·k): CTA (column block, slot). See the header comment.
+struct UpArgs {
+  const float* x;       // [M, H]
+  bool x_vec;           // x is 16-byte aligned
+  const float* logits;  // [M, E]
+  int E, k, U;          // experts, top-k, unit length of gate/up
+  int tiles, len_max;   // M·k·I/32 tiles; the longest range of a CTA
+  int32_t* ids;         // [M·k] (the publishing CTAs)
+  float* weights;       // [M·k]
+  float* act;           // [M·k, I]
+  uint4* aplanes;       // [M·k, I/8] (the last arrival of each 128-column block)
+  float* asblk;         // [M·k, nbs]
+  int* asx;             // [M·k, sxs]
+  int nbs, sxs;
+};
+
+// The act block of (slot, tile cb) after this warp wrote its 32 values: the last of the block's
+// tiles to arrive quantises the block's 128 (or, short last block, 64) values into the workspace
+// and sets the block's count back to zero. Whole warp.
+__device__ __forceinline__ void act_block_arrive(const UpArgs& a, int slot, int cb, int I) {
+  const int lane = threadIdx.x & 31, NB = I / kUpCols, blk = cb / 4, arrivals = min(4, NB - 4 * blk);
+  unsigned* count = g_act_arrivals + size_t(slot) * blocks_of(I) + blk;
+  __threadfence();  // this lane's act value is visible device-wide before the count below
+  __syncwarp();
+  unsigned old = 0;
+  if (lane == 0) old = atomicAdd(count, 1u);
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old != unsigned(arrivals - 1)) return;  // warp-uniform
+  if (lane == 0) atomicExch(count, 0u);       // zero again for the next launch
+  __threadfence();                            // the other tiles' act values are visible to the reads below
+  const int kk = mi::kXBlock * blk + 4 * lane;
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (kk < I) v = __ldcg(reinterpret_cast<const float4*>(a.act + size_t(slot) * I + kk));
+  quantize_block(v, min(mi::kXBlock, I - mi::kXBlock * blk), a.aplanes + size_t(slot) * (I / 8) + 16 * blk,
+                 a.asblk + size_t(slot) * a.nbs + blk, a.asx + size_t(slot) * a.sxs + 4 * blk);
+}
+
+// Grid: CTA b runs tiles [b·tiles/G, (b+1)·tiles/G), tile t = (slot t / (I/32), columns 32·(t % (I/32))).
 template <bool kSym, int kSub>
-__global__ void __launch_bounds__(kThreads, 2)
-    int_gate_up_kernel(const float* __restrict__ x, bool x_vec, const float* __restrict__ logits, int E, int k,
-                       ExpertView gate, ExpertView up, int C, int U, int32_t* __restrict__ ids_out,
-                       float* __restrict__ w_out, float* __restrict__ act) {
+__global__ void __launch_bounds__(kThreads, 2) int_gate_up_kernel(UpArgs a, ExpertView gate, ExpertView up) {
   extern __shared__ uint4 smem_up[];
-  __shared__ int32_t s_ids[kWarps][kMaxTopK];
-  __shared__ float s_w[kWarps][kMaxTopK];
+  __shared__ int32_t s_ids[kMaxRangeTokens][kMaxTopK];
+  __shared__ float s_p[kMaxRangeTokens][kMaxTopK];
   constexpr int kSubK = 8 * kSub;
-  const int H = gate.K, I = gate.N, g = gate.group;
+  const int H = gate.K, I = gate.N, g = gate.group, E = a.E, k = a.k;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int slot = blockIdx.y, m = slot / k, r = slot - m * k;
-  const int n0 = blockIdx.x * C, Q = C / 4, L = 2 * Q, nsu = H / kSubK, ng = H / g;
-  const SmemLayout lay = up_layout(H, C, g, kSubK);
+  const int NB = I / kUpCols, tpt = k * NB;  // tiles per slot, per token
+  const int t0 = int((long long)blockIdx.x * a.tiles / gridDim.x);
+  const int t1 = int((long long)(blockIdx.x + 1) * a.tiles / gridDim.x);
+  const int len = t1 - t0, m0 = t0 / tpt, nt = (t1 - 1) / tpt - m0 + 1;  // nt <= 2 (the plan)
+  const int nsu = H / kSubK, ng = H / g, nbH = blocks_of(H);
+  const SmemLayout lay = up_layout(H, nt > 1 ? kMaxRangeTokens : 1, g, kSubK, a.len_max);
   char* base = reinterpret_cast<char*>(smem_up);
-  uint4* planes = reinterpret_cast<uint4*>(base + lay.planes);
+  uint4* planes = reinterpret_cast<uint4*>(base + lay.planes);  // [nt][H/8]
   int* dp = reinterpret_cast<int*>(base + lay.dp);
   __half* scs = reinterpret_cast<__half*>(base + lay.sc);
-  float* ys = reinterpret_cast<float*>(base + lay.ys);
-  float* sblk = reinterpret_cast<float*>(base + lay.sblk);
-  int* sx = reinterpret_cast<int*>(base + lay.sx);
+  float* sblk = reinterpret_cast<float*>(base + lay.sblk);  // [nt][nbH]
+  int* sx = reinterpret_cast<int*>(base + lay.sx);          // [nt][H/32]
+  int4* tiles = reinterpret_cast<int4*>(base + lay.tiles);  // {slot, first column, token - m0, rank}
 
   pdl_wait();
-  // Every warp routes the token (r + 1 arg-max rounds give chosen[r]; the publisher all k), so it
-  // can request its first weights without a barrier.
-  const bool publisher = blockIdx.x == 0 && r == 0 && warp == 0;
-  route_token<8>(logits + size_t(m) * E, E, publisher ? k : r + 1, s_ids[warp], s_w[warp]);  // E <= 256
-  __syncwarp();
-  const int e = min(max(s_ids[warp][r], 0), E - 1);  // in range even for non-finite logits
-  if (publisher && lane < k) {  // the down kernel reads the token's routing from here
-    ids_out[size_t(m) * k + lane] = min(max(s_ids[0][lane], 0), E - 1);
-    w_out[size_t(m) * k + lane] = s_w[0][lane];
+  if (warp < nt) {
+    // Token m0 + warp: rank r's expert needs rounds 0..r; the CTA holding the token's first tile
+    // publishes all k for down.
+    const int m = m0 + warp, first = m * tpt;
+    const bool publish = t0 <= first && first < t1;
+    const int rounds = publish || warp + 1 < nt ? k : ((t1 - 1) / NB) % k + 1;
+    const float psum = route_rounds(a.logits + size_t(m) * E, E, rounds, s_ids[warp], s_p[warp]);
+    if (publish) {
+      __syncwarp();
+      if (lane < k) {
+        a.ids[size_t(m) * k + lane] = min(max(s_ids[warp][lane], 0), E - 1);  // in range for any logits
+        a.weights[size_t(m) * k + lane] = s_p[warp][lane] / psum;
+      }
+    }
+  } else {
+    quantize_rows(a.x + size_t(m0) * H, nt, H, a.x_vec, planes, sblk, sx, nt);
   }
-  const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * ng * I, zoff = size_t(e) * ng * (I / 8);
-  const int items = L * (H / 64);
-  // Item i: lane = i % L (series s = lane / Q: 0 gate, 1 up; quad c = lane % Q), chunk i / L.
-  auto load = [&](Item<kSub>& it, int i) {
-    const int ln = i % L, ch = i / L, s = ln / Q, n = n0 + 4 * (ln - s * Q);
-    const ExpertView& v = s ? up : gate;
-    const Operand op{v.qweight + qoff + n, v.scales + soff + n, kSym ? nullptr : v.qzeros + zoff + n / 8};
-    load_item<kSym, kSub>(it, op, I, g, ch * 64, scs + size_t(s) * ng * C + (n - n0), C);
-  };
-  auto compute = [&](const Item<kSub>& it, int i) {
-    const int ln = i % L, ch = i / L, s = ln / Q, c = ln - s * Q, n = n0 + 4 * c, k0 = ch * 64;
-    compute_item<kSym, kSub>(it, planes + k0 / 8, sx + k0 / 32, 4 * (n % 8), dp + (s * nsu + k0 / kSubK) * C + 4 * c,
-                             C);
-  };
-  Item<kSub> a;
-  if (tid < items) load(a, tid);
-  quantize_rows(x + size_t(m) * H, 1, H, x_vec, planes, H / 8, sblk, sx);
+  for (int j = tid; j < len; j += kThreads) {
+    const int t = t0 + j, slot = t / NB, m = slot / k;
+    tiles[j] = make_int4(slot, (t - slot * NB) * kUpCols, m - m0, slot - m * k);
+  }
   __syncthreads();
   pdl_launch_dependents();
-  run_items<kSub>(a, items, load, compute);
-  cp_async_wait_all();  // this thread's scales are in shared memory
-  __syncthreads();
-  if (tid < 2 * C) {
-    const int s = tid / C, col = tid - s * C;
-    ys[tid] = fold_output(dp + s * nsu * C + col, scs + size_t(s) * ng * C + col, sblk, H, C, U, g, kSubK);
-  }
-  __syncthreads();
-  if (tid < C) act[size_t(slot) * I + n0 + tid] = silu_mul_rn(ys[tid], ys[C + tid]);
+
+  const int IT = up_items(H), ahead = tiles_ahead(IT), nsc = scale_buffers(ahead);
+  const size_t qstride = size_t(H / 8) * I, sstride = size_t(ng) * I, zstride = size_t(ng) * (I / 8);
+  // Item q of tile jq: i = q - jq·IT, lane i % 16 (series s = lane / 8: 0 gate, 1 up; quad c =
+  // lane % 8), chunk i / 16.
+  auto load = [&](Item<kSub>& it, int q, int jq) {
+    const int i = q - jq * IT, ln = i & 15, ch = i >> 4, s = ln >> 3, c = ln & 7;
+    const int4 ti = tiles[jq];
+    const int e = min(max(s_ids[ti.z][ti.w], 0), E - 1);  // in range even for non-finite logits
+    const int n = ti.y + 4 * c;
+    const ExpertView& v = s ? up : gate;
+    const Operand op{v.qweight + size_t(e) * qstride + n, v.scales + size_t(e) * sstride + n,
+                     kSym ? nullptr : v.qzeros + size_t(e) * zstride + n / 8};
+    load_item<kSym, kSub>(it, op, I, g, ch * 64, scs + scale_buffer(jq, nsc) * lay.sc_buf + s * ng * kUpCols + 4 * c,
+                          kUpCols);
+  };
+  auto compute = [&](const Item<kSub>& it, int q, int jq) {
+    const int i = q - jq * IT, ln = i & 15, ch = i >> 4, s = ln >> 3, c = ln & 7, k0 = ch * 64;
+    const int tm = tiles[jq].z;
+    compute_item<kSym, kSub>(it, planes + tm * (H / 8) + k0 / 8, sx + tm * (H / 32) + k0 / 32, 4 * ((4 * c) % 8),
+                             dp + (jq & 1) * lay.dp_buf + (s * nsu + k0 / kSubK) * kUpCols + 4 * c, kUpCols);
+  };
+  auto fold = [&](int j) {  // lane c: gate and up of column c, act, the block arrival
+    const int4 ti = tiles[j];
+    const int* d = dp + (j & 1) * lay.dp_buf + lane;
+    const __half* sc = scs + scale_buffer(j, nsc) * lay.sc_buf + lane;
+    const float* sb = sblk + ti.z * nbH;
+    const float2 gu = fold2(d, sc, sb, d + nsu * kUpCols, sc + ng * kUpCols, sb, H, kUpCols, a.U, g, kSubK);
+    a.act[size_t(ti.x) * I + ti.y + lane] = silu_mul_rn(gu.x, gu.y);
+    act_block_arrive(a, ti.x, ti.y / kUpCols, I);
+  };
+  Item<kSub> A, B;
+  run_tiles<kSub>(len, IT, ahead, A, B, tid, false, load, compute, fold);
 }
 
 // ---- down + combine --------------------------------------------------------------------------
 
-// Grid (H / C, M): CTA (column block, token), all k ranks in passes of kr. See the header comment.
+struct DownArgs {
+  const uint4* aplanes;  // [M·k, I/8] (gate/up)
+  const float* asblk;    // [M·k, nbs]
+  const int* asx;        // [M·k, sxs]
+  int nbs, sxs;
+  const int32_t* ids;    // [M·k] (gate/up)
+  const float* weights;  // [M·k]
+  int k, U;              // top-k, unit length of down
+  int tiles, len_max;    // M·H/8 tiles; the longest range of a CTA
+  unsigned magic;        // ceil(2^32 / (2k)): i / (2k) = umulhi(i, magic) for the item numbers of a tile
+  float* residual;       // [M, H]
+  const float* shared;   // [M, H] or null
+  const float* gate_logit;  // [M]
+};
+
+// Grid: CTA b runs tiles [b·tiles/G, (b+1)·tiles/G), tile t = (token t / (H/8), columns 8·(t % (H/8))).
 template <bool kSym, int kSub>
-__global__ void __launch_bounds__(kThreads, 2)
-    int_down_kernel(const float* __restrict__ act, const int32_t* __restrict__ ids, const float* __restrict__ wts,
-                    int k, int kr, ExpertView down, int C, int U, float* __restrict__ residual,
-                    const float* __restrict__ shared, const float* __restrict__ gate_logit) {
+__global__ void __launch_bounds__(kThreads, 2) int_down_kernel(DownArgs a, ExpertView down) {
   extern __shared__ uint4 smem_down[];
-  __shared__ int32_t s_ids[kMaxTopK];
-  __shared__ float s_w[kMaxTopK];
-  __shared__ float s_res[kMaxCols], s_sh[kMaxCols], s_sig;
+  __shared__ int32_t s_ids[kMaxRangeTokens][kMaxTopK];
+  __shared__ float s_w[kMaxRangeTokens][kMaxTopK];
+  __shared__ float s_sig[kMaxRangeTokens];
   constexpr int kSubK = 8 * kSub;
-  const int H = down.N, I = down.K, g = down.group;
-  const int tid = threadIdx.x;
-  const int m = blockIdx.y, n0 = blockIdx.x * C, Q = C / 4, nsu = I / kSubK, ng = I / g, pstride = I / 8 + 1;
-  const SmemLayout lay = down_layout(I, k, kr, C, g, kSubK);
+  constexpr int kC = kDownCols;
+  const int H = down.N, I = down.K, g = down.group, k = a.k;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int NB = H / kC;  // tiles per token
+  const int t0 = int((long long)blockIdx.x * a.tiles / gridDim.x);
+  const int t1 = int((long long)(blockIdx.x + 1) * a.tiles / gridDim.x);
+  const int len = t1 - t0, m0 = t0 / NB, nt = (t1 - 1) / NB - m0 + 1;  // nt <= 2 (the plan)
+  const int nsu = I / kSubK, ng = I / g, nv = I / 8, pstride = nv + 1;
+  const SmemLayout lay = down_layout(I, k, nt > 1 ? kMaxRangeTokens : 1, g, kSubK, a.nbs, a.sxs, a.len_max);
   char* base = reinterpret_cast<char*>(smem_down);
-  uint4* planes = reinterpret_cast<uint4*>(base + lay.planes);
+  uint4* planes = reinterpret_cast<uint4*>(base + lay.planes);  // [nt·k][I/8 + 1]
   int* dp = reinterpret_cast<int*>(base + lay.dp);
   __half* scs = reinterpret_cast<__half*>(base + lay.sc);
-  float* ys = reinterpret_cast<float*>(base + lay.ys);  // [k][C]
-  float* sblk = reinterpret_cast<float*>(base + lay.sblk);
-  int* sx = reinterpret_cast<int*>(base + lay.sx);
+  float* ys = reinterpret_cast<float*>(base + lay.ys);      // [k][8]
+  float* sblk = reinterpret_cast<float*>(base + lay.sblk);  // [nt·k][nbs]
+  int* sx = reinterpret_cast<int*>(base + lay.sx);          // [nt·k][sxs]
+  float* s_res = reinterpret_cast<float*>(base + lay.res);  // [len][8]
+  float* s_sh = s_res + a.len_max * kC;                     // [len][8]
+  int4* tiles = reinterpret_cast<int4*>(base + lay.tiles);  // {token, first column, token - m0, 0}
+
+  const int L = 2 * k, IT = down_items(I, k), ahead = tiles_ahead(IT), nsc = scale_buffers(ahead);
+  // Item q of tile jq: i = q - jq·IT, lane i % L (rank lane / 2, quad lane % 2), chunk i / L.
+  auto load_at = [&](Item<kSub>& it, int i, int n0, int e, int jq) {
+    const int ch = int(__umulhi(unsigned(i), a.magic)), ln = i - ch * L, rl = ln >> 1, c = ln & 1;
+    const int n = n0 + 4 * c;
+    const Operand op{down.qweight + size_t(e) * nv * H + n, down.scales + size_t(e) * ng * H + n,
+                     kSym ? nullptr : down.qzeros + size_t(e) * ng * (H / 8) + n / 8};
+    load_item<kSym, kSub>(it, op, H, g, ch * 64, scs + scale_buffer(jq, nsc) * lay.sc_buf + rl * ng * kC + 4 * c, kC);
+  };
+  auto rank_of = [&](int i) { return (i - int(__umulhi(unsigned(i), a.magic)) * L) >> 1; };
 
   pdl_wait();
-  if (tid < k) {
-    s_ids[tid] = __ldcg(ids + size_t(m) * k + tid);  // in range (clamped by gate/up)
-    s_w[tid] = __ldcg(wts + size_t(m) * k + tid);
-  }
-  // The combine's inputs wait in shared memory (no registers held across the passes).
-  if (tid < C) {
-    s_res[tid] = __ldcg(residual + size_t(m) * H + n0 + tid);
-    if (shared) s_sh[tid] = __ldcg(shared + size_t(m) * H + n0 + tid);
-  } else if (tid == C && shared) {
-    s_sig = 1.0f / (1.0f + __expf(-__ldcg(gate_logit + m)));  // combine_kernel's shared_scale
-  }
-  for (int r0 = 0; r0 < k; r0 += kr) {
-    const int nr = min(kr, k - r0), L = nr * Q, items = L * (I / 64);
-    // Item i: lane = i % L (rank r0 + rl, rl = lane / Q; quad c = lane % Q), chunk i / L.
-    auto load_e = [&](Item<kSub>& it, int i, int e) {
-      const int ln = i % L, ch = i / L, rl = ln / Q, n = n0 + 4 * (ln - rl * Q);
-      const Operand op{down.qweight + size_t(e) * (I / 8) * H + n, down.scales + size_t(e) * ng * H + n,
-                       kSym ? nullptr : down.qzeros + size_t(e) * ng * (H / 8) + n / 8};
-      load_item<kSym, kSub>(it, op, H, g, ch * 64, scs + size_t(rl) * ng * C + (n - n0), C);
-    };
-    auto load = [&](Item<kSub>& it, int i) { load_e(it, i, s_ids[r0 + (i % L) / Q]); };
-    auto compute = [&](const Item<kSub>& it, int i) {
-      const int ln = i % L, ch = i / L, rl = ln / Q, c = ln - rl * Q, n = n0 + 4 * c, k0 = ch * 64;
-      compute_item<kSym, kSub>(it, planes + size_t(rl) * pstride + k0 / 8, sx + rl * (I / 32) + k0 / 32, 4 * (n % 8),
-                               dp + (rl * nsu + k0 / kSubK) * C + 4 * c, C);
-    };
-    Item<kSub> a;
-    if (tid < items) {
-      // s_ids is not visible before the barrier in the first pass: the expert straight from ids.
-      const int rr = r0 + (tid % L) / Q;
-      load_e(a, tid, r0 == 0 ? __ldcg(ids + size_t(m) * k + rr) : s_ids[rr]);
+  // The range's tokens' act planes, block scales and ΣX (rows m0·k .. (m0 + nt)·k - 1: contiguous).
+  {
+    const int rows = nt * k;
+    const uint4* gp = a.aplanes + size_t(m0) * k * nv;
+    for (int v = tid; v < rows * nv; v += kThreads) {
+      const int r = v / nv;
+      cp_async16(planes + r * pstride + (v - r * nv), gp + v);
     }
-    quantize_rows(act + (size_t(m) * k + r0) * I, nr, I, true, planes, pstride, sblk, sx);
-    __syncthreads();
-    if (r0 == 0) pdl_launch_dependents();
-    run_items<kSub>(a, items, load, compute);
-    cp_async_wait_all();  // this thread's scales are in shared memory
-    __syncthreads();
-    for (int t = tid; t < nr * C; t += kThreads) {
-      const int rl = t / C, col = t - rl * C;
-      ys[(r0 + rl) * C + col] = fold_output(dp + rl * nsu * C + col, scs + size_t(rl) * ng * C + col,
-                                            sblk + rl * ((I + mi::kXBlock - 1) / mi::kXBlock), I, C, U, g, kSubK);
+    for (int v = tid; v < rows * a.nbs / 4; v += kThreads) cp_async16(sblk + 4 * v, a.asblk + size_t(m0) * k * a.nbs + 4 * v);
+    for (int v = tid; v < rows * a.sxs / 4; v += kThreads) cp_async16(sx + 4 * v, a.asx + size_t(m0) * k * a.sxs + 4 * v);
+    cp_async_commit();
+  }
+  // The first item's weights as soon as its rank's id is here (s_ids is not visible before the
+  // barrier: the id straight from the workspace).
+  Item<kSub> A, B;
+  bool have = false;
+  if (tid < min(len * IT, IT)) {
+    const int e = __ldcg(a.ids + size_t(m0) * k + rank_of(tid));  // in range (clamped by gate/up)
+    load_at(A, tid, (t0 - m0 * NB) * kC, e, 0);
+    have = true;
+  }
+  if (tid < nt * k) {
+    s_ids[tid / k][tid % k] = __ldcg(a.ids + size_t(m0) * k + tid);
+    s_w[tid / k][tid % k] = __ldcg(a.weights + size_t(m0) * k + tid);
+  }
+  if (a.shared && tid >= kThreads - nt) {
+    const int tm = tid - (kThreads - nt);
+    s_sig[tm] = 1.0f / (1.0f + __expf(-__ldcg(a.gate_logit + m0 + tm)));  // combine_kernel's shared_scale
+  }
+  // The combine's inputs wait in shared memory (no registers held across the tiles).
+  for (int t = tid; t < len * kC; t += kThreads) {
+    const int tile = t0 + t / kC, m = tile / NB;
+    const size_t o = size_t(m) * H + (tile - m * NB) * kC + t % kC;
+    s_res[t] = __ldcg(a.residual + o);
+    if (a.shared) s_sh[t] = __ldcg(a.shared + o);
+  }
+  for (int j = tid; j < len; j += kThreads) {
+    const int tile = t0 + j, m = tile / NB;
+    tiles[j] = make_int4(m, (tile - m * NB) * kC, m - m0, 0);
+  }
+  if (have)
+    cp_async_wait<1>();  // the act rows; the first item's scales may still fly
+  else
+    cp_async_wait<0>();
+  __syncthreads();
+  pdl_launch_dependents();
+
+  auto load = [&](Item<kSub>& it, int q, int jq) {
+    const int i = q - jq * IT;
+    const int4 ti = tiles[jq];
+    load_at(it, i, ti.y, s_ids[ti.z][rank_of(i)], jq);
+  };
+  auto compute = [&](const Item<kSub>& it, int q, int jq) {
+    const int i = q - jq * IT, ch = int(__umulhi(unsigned(i), a.magic)), ln = i - ch * L, rl = ln >> 1;
+    const int c = ln & 1, k0 = ch * 64, row = tiles[jq].z * k + rl;
+    compute_item<kSym, kSub>(it, planes + row * pstride + k0 / 8, sx + row * a.sxs + k0 / 32, 4 * ((4 * c) % 8),
+                             dp + (jq & 1) * lay.dp_buf + (rl * nsu + k0 / kSubK) * kC + 4 * c, kC);
+  };
+  auto fold = [&](int j) {  // y of every (rank, column), then the combine of the tile's 8 columns
+    const int4 ti = tiles[j];
+    const int* d = dp + (j & 1) * lay.dp_buf;
+    const __half* sc = scs + scale_buffer(j, nsc) * lay.sc_buf;
+    const int outs = k * kC;
+    for (int o = lane; o < outs; o += 64) {
+      const int o2 = min(o + 32, outs - 1);  // a duplicate of a valid chain when o + 32 >= outs
+      const int r1 = o / kC, c1 = o % kC, r2 = o2 / kC, c2 = o2 % kC;
+      const float2 y = fold2(d + r1 * nsu * kC + c1, sc + r1 * ng * kC + c1, sblk + (ti.z * k + r1) * a.nbs,
+                             d + r2 * nsu * kC + c2, sc + r2 * ng * kC + c2, sblk + (ti.z * k + r2) * a.nbs, I, kC,
+                             a.U, g, kSubK);
+      ys[o] = y.x;
+      if (o + 32 < outs) ys[o + 32] = y.y;
     }
-    __syncthreads();  // ys complete; planes / dp / scs free for the next pass
-  }
-  if (tid < C) {
-    float acc = 0.0f;
-    for (int r = 0; r < k; ++r) acc = fmaf(s_w[r], ys[r * C + tid], acc);
-    float o = s_res[tid] + acc;
-    if (shared) o = fmaf(s_sig, s_sh[tid], o);
-    residual[size_t(m) * H + n0 + tid] = o;
-  }
+    __syncwarp();
+    if (lane < kC) {
+      float acc = 0.0f;
+      for (int r = 0; r < k; ++r) acc = fmaf(s_w[ti.z][r], ys[r * kC + lane], acc);
+      float o = s_res[j * kC + lane] + acc;
+      if (a.shared) o = fmaf(s_sig[ti.z], s_sh[j * kC + lane], o);
+      a.residual[size_t(ti.x) * H + ti.y + lane] = o;
+    }
+    __syncwarp();
+  };
+  run_tiles<kSub>(len, IT, ahead, A, B, tid, have, load, compute, fold);
 }
 
 // ---- host ------------------------------------------------------------------------------------
 
-using UpKernel = void (*)(const float*, bool, const float*, int, int, ExpertView, ExpertView, int, int, int32_t*,
-                          float*, float*);
-using DownKernel = void (*)(const float*, const int32_t*, const float*, int, int, ExpertView, int, int, float*,
-                            const float*, const float*);
+using UpKernel = void (*)(UpArgs, ExpertView, ExpertView);
+using DownKernel = void (*)(DownArgs, ExpertView);
 
 UpKernel up_kernel(bool sym, int sub) {
   if (sym) return sub == 4 ? int_gate_up_kernel<true, 4> : int_gate_up_kernel<true, 8>;
@@ -475,7 +778,7 @@ DownKernel down_kernel(bool sym, int sub) {
 // device's largest dynamic shared memory per block and the largest shared-memory carveout (the
 // launch's own size decides the occupancy; not a stream operation, so legal inside graph capture).
 struct Caps {
-  int smem_sm = 0, optin = 0, reserved = 0;
+  int smem_sm = 0, optin = 0, reserved = 0, sms = 0;
   int static_up = 0, static_down = 0;  // static shared memory of the kernels
 };
 
@@ -493,6 +796,7 @@ const Caps& device_caps() {
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, dev));
     auto opt_in = [&](auto kernel, int& static_bytes) {
       cudaFuncAttributes fa{};
       MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
@@ -513,39 +817,28 @@ const Caps& device_caps() {
   return caps[dev];
 }
 
-struct Plan {
-  int c_up = 0, c_down = 0, kr = 0;
-  size_t smem_up = 0, smem_down = 0;
+// One kernel's grid: G CTAs over `tiles` tiles (contiguous ranges of len_max tiles at most), the
+// tokens a range may cover (nt: 1 or 2) and its dynamic shared memory.
+struct Launch {
+  int grid = 0, len_max = 0, nt = 0;
+  size_t smem = 0;
 };
 
-// Columns per CTA (and, for down, ranks per pass) whose CTA fits two per SM (else one) within
-// the per-block limit: gate/up prefers 32 columns (a whole 128-byte line), down 16 (twice the
-// CTAs of 32: 192 at M = 1 for H 3072) and all k ranks in one pass. None of it changes a bit.
-Plan plan_int_decode(const MoeShape& s, int g_up, int sub_up, int g_down, int sub_down, const Caps& c) {
-  Plan p;
-  const int H = s.hidden, I = s.intermediate, k = s.top_k;
+// The grid of at most per_sm CTAs per SM (but >= M CTAs, so that a range covers <= 2 tokens:
+// len_max <= tiles / M, a token's tile count) whose CTA fits per_sm per SM (2, else 1) within the
+// per-block limit; grid 0 when neither fits. None of it changes a bit.
+template <class Bytes>
+Launch plan_launch(int tiles, int M, const Caps& c, int static_bytes, Bytes bytes) {
   for (int per_sm : {2, 1}) {
+    Launch l;
+    l.grid = std::min(tiles, std::max(M, per_sm * c.sms));
+    l.len_max = (tiles + l.grid - 1) / l.grid;
+    l.nt = M == 1 || l.len_max == 1 ? 1 : kMaxRangeTokens;
+    l.smem = size_t(bytes(l.nt, l.len_max));
     const long budget = std::min<long>(c.optin, long(c.smem_sm) / per_sm - c.reserved);
-    if (!p.c_up)
-      for (int C : {32, 16, 8, 4})
-        if (I % C == 0 && long(up_layout(H, C, g_up, sub_up).bytes) + c.static_up <= budget) {
-          p.c_up = C;
-          p.smem_up = size_t(up_layout(H, C, g_up, sub_up).bytes);
-          break;
-        }
-    for (int kr = k; !p.c_down && kr >= 1; kr = kr == 1 ? 0 : (kr + 1) / 2)
-      for (int C : {16, 8, 4})
-        if (H % C == 0 && long(down_layout(I, k, kr, C, g_down, sub_down).bytes) + c.static_down <= budget) {
-          p.c_down = C;
-          p.kr = kr;
-          p.smem_down = size_t(down_layout(I, k, kr, C, g_down, sub_down).bytes);
-          break;
-        }
+    if (long(l.smem) + static_bytes <= budget) return l;
   }
-  if (!p.c_up || !p.c_down)
-    throw Error("moe_int: the dp4a expert kernels' shared memory does not fit the device (H " + std::to_string(H) +
-                ", I " + std::to_string(I) + ", k " + std::to_string(k) + ")");
-  return p;
+  return Launch{};
 }
 
 }  // namespace
@@ -559,27 +852,69 @@ void int_decode(const float* x, const float* router_logits, const MoeShape& s, c
   const IntDecodeLayout lay = int_decode_layout(s, M);
   if (workspace_bytes < lay.bytes) throw Error("moe_int: int_decode workspace too small");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("moe_int: the workspace must be 16-byte aligned");
-  char* ws = static_cast<char*>(workspace);
-  int32_t* ids = reinterpret_cast<int32_t*>(ws + lay.ids);
-  float* weights = reinterpret_cast<float*>(ws + lay.weights);
-  float* act = reinterpret_cast<float*>(ws + lay.act);
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
   const int u_up = mi::unit_length(int(ex.gate.group_size)), u_down = mi::unit_length(int(ex.down.group_size));
   const int sub_up = u_up == 32 ? 4 : 8, sub_down = u_down == 32 ? 4 : 8;  // packed rows per sub-unit
+  const int g_up = int(ex.gate.group_size), g_down = int(ex.down.group_size);
+  const Caps& c = device_caps();
+  const int up_tiles = M * k * (I / kUpCols), down_tiles = M * (H / kDownCols);
+  const Launch lu = plan_launch(up_tiles, M, c, c.static_up, [&](int nt, int len) {
+    return up_layout(H, nt, g_up, 8 * sub_up, len).bytes;
+  });
+  const Launch ld = plan_launch(down_tiles, M, c, c.static_down, [&](int nt, int len) {
+    return down_layout(I, k, nt, g_down, 8 * sub_down, lay.nbs, lay.sxs, len).bytes;
+  });
+  if (!lu.grid || !ld.grid || long(M) * k * blocks_of(I) > kArrivalSlots) {
+    // A shape these kernels do not fit: the tensor-core kernels give the same bits.
+    if (workspace_bytes < int_mma_workspace_bytes(s, M))
+      throw Error("moe_int: the dp4a expert kernels do not fit the device (H " + std::to_string(H) + ", I " +
+                  std::to_string(I) + ", k " + std::to_string(k) + ") and the workspace is too small for int_mma");
+    int_mma(x, router_logits, s, ex, M, workspace, workspace_bytes, residual, shared_out, shared_gate_logit, stream,
+            shared_ready);
+    return;
+  }
+  char* ws = static_cast<char*>(workspace);
+  UpArgs ua{};
+  ua.x = x;
+  ua.x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  ua.logits = router_logits;
+  ua.E = s.num_experts;
+  ua.k = k;
+  ua.U = u_up;
+  ua.tiles = up_tiles;
+  ua.len_max = lu.len_max;
+  ua.ids = reinterpret_cast<int32_t*>(ws + lay.ids);
+  ua.weights = reinterpret_cast<float*>(ws + lay.weights);
+  ua.act = reinterpret_cast<float*>(ws + lay.act);
+  ua.aplanes = reinterpret_cast<uint4*>(ws + lay.planes);
+  ua.asblk = reinterpret_cast<float*>(ws + lay.sblk);
+  ua.asx = reinterpret_cast<int*>(ws + lay.sx);
+  ua.nbs = lay.nbs;
+  ua.sxs = lay.sxs;
   // Symmetric: zero 8 (also an asymmetric weight stored without zeros, as int_form_linear).
   const bool sym_up = ex.gate.sym || ex.gate.qzeros.size() == 0 || ex.up.qzeros.size() == 0;
   const bool sym_down = ex.down.sym || ex.down.qzeros.size() == 0;
-  const Caps& c = device_caps();
-  const Plan p = plan_int_decode(s, int(ex.gate.group_size), 8 * sub_up, int(ex.down.group_size), 8 * sub_down, c);
-  const bool x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  const dim3 grid_up(unsigned(I / p.c_up), unsigned(M * k));
-  launch_pdl(true, up_kernel(sym_up, sub_up), grid_up, dim3(kThreads), p.smem_up, stream, x, x_vec, router_logits,
-             s.num_experts, k, view_of(ex.gate), view_of(ex.up), p.c_up, u_up, ids, weights, act);
+  launch_pdl(true, up_kernel(sym_up, sub_up), dim3(unsigned(lu.grid)), dim3(kThreads), lu.smem, stream, ua,
+             view_of(ex.gate), view_of(ex.up));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
-  const dim3 grid_down(unsigned(H / p.c_down), unsigned(M));
-  launch_pdl(true, down_kernel(sym_down, sub_down), grid_down, dim3(kThreads), p.smem_down, stream,
-             static_cast<const float*>(act), static_cast<const int32_t*>(ids), static_cast<const float*>(weights), k,
-             p.kr, view_of(ex.down), p.c_down, u_down, residual, shared_out, shared_gate_logit);
+  DownArgs da{};
+  da.aplanes = ua.aplanes;
+  da.asblk = ua.asblk;
+  da.asx = ua.asx;
+  da.nbs = lay.nbs;
+  da.sxs = lay.sxs;
+  da.ids = ua.ids;
+  da.weights = ua.weights;
+  da.k = k;
+  da.U = u_down;
+  da.tiles = down_tiles;
+  da.len_max = ld.len_max;
+  da.magic = unsigned(((uint64_t(1) << 32) + uint64_t(2 * k) - 1) / uint64_t(2 * k));
+  da.residual = residual;
+  da.shared = shared_out;
+  da.gate_logit = shared_gate_logit;
+  launch_pdl(true, down_kernel(sym_down, sub_down), dim3(unsigned(ld.grid)), dim3(kThreads), ld.smem, stream, da,
+             view_of(ex.down));
 }
 
 }  // namespace moeserve::cuda::moe_int_detail
