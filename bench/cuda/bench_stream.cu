@@ -3,6 +3,7 @@
 // back-to-back programmatic dependent launches (the decode step's chain).
 //
 //   bench_stream [--sizes-mb 1.6,3.2,8,12.6,25,50,64,128,765] [--launches 20] [--reps 5]
+//   bench_stream --sizes-mb 13,26 --only ld128     (contiguous ld128 against the banded expert pattern)
 //
 // Each launch reads a different window of a 2 GB buffer (rotating, so nothing stays in the
 // 50 MB L2) and folds every word into an xor that is stored only if it equals a magic value
@@ -13,7 +14,8 @@
 //   cpasync: 16-byte cp.async.cg per lane into a per-warp shared-memory ring of D x 512 B
 //            stages (cp.async.wait_group), read back from shared memory;
 //   bulk  : one lane per warp issues 1-D bulk copies (cp.async.bulk, sm_90+) of B bytes into a
-//           per-warp ring of D stages completing on mbarriers.
+//           per-warp ring of D stages completing on mbarriers;
+//   band  : ld128 in the GPTQ expert kernels' order (128-byte column bands down rows of R bytes).
 // The grid is persistent (resident CTAs x SMs), 256 threads per CTA, a warp walks its own
 // contiguous share of the window. Time per launch = graph time / launches.
 // Roofline: S bytes / the copy bandwidth (measured here too: cudaMemcpy device to device,
@@ -100,6 +102,34 @@ __global__ void __launch_bounds__(kThreads) read_ld128(const uint8_t* __restrict
     const uint8_t* p = base + u * 512 * U + 16 * lane;
 #pragma unroll
     for (int i = 0; i < U; ++i) v[i] = ld128(p + 512 * i);
+#pragma unroll
+    for (int i = 0; i < U; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  }
+  finish(acc, out);
+}
+
+// ld128 over a "banded" window, the access pattern of the GPTQ expert kernels (qweight [K/8][N] i32: a
+// CTA reads one 128-byte band of columns down all K/8 rows): the window is rows of R bytes (R = 4·N:
+// 4,096 for the 122B gate/up, 12,288 for down), each row 32·R/4096 bands of 128 bytes; the linear
+// offset a warp walks is band-major (band, row, byte), so consecutive 512-byte warp loads are 4 rows
+// of one band, R bytes apart. Same bytes as ld128, another order.
+template <int U, int R>
+__global__ void __launch_bounds__(kThreads) read_ld128_band(const uint8_t* __restrict__ base, size_t bytes,
+                                                            uint32_t* out) {
+  gdc_launch();
+  const int lane = threadIdx.x & 31;
+  size_t b, e;
+  warp_share(bytes / (512 * U), b, e);
+  const size_t rows = bytes / R, band_bytes = rows * 128;
+  uint32_t acc = 0;
+  for (size_t u = b; u < e; ++u) {
+    uint4 v[U];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const size_t lin = u * 512 * U + 512 * size_t(i) + 16 * lane;
+      const size_t band = lin / band_bytes, rem = lin - band * band_bytes;
+      v[i] = ld128(base + (rem / 128) * R + band * 128 + rem % 128);
+    }
 #pragma unroll
     for (int i = 0; i < U; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
   }
@@ -218,6 +248,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "graph replays (median)");
   app.add_option("--pdl", pdl, "programmatic dependent launches");
   app.add_option("--ctas", ctas_s, "CTAs per SM to run, comma-separated (0 = as many as fit)");
+  std::string only;
+  app.add_option("--only", only, "run only the variants whose name contains this substring");
   CLI11_PARSE(app, argc, argv);
   std::vector<double> sizes;
   for (size_t p = 0; p < sizes_s.size();) {
@@ -275,7 +307,14 @@ int main(int argc, char** argv) {
       make("bulk D8 x1KB", read_bulk<8, 1024>, 8 * 8 * 1024, 1024),
       make("bulk D4 x4KB", read_bulk<4, 4096>, 8 * 4 * 4096, 4096),
       make("bulk D2 x8KB", read_bulk<2, 8192>, 8 * 2 * 8192, 8192),
+      make("band4K U4", read_ld128_band<4, 4096>, 0, 4096 * 16),
+      make("band4K U8", read_ld128_band<8, 4096>, 0, 4096 * 32),
+      make("band12K U4", read_ld128_band<4, 12288>, 0, 12288 * 16),
+      make("band12K U8", read_ld128_band<8, 12288>, 0, 12288 * 32),
   };
+  if (!only.empty())
+    vs.erase(std::remove_if(vs.begin(), vs.end(), [&](const Variant& v) { return v.name.find(only) == std::string::npos; }),
+             vs.end());
   std::printf("%-14s %6s", "variant", "CTA/SM");
   for (double mb : sizes) std::printf(" %8.1fMB", mb);
   std::printf("   (us per launch / GB/s)\n");
