@@ -81,9 +81,9 @@ int main(int argc, char** argv) {
                  "generated tokens' kernels, as serve --decode-kernels: gemv (CUDA cores), tensor-cores (dense "
                  "projections through tc_gemv, experts through the prompt-token expert kernels) or mixed (tc_gemv, "
                  "CUDA-core experts)");
-  std::string expert_activations = "f32";
+  std::string expert_activations = "auto";
   app.add_option("--expert-activations", expert_activations,
-                 "generated tokens' GPTQ routed experts, as serve --expert-activations: f32 or int16 (the integer form)");
+                 "GPTQ routed experts, as serve --expert-activations: auto (the integer form for prompt tokens), f32 or int16 (every token)");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);

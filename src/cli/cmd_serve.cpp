@@ -51,10 +51,11 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
       ->check(CLI::IsMember({"gemv", "tensor-cores", "mixed"}))
       ->capture_default_str();
   app.add_option("--expert-activations", o->expert_activations,
-                 "CUDA, GPTQ INT4 routed experts of generated tokens: f32 (f32 activations, exact f32 products) or "
-                 "int16 (activations quantised to 16-bit integers per 128-k block, exact integer sums per group: dp4a "
-                 "kernels up to 8 tokens, int8 tensor cores above; fastest with many concurrent requests)")
-      ->check(CLI::IsMember({"f32", "int16"}))
+                 "CUDA, GPTQ INT4 routed experts: int16 quantises their activations to 16-bit integers per 128-k "
+                 "block and sums each weight group exactly (dp4a kernels up to 8 tokens, int8 tensor cores above), f32 "
+                 "keeps f32 activations; auto: int16 for prompt tokens (faster prefill), f32 for generated ones "
+                 "(fastest at small batches); int16: every token (fastest with many concurrent requests)")
+      ->check(CLI::IsMember({"auto", "f32", "int16"}))
       ->capture_default_str();
   app.add_option("--sampling-device", o->sampling_device,
                  "auto: the GPU picks sampled tokens for requests that need no host-only processing; "

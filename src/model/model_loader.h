@@ -29,9 +29,9 @@ struct ModelLoadOptions {
   // CUDA: kernels of generated tokens: "gemv" (CUDA-core GEMVs, fastest at batch 1) or
   // "tensor-cores" (the prompt tokens' kernels). Prompt tokens always take the tensor cores.
   std::string decode_kernels = "gemv";
-  // CUDA: generated tokens' GPTQ INT4 routed experts with "f32" activations or in the "int16" integer
-  // form (moe_routed_experts_int).
-  std::string expert_activations = "f32";
+  // CUDA: GPTQ INT4 routed experts in the integer form (moe_routed_experts_int) for "auto" prompt
+  // tokens, "int16" every token, "f32" none.
+  std::string expert_activations = "auto";
 };
 
 // "cpu" or "cuda" for a requested device; throws for an unknown or unavailable one.

@@ -36,7 +36,7 @@ struct ServeOptions {
   std::string dummy_weights = "bf16";           // with dummy: bf16 | gptq-int4 | fp8-block | hybrid-int4-fp8
   bool int8_lm_head = false;                    // LM head quantised to INT8 row-wise at load
   std::string decode_kernels = "gemv";          // CUDA: gemv | tensor-cores | mixed (ModelLoadOptions)
-  std::string expert_activations = "f32";       // CUDA: f32 | int16 (ModelLoadOptions)
+  std::string expert_activations = "auto";      // CUDA: auto | f32 | int16 (ModelLoadOptions)
   std::string sampling_device = "auto";         // auto (on the GPU when the model can) | host
   int threads = 0;                              // CPU threads for the model (0: all)
   std::string tokenizer;                        // default: model_dir

@@ -281,8 +281,8 @@ TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {
 // (prompt_len 0): the logits against transformers' within the exact-weight bars of
 // FixtureLogitsMatchTransformers and different from the f32 form's (so the form really ran); the
 // sequence in one step (the int8 tensor-core kernels) against chunks of 7 and token by token (the dp4a
-// kernels); prompt-kind scoring unchanged by the option (prompt tokens keep their kernels); a request's
-// greedy output alone == in a batch of six.
+// kernels); prompt-kind scoring the same as under the default "auto" (prompt tokens in the integer form
+// either way); a request's greedy output alone == in a batch of six; the option names.
 TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const auto& name : {"int4_autoround_sym", "hybrid_int4_fp8"}) {
@@ -296,7 +296,7 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     const auto prompt_kind = score(*f32_model, ids, 1000);
     f32_model.reset();
     cuda::set_expert_activations(o, "int16");
-    ASSERT_TRUE(o.int_experts);
+    ASSERT_TRUE(o.int_experts_generated && o.int_experts_prompt);
     auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
     const auto got = score(*m, ids, 1000, /*prompt_len=*/0);
     ASSERT_EQ(got.size(), expect.size());
@@ -307,7 +307,7 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     EXPECT_GE(agree, 0.95);
     if (agree == 1.0) EXPECT_LT(err, 1e-2);
     EXPECT_GT(vs_f32, 0.0) << "the int16 form gave the f32 form's bits: did it run?";
-    EXPECT_EQ(rel_diff(score(*m, ids, 1000), prompt_kind), 0.0) << "the option changed prompt tokens";
+    EXPECT_EQ(rel_diff(score(*m, ids, 1000), prompt_kind), 0.0) << "int16 and auto differ on prompt tokens";
     const double e7 = rel_diff(score(*m, ids, 7, 0), got), e1 = rel_diff(score(*m, ids, 1, 0), got);
     std::printf("[gpu-int-experts] %-20s chunks of 7 %.3e, token by token %.3e (rel)\n", name, e7, e1);
     EXPECT_LT(e7, 2e-3);
@@ -324,6 +324,11 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     EXPECT_EQ(greedy_batch(*m, prompts, n)[0], alone) << "a request's greedy output changed with its batch";
   }
   auto o = small_options();
+  EXPECT_TRUE(o.int_experts_prompt && !o.int_experts_generated) << "the default is auto";
+  cuda::set_expert_activations(o, "f32");
+  EXPECT_FALSE(o.int_experts_prompt || o.int_experts_generated);
+  cuda::set_expert_activations(o, "auto");
+  EXPECT_TRUE(o.int_experts_prompt && !o.int_experts_generated);
   EXPECT_THROW(cuda::set_expert_activations(o, "int8"), Error);
 }
 

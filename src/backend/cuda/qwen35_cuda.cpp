@@ -28,9 +28,10 @@ void set_decode_kernels(CudaModelOptions& o, const std::string& name) {
 }
 
 void set_expert_activations(CudaModelOptions& o, const std::string& name) {
-  if (name != "f32" && name != "int16")
-    throw Error(fmt::format("--expert-activations must be f32 or int16, got '{}'", name));
-  o.int_experts = name == "int16";
+  if (name != "auto" && name != "f32" && name != "int16")
+    throw Error(fmt::format("--expert-activations must be auto, f32 or int16, got '{}'", name));
+  o.int_experts_generated = name == "int16";
+  o.int_experts_prompt = name != "f32";
 }
 
 namespace {
@@ -227,7 +228,7 @@ void Qwen35CudaModel::allocate_workspaces() {
   total += moe_ws_.bytes();
   moe_mma_ws_.resize(std::max<size_t>(1, moe_mma_workspace_bytes(ms, int(T))));
   total += moe_mma_ws_.bytes();
-  if (options_.int_experts) {
+  if (options_.int_experts_generated || options_.int_experts_prompt) {
     moe_int_ws_.resize(std::max<size_t>(1, moe_int_workspace_bytes(ms, int(T))));
     total += moe_int_ws_.bytes();
   }
@@ -612,12 +613,56 @@ void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const f
   }
 }
 
+// The routed experts of one layer. Rows [0, G) are generated tokens, [G, M) prompt tokens; each kind takes
+// one family, fixed by the options (so a token's bits never depend on its batch): the integer form
+// (moe_routed_experts_int; int_experts_generated / int_experts_prompt, formats it covers), the CUDA-core
+// f32 kernels (generated tokens by default) or the f32 tensor-core kernels (prompt tokens, and generated
+// ones with tensor_core_decode_experts). Rows of one family share a call; each call routes its own rows.
+// shared_ready: the side stream's shared expert, added by each call's last kernel.
+void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, cudaEvent_t shared_ready) {
+  enum class Family { CudaCores, TensorCores, Int };
+  const auto& c = config_;
+  const int H = int(c.hidden_size), E = int(c.num_experts);
+  const MoeShape ms{E, int(c.num_experts_per_tok), H, int(c.moe_intermediate_size)};
+  const bool int_ok = moe_int_supported(ms, moe.experts);
+  const Family gen = options_.int_experts_generated && int_ok ? Family::Int
+                     : options_.tensor_core_decode_experts    ? Family::TensorCores
+                                                              : Family::CudaCores;
+  const Family prompt = options_.int_experts_prompt && int_ok ? Family::Int : Family::TensorCores;
+  cudaStream_t s = stream_;
+  auto run = [&](Family f, int r0, int n) {
+    const size_t xo = size_t(r0) * size_t(H);
+    const float* x = x32_.data() + xo;
+    const float* logits = router_logits_.data() + size_t(r0) * size_t(E);
+    float* res = residual_.data() + xo;
+    const float* sh = shared_down_.data() + xo;
+    const float* shg = shared_gate_logit_.data() + r0;
+    if (f == Family::Int) {
+      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_int_ws_.data(), moe_int_ws_.bytes(), res, s, sh,
+                                  shg, shared_ready))
+        throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
+    } else if (f == Family::CudaCores) {
+      moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg,
+                         shared_ready);
+    } else {  // formats without tensor-core kernels (act-order GPTQ) take the CUDA-core ones
+      if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
+      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s, sh,
+                                  shg))
+        moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
+    }
+  };
+  if (G == 0 || G == M || gen == prompt) {
+    run(G > 0 ? gen : prompt, 0, M);
+  } else {
+    run(gen, 0, G);
+    run(prompt, G, M - G);
+  }
+}
+
 void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
   // G: generated rows (the matmuls' generated-token family: CUDA-core GEMVs, or tc_gemv with
-  // tensor_core_decode). G_moe: the routed experts' CUDA-core rows; with tensor_core_decode_experts every row
-  // takes the tensor-core expert kernels (moe_routed_experts_mma: swapAB tiles at decode sizes).
+  // tensor_core_decode); the routed experts' family per token kind: enqueue_experts.
   const int G = split.generated_rows;
-  const int G_moe = options_.tensor_core_decode_experts ? 0 : G;
   const auto& c = config_;
   const int H = int(c.hidden_size);
   const float eps = float(c.rms_norm_eps);
@@ -627,7 +672,6 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
                           int(c.rotary_dim()), eps};
   const GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
                     int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), eps};
-  const MoeShape ms{int(c.num_experts), int(c.num_experts_per_tok), H, int(c.moe_intermediate_size)};
   const int Is = int(c.shared_expert_intermediate_size);
   for (size_t li = 0; li < weights_.layers.size(); ++li) {
     const auto& L = weights_.layers[li];
@@ -722,31 +766,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
       shared_ready = join_event_;
     }
-    // Generated rows: the integer form (int_experts, formats it covers), else the CUDA-core f32 kernels
-    // (G_moe rows); the rest take the tensor-core expert kernels. Each path routes and groups its own rows.
-    const int E = int(c.num_experts);
-    const int G_int = options_.int_experts && G > 0 && moe_int_supported(ms, moe.experts) ? G : 0;
-    const int G_f32 = G_int > 0 ? 0 : G_moe;
-    const int P0 = G_int > 0 ? G_int : G_f32;  // the first row of the tensor-core call
-    if (G_int > 0 && !moe_routed_experts_int(x32_.data(), router_logits_.data(), ms, moe.experts, G_int,
-                                             moe_int_ws_.data(), moe_int_ws_.bytes(), residual_.data(), s,
-                                             shared_down_.data(), shared_gate_logit_.data(), shared_ready))
-      throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
-    if (G_f32 > 0)
-      moe_routed_experts(x32_.data(), router_logits_.data(), ms, moe.experts, G_f32, moe_ws_.data(), moe_ws_.bytes(),
-                         residual_.data(), s, shared_down_.data(), shared_gate_logit_.data(), shared_ready);
-    if (P0 < M) {  // tensor-core experts; formats without them (act-order GPTQ) take the kernels above
-      if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
-      const size_t xo = size_t(P0) * size_t(H);
-      const float* x = x32_.data() + xo;
-      const float* logits = router_logits_.data() + size_t(P0) * size_t(E);
-      float* res = residual_.data() + xo;
-      const float* sh = shared_down_.data() + xo;
-      const float* shg = shared_gate_logit_.data() + P0;
-      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, M - P0, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res,
-                                  s, sh, shg))
-        moe_routed_experts(x, logits, ms, moe.experts, M - P0, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
-    }
+    enqueue_experts(moe, M, G, shared_ready);
   }
   add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
 }

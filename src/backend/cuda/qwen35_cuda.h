@@ -46,13 +46,15 @@ struct CudaModelOptions {
   // serve flag's names onto the two.
   bool tensor_core_decode = false;
   bool tensor_core_decode_experts = false;
-  // Generated tokens' routed GPTQ INT4 experts in the integer form (moe_routed_experts_int,
-  // moe_int_arith.h: activations quantised to 16-bit integers per 128-k block, exact integer sums per
-  // weight group; dp4a kernels up to 8 rows, int8 tensor cores above, the same bits either way), instead
-  // of tensor_core_decode_experts' choice. Prompt tokens keep the prompt-token expert kernels (faster at
-  // prefill sizes, docs/PERF.md run V1). Formats the form does not cover keep the f32 kernels.
-  // set_expert_activations() maps the serve flag's names ("f32", "int16") onto it.
-  bool int_experts = false;
+  // Routed GPTQ INT4 experts in the integer form (moe_routed_experts_int, moe_int_arith.h: activations
+  // quantised to 16-bit integers per 128-k block, exact integer sums per weight group; dp4a kernels up to
+  // 8 rows, int8 tensor cores above, the same bits either way), per token kind: int_experts_generated
+  // (instead of tensor_core_decode_experts' choice; faster from ~16 concurrent tokens, slower at 1-8) and
+  // int_experts_prompt (instead of the bf16 hi/lo tensor-core kernels; ~1.2x faster at prefill sizes,
+  // docs/PERF.md run V4). Formats the form does not cover keep the f32 kernels. set_expert_activations()
+  // maps the serve flag's names onto them: "auto" (the default: prompt tokens only), "f32", "int16" (both).
+  bool int_experts_generated = false;
+  bool int_experts_prompt = true;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
   // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
@@ -64,8 +66,9 @@ struct CudaModelOptions {
 // `--decode-kernels`: "gemv" (both families on CUDA cores), "tensor-cores" (both on tensor cores) or
 // "mixed" (dense projections on tc_gemv, experts on the CUDA-core kernels). Throws Error otherwise.
 void set_decode_kernels(CudaModelOptions& o, const std::string& name);
-// `--expert-activations`: "f32" (the routed experts' f32 kernels) or "int16" (the integer form). Throws
-// Error otherwise.
+// `--expert-activations`: "auto" (prompt tokens in the integer form, generated tokens f32), "f32" (every
+// token's routed experts on the f32 kernels) or "int16" (every token in the integer form). Throws Error
+// otherwise.
 void set_expert_activations(CudaModelOptions& o, const std::string& name);
 
 class Qwen35CudaModel final : public model::CausalLM {
@@ -105,6 +108,7 @@ class Qwen35CudaModel final : public model::CausalLM {
     int generated_seqs = 0;
   };
   void enqueue_layers(int M, RowSplit split);
+  void enqueue_experts(const CudaMoeWeights& moe, int M, int G, cudaEvent_t shared_ready);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
   void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
