@@ -1,5 +1,6 @@
 #include "layerwise_emulation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -9,6 +10,7 @@
 #include "backend/cpu/linear.h"
 #include "backend/cpu/moe.h"
 #include "backend/cpu/norms.h"
+#include "backend/cuda/moe_int_arith.h"
 #include "core/error.h"
 #include "gpu_test_util.h"
 
@@ -127,7 +129,7 @@ std::vector<float> EmulatedForward::final_normed(const std::vector<float>& resid
   return out;
 }
 
-void EmulatedForward::step(std::span<const int32_t> tokens) {
+void EmulatedForward::step(std::span<const int32_t> tokens, bool prompt) {
   const int64_t R = int64_t(tokens.size()), H = config_.hidden_size;
   MOESERVE_CHECK(fed_ + R <= int64_t(blocks_.size()) * kBlock, "EmulatedForward: more tokens than max_tokens");
   const float eps = float(config_.rms_norm_eps);
@@ -148,7 +150,7 @@ void EmulatedForward::step(std::span<const int32_t> tokens) {
     {
       std::vector<float> xn = rms_rows(pool_, h.data(), R, H, L.post_attention_norm, eps), xb = xn;
       round(xb, points_.norm_out);
-      moe(l, xn, xb, R, h.data());
+      moe(l, xn, xb, R, prompt, h.data());
     }
     residuals_[2 * l + 1].insert(residuals_[2 * l + 1].end(), h.begin(), h.end());
   }
@@ -224,10 +226,34 @@ void EmulatedForward::gdn(size_t layer, const std::vector<float>& xn, const std:
   for (size_t i = 0; i < out.size(); ++i) h[i] += out[i];
 }
 
+// Whether the integer form covers an expert (moe_int_supported's conditions on one expert's weights).
+bool int_form_covers(const model::ExpertMlpWeights& e) {
+  for (const quant::QuantWeight* w : {&e.gate, &e.up, &e.down}) {
+    const int U = cuda::moe_int::unit_length(int(w->group_size));
+    if (w->format != quant::WeightFormat::GptqInt4 || w->has_part("g_idx") || U < 32 ||
+        w->in_features % cuda::moe_int::kKStep != 0 || w->in_features % U != 0)
+      return false;
+  }
+  return true;
+}
+
+// v[K] -> X·s_b per element (moe_int_arith.h step 1): what the integer form multiplies by.
+void quantise_int16(std::vector<float>& v) {
+  namespace mi = cuda::moe_int;
+  const size_t K = v.size();
+  for (size_t k0 = 0; k0 < K; k0 += mi::kXBlock) {
+    const size_t k1 = std::min(K, k0 + mi::kXBlock);
+    float amax = 0.0f;
+    for (size_t k = k0; k < k1; ++k) amax = std::max(amax, std::fabs(v[k]));
+    const mi::XScale sc = mi::x_scale(amax);
+    for (size_t k = k0; k < k1; ++k) v[k] = float(mi::quantize_x(v[k], sc.inv)) * sc.s;
+  }
+}
+
 // Spec 2.7 in the CUDA model's order: routed experts summed in rank order into the residual,
 // then the gated shared expert.
 void EmulatedForward::moe(size_t layer, const std::vector<float>& xn, const std::vector<float>& xb, int64_t R,
-                          float* h) {
+                          bool prompt, float* h) {
   const auto& w = weights_.layers[layer].moe;
   const int64_t H = config_.hidden_size, E = config_.num_experts, k = config_.num_experts_per_tok;
   const std::vector<float> logits = linear(pool_, side_input(w.router, points_, xn, xb), R, w.router);
@@ -236,7 +262,9 @@ void EmulatedForward::moe(size_t layer, const std::vector<float>& xn, const std:
   for (int64_t r = 0; r < R; ++r) {
     cpu::route_top_k(logits.data() + r * E, E, k, ids.data(), weights.data());
     routing_[layer].insert(routing_[layer].end(), ids.begin(), ids.end());
-    const std::vector<float> xr(xb.begin() + r * H, xb.begin() + (r + 1) * H);
+    std::vector<float> xr(xb.begin() + r * H, xb.begin() + (r + 1) * H);
+    const bool int16 = prompt && points_.expert_int16_prompt && int_form_covers(w.experts[0]);
+    if (int16) quantise_int16(xr);
     std::vector<float> routed(size_t(H), 0.0f);
     for (int64_t j = 0; j < k; ++j) {
       const auto& e = w.experts[size_t(ids[size_t(j)])];
@@ -244,6 +272,7 @@ void EmulatedForward::moe(size_t layer, const std::vector<float>& xn, const std:
       const std::vector<float> u = linear(pool_, xr, 1, e.up);
       for (size_t i = 0; i < g.size(); ++i) g[i] = cpu::silu(g[i]) * u[i];
       round(g, points_.expert_act);
+      if (int16) quantise_int16(g);
       const std::vector<float> y = linear(pool_, g, 1, e.down);
       for (int64_t i = 0; i < H; ++i) routed[size_t(i)] += weights[size_t(j)] * y[size_t(i)];
     }

@@ -33,6 +33,10 @@ struct Bf16Points {
   bool expert_act = false;       // the routed experts' SiLU(gate)·up
   bool shared_expert = false;    // shared_g_, shared_u_, shared_act_
   bool final_norm_out = false;   // x_ after the final norm (LM head input, StepOutput::hidden)
+  // Not a bf16 point: prompt tokens' routed GPTQ experts in the integer form (moe_int_arith.h, the
+  // default --expert-activations auto): x and SiLU(gate)·up quantised to 16-bit integers per 128-k block
+  // before the expert matmuls, where the form covers the experts.
+  bool expert_int16_prompt = false;
 
   static Bf16Points none() { return {}; }
   // The CUDA model now: activations in f32 between ops; bf16 remains in the weights (dense
@@ -41,7 +45,7 @@ struct Bf16Points {
   // over-estimate of the GPU's rounding.
   static Bf16Points cuda_model() {
     Bf16Points p;
-    p.weights = p.attn_q_and_cache = true;
+    p.weights = p.attn_q_and_cache = p.expert_int16_prompt = true;
     return p;
   }
 };
@@ -57,8 +61,8 @@ class EmulatedForward {
   EmulatedForward(const io::Qwen35Config& config, const model::Qwen35Weights& weights, Bf16Points points,
                   ThreadPool& pool, int max_tokens);
 
-  // Feeds the next tokens (a prefill chunk or one decode token).
-  void step(std::span<const int32_t> tokens);
+  // Feeds the next tokens: prompt tokens (a prefill chunk) or generated ones (one decode token).
+  void step(std::span<const int32_t> tokens, bool prompt);
 
   // residual(c): the residual stream [T, H] of every token fed so far after sub-block c
   // (c = 2·layer after the mixer, 2·layer + 1 after the MoE).
@@ -75,7 +79,8 @@ class EmulatedForward {
   void attention(size_t layer, const std::vector<float>& xn, const std::vector<float>& xb, int64_t rows,
                  int64_t start, float* h);
   void gdn(size_t layer, const std::vector<float>& xn, const std::vector<float>& xb, int64_t rows, float* h);
-  void moe(size_t layer, const std::vector<float>& xn, const std::vector<float>& xb, int64_t rows, float* h);
+  void moe(size_t layer, const std::vector<float>& xn, const std::vector<float>& xb, int64_t rows, bool prompt,
+           float* h);
   void round(std::vector<float>& v, bool at) const;
 
   const io::Qwen35Config& config_;

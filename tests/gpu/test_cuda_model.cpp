@@ -352,7 +352,16 @@ TEST(CudaModel, GreedyMatchesCpuAndDoesNotDependOnTheBatch) {
     const auto batched = greedy_batch(*m, prompts, n)[0];
     int same_as_ref = 0;
     while (same_as_ref < n && alone[size_t(same_as_ref)] == expect[size_t(same_as_ref)]) ++same_as_ref;
-    std::printf("[gpu-greedy] %-28s first %d of %d greedy tokens equal transformers\n", name.c_str(), same_as_ref, n);
+    // The same with every routed expert on the f32 kernels (--expert-activations f32), for comparison.
+    auto o32 = small_options();
+    cuda::set_expert_activations(o32, "f32");
+    auto m32 = cuda::Qwen35CudaModel::load(fixture_dir(name), o32);
+    const auto alone32 = greedy_batch(*m32, {prompt}, n)[0];
+    m32.reset();
+    int same32 = 0;
+    while (same32 < n && alone32[size_t(same32)] == expect[size_t(same32)]) ++same32;
+    std::printf("[gpu-greedy] %-28s first %d of %d greedy tokens equal transformers (f32 experts: %d)\n", name.c_str(),
+                same_as_ref, n, same32);
     EXPECT_EQ(alone, batched) << "a request's greedy output changed with its batch";
   }
 }

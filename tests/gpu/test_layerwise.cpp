@@ -147,7 +147,8 @@ EmulatedForward emulate(const io::Qwen35Config& c, const model::Qwen35Weights& w
   size_t pos = 0;
   while (pos < ids.size()) {
     const size_t n = pos == 0 ? ids.size() - size_t(decode) : 1;
-    e.step(std::span<const int32_t>(ids.data() + pos, n));
+    // run() leaves SeqStep::prompt_len at its default: every token, decode steps too, is a prompt token.
+    e.step(std::span<const int32_t>(ids.data() + pos, n), /*prompt=*/true);
     pos += n;
   }
   return e;
