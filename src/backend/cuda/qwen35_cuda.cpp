@@ -226,12 +226,13 @@ void Qwen35CudaModel::allocate_workspaces() {
   MoeShape ms{int(c.num_experts), int(c.num_experts_per_tok), int(c.hidden_size), int(c.moe_intermediate_size)};
   moe_ws_.resize(std::max<size_t>(1, moe_workspace_bytes(ms, int(T))));
   total += moe_ws_.bytes();
-  moe_mma_ws_.resize(std::max<size_t>(1, moe_mma_workspace_bytes(ms, int(T))));
+  // The tensor-core and the integer-form expert calls share one workspace (stream-ordered: a step's calls
+  // never overlap).
+  size_t expert_ws = moe_mma_workspace_bytes(ms, int(T));
+  if (options_.int_experts_generated || options_.int_experts_prompt)
+    expert_ws = std::max(expert_ws, moe_int_workspace_bytes(ms, int(T)));
+  moe_mma_ws_.resize(std::max<size_t>(1, expert_ws));
   total += moe_mma_ws_.bytes();
-  if (options_.int_experts_generated || options_.int_experts_prompt) {
-    moe_int_ws_.resize(std::max<size_t>(1, moe_int_workspace_bytes(ms, int(T))));
-    total += moe_int_ws_.bytes();
-  }
 
   // Metadata: token_seq, token_pos, token_ids, logit_rows [T]; seq_token_start [S+1];
   // seq_start_pos, seq_state_slot [S]; block_tables [S][max_blocks].
@@ -638,7 +639,7 @@ void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, c
     const float* sh = shared_down_.data() + xo;
     const float* shg = shared_gate_logit_.data() + r0;
     if (f == Family::Int) {
-      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_int_ws_.data(), moe_int_ws_.bytes(), res, s, sh,
+      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s, sh,
                                   shg, shared_ready))
         throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
     } else if (f == Family::CudaCores) {

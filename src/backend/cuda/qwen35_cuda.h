@@ -153,7 +153,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_, x32_, b_, a_;
   DeviceBuffer<float> qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, gdn_out_, shared_g_, shared_u_, shared_act_,
       head_in_;
-  DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_, moe_mma_ws_, moe_int_ws_;
+  DeviceBuffer<uint8_t> attn_ws_, gdn_ws_, moe_ws_, moe_mma_ws_;  // moe_mma_ws_: also the integer form's
   size_t workspace_bytes_ = 0;
   float* logits_host_ = nullptr;  // pinned [lm_head_chunk_rows, V]
   std::unique_ptr<DeviceRowSampler> row_sampler_;  // samples device_sample rows, copies the others
