@@ -1,18 +1,18 @@
 // The integer form of the GPTQ routed experts through its public entry (ops_moe.h
 // moe_routed_experts_int, moe_int_arith.h): its two kernel families give a token the SAME BITS
-// (the dp4a kernels at <= 8 tokens against the tensor-core kernels, and a token alone on the dp4a
-// kernels against the same token among 63 / 299 others on the tensor-core kernels), its results
-// stay within the activation quantisation of the f32 MoE (cpu::moe_forward on the exact
-// dequantised weights), the shapes it declines, and set_moe_int_decode_max_tokens' range.
+// (the dp4a kernels at <= 8 tokens against the tensor-core kernels, on every shape the three
+// integer-form suites use, and a token alone on the dp4a kernels against the same token among
+// 63 / 299 others on the tensor-core kernels), its results stay within the activation quantisation
+// of the f32 MoE (cpu::moe_forward on the exact dequantised weights), the experts and shapes it
+// declines (on both kernel families), and set_moe_int_decode_max_tokens' range.
 // The kernels' own suites (test_ops_moe_int_decode.cpp, test_ops_moe_int_mma.cpp) check each
-// family against the CPU reference of the form bit for bit.
+// family against the CPU reference of the form bit for bit; the shared helpers are in
+// moe_int_test_util.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <stdexcept>
 #include <string>
 
 #include "backend/cpu/linear.h"
@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "gpu_test_quant.h"
+#include "moe_int_test_util.h"
 
 using namespace moeserve;
 using namespace moeserve::gputest;
@@ -32,75 +33,6 @@ ThreadPool& pool() {
   return p;
 }
 
-struct IntCase {
-  int E, k, H, I, group;
-  bool sym;
-};
-
-std::string case_name(const IntCase& c) {
-  return std::string(c.sym ? "sym" : "asym") + " g" + std::to_string(c.group) + " E=" + std::to_string(c.E) +
-         " k=" + std::to_string(c.k) + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I);
-}
-
-struct Experts {
-  std::vector<TestWeight> gate, up, down;
-};
-
-Experts make_experts(Rng& rng, const IntCase& c) {
-  Experts ex;
-  for (int e = 0; e < c.E; ++e) {
-    ex.gate.push_back(make_gptq(rng, c.I, c.H, c.group, c.sym, false, 0.005f));
-    ex.up.push_back(make_gptq(rng, c.I, c.H, c.group, c.sym, false, 0.005f));
-    ex.down.push_back(make_gptq(rng, c.H, c.I, c.group, c.sym, false, 0.005f));
-  }
-  return ex;
-}
-
-std::vector<const quant::QuantWeight*> ptrs(const std::vector<TestWeight>& v) {
-  std::vector<const quant::QuantWeight*> p;
-  for (const auto& t : v) p.push_back(&t.weight);
-  return p;
-}
-
-// residual after moe_routed_experts_int with `decode_max` (set_moe_int_decode_max_tokens) for this
-// call; the workspace is filled with 0xFF bytes first (NaN as f32), so a value no kernel wrote shows.
-std::vector<float> run_int(const cuda::DeviceExperts& d, const IntCase& c, int M, int decode_max,
-                           const std::vector<float>& x, const std::vector<float>& logits,
-                           const std::vector<float>& residual, bool* ran, const std::vector<float>* shared = nullptr,
-                           const std::vector<float>* shared_gate = nullptr) {
-  const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
-  const int saved = cuda::moe_int_decode_max_tokens();
-  cuda::set_moe_int_decode_max_tokens(decode_max);
-  const size_t ws_bytes = cuda::moe_int_workspace_bytes(shape, M);
-  DeviceBuffer<uint8_t> ws(std::max<size_t>(1, ws_bytes));
-  if (cudaMemset(ws.data(), 0xFF, ws.size()) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
-  auto d_x = to_device_f32(x);
-  auto d_logits = to_device_f32(logits);
-  auto d_res = to_device_f32(residual);
-  DeviceBuffer<float> d_shared, d_gate;
-  if (shared) {
-    d_shared = to_device_f32(*shared);
-    d_gate = to_device_f32(*shared_gate);
-  }
-  *ran = cuda::moe_routed_experts_int(d_x.data(), d_logits.data(), shape, d, M, ws.data(), ws.size(), d_res.data(),
-                                      nullptr, shared ? d_shared.data() : nullptr, shared ? d_gate.data() : nullptr);
-  const cudaError_t err = cudaDeviceSynchronize();
-  cuda::set_moe_int_decode_max_tokens(saved);
-  if (err != cudaSuccess) throw std::runtime_error(std::string("moe_routed_experts_int: ") + cudaGetErrorString(err));
-  return to_host(d_res);
-}
-
-bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
-
-// Elements of got[off .. off + n) that differ in any bit from ref[roff ..]; *first: the first.
-int count_diffs(const std::vector<float>& got, size_t off, const std::vector<float>& ref, size_t roff, size_t n,
-                size_t* first) {
-  int diffs = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (!bits_equal(got[off + i], ref[roff + i]) && diffs++ == 0) *first = i;
-  return diffs;
-}
-
 const std::vector<IntCase>& cases() {
   static const std::vector<IntCase> c{{16, 8, 3072, 1024, 128, true},  // the 122B-A10B expert shape, E cut to 16
                                       {16, 8, 3072, 1024, 128, false}, {16, 8, 1024, 512, 32, false},
@@ -110,19 +42,48 @@ const std::vector<IntCase>& cases() {
   return c;
 }
 
+// The cross-path test's shapes: cases() and those of the kernels' own suites that it lacks: the
+// other zero mode / group at 1024 / 512, top-k 1 and 32, E 64 and 256, H / I 384 / 640 / 320 / 768
+// (partial 128- and 256-column blocks; K % 128 == 64 on I 320 and H 192).
+const std::vector<IntCase>& cross_path_cases() {
+  static const std::vector<IntCase> c = [] {
+    std::vector<IntCase> v = cases();
+    v.insert(v.end(), {{16, 8, 1024, 512, 64, true},
+                       {16, 8, 1024, 512, 128, false},
+                       {8, 3, 256, 128, 128, false},
+                       {8, 3, 256, 128, 64, false},
+                       {40, 32, 256, 128, 32, true},
+                       {5, 1, 640, 256, 128, false},
+                       {4, 1, 640, 384, 128, true},
+                       {6, 1, 384, 384, 32, true},
+                       {6, 2, 384, 384, 64, false},
+                       {6, 2, 384, 640, 64, false},
+                       {64, 8, 512, 256, 64, true},
+                       {256, 8, 512, 256, 64, false},
+                       {8, 4, 1024, 768, 128, true},
+                       {5, 3, 192, 320, 64, false},
+                       {8, 2, 192, 320, 64, false},
+                       {5, 2, 192, 64, 32, true}});
+    return v;
+  }();
+  return c;
+}
+
 }  // namespace
 
-// The dp4a kernels (decode_max 8) and the tensor-core kernels (decode_max 0) on the same 1 / 3 / 8
-// tokens, with and without the gated shared expert: every residual element bit for bit.
+// The dp4a kernels (decode_max 8) and the tensor-core kernels (decode_max 0) on the same 1, 2, 3, 5
+// and 8 tokens, with and without the gated shared expert: every residual element bit for bit (exact
+// integer unit sums and one f32 fold per output in both, moe_int_arith.h). The one cross-path check
+// of the three integer-form suites.
 TEST(GpuOpsMoeInt, DecodeAndTensorCoreKernelsGiveTheSameBits) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(91);
-  for (const auto& c : cases()) {
+  for (const auto& c : cross_path_cases()) {
     SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
-    const auto d = cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
-    ASSERT_TRUE(cuda::moe_int_supported(cuda::MoeShape{c.E, c.k, c.H, c.I}, d));
-    for (int M : {1, 3, 8}) {
+    const IntExperts ex = make_experts(rng, c);
+    const auto d = upload(ex);
+    ASSERT_TRUE(cuda::moe_int_supported(shape_of(c), d));
+    for (int M : {1, 2, 3, 5, 8}) {
       for (bool with_shared : {false, true}) {
         const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
         const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
@@ -132,13 +93,14 @@ TEST(GpuOpsMoeInt, DecodeAndTensorCoreKernelsGiveTheSameBits) {
         const auto* sp = with_shared ? &shared : nullptr;
         const auto* gp = with_shared ? &gate : nullptr;
         bool ran_a = false, ran_b = false;
-        const auto a = run_int(d, c, M, 8, x, logits, residual, &ran_a, sp, gp);
-        const auto b = run_int(d, c, M, 0, x, logits, residual, &ran_b, sp, gp);
+        const auto a = run_int(d, c, M, x, logits, residual, &ran_a, {.shared = sp, .gate = gp, .decode_max = 8});
+        const auto b = run_int(d, c, M, x, logits, residual, &ran_b, {.shared = sp, .gate = gp, .decode_max = 0});
         ASSERT_TRUE(ran_a && ran_b);
         size_t first = 0;
-        const int diffs = count_diffs(a, 0, b, 0, a.size(), &first);
-        EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": first at " << first << ": dp4a "
-                            << a[first] << " vs tensor cores " << b[first];
+        const int diffs = count_diffs(a, b, &first);
+        EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": " << diffs << " of " << a.size()
+                            << " differ; first at token " << first / size_t(c.H) << " column " << first % size_t(c.H)
+                            << ": dp4a " << a[first] << " vs tensor cores " << b[first];
         int changed = 0;  // the call did something
         for (size_t i = 0; i < a.size(); ++i) changed += !bits_equal(a[i], residual[i]);
         EXPECT_GT(changed, int(a.size() / 2));
@@ -154,19 +116,19 @@ TEST(GpuOpsMoeInt, TokenBitsDoNotDependOnTheBatchOrTheKernels) {
   Rng rng(92);
   for (const auto& c : cases()) {
     SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
-    const auto d = cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+    const IntExperts ex = make_experts(rng, c);
+    const auto d = upload(ex);
     for (const auto& [M, p] : {std::pair{64, 17}, std::pair{300, 250}, std::pair{300, 0}}) {
       const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
       const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
       const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
       bool ran = false;
-      const auto batch = run_int(d, c, M, 8, x, logits, residual, &ran);
+      const auto batch = run_int(d, c, M, x, logits, residual, &ran, {.decode_max = 8});
       ASSERT_TRUE(ran);
       const std::vector<float> x1(x.begin() + long(p) * c.H, x.begin() + long(p + 1) * c.H);
       const std::vector<float> l1(logits.begin() + long(p) * c.E, logits.begin() + long(p + 1) * c.E);
       const std::vector<float> r1(residual.begin() + long(p) * c.H, residual.begin() + long(p + 1) * c.H);
-      const auto alone = run_int(d, c, 1, 8, x1, l1, r1, &ran);
+      const auto alone = run_int(d, c, 1, x1, l1, r1, &ran, {.decode_max = 8});
       size_t first = 0;
       const int diffs = count_diffs(batch, size_t(p) * c.H, alone, 0, size_t(c.H), &first);
       EXPECT_EQ(diffs, 0) << "token " << p << " of " << M << ": first at " << first;
@@ -183,8 +145,8 @@ TEST(GpuOpsMoeInt, StaysWithinItsQuantisationOfTheF32Moe) {
   for (const auto& c : cases()) {
     const std::string name = case_name(c);
     SCOPED_TRACE(name);
-    const Experts ex = make_experts(rng, c);
-    const auto d = cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
+    const IntExperts ex = make_experts(rng, c);
+    const auto d = upload(ex);
     std::vector<quant::QuantWeight> rg, ru, rd;
     for (int e = 0; e < c.E; ++e) {
       rg.push_back(dense_f32(ex.gate[size_t(e)].dequant, c.I, c.H, "ref.gate"));
@@ -208,7 +170,7 @@ TEST(GpuOpsMoeInt, StaysWithinItsQuantisationOfTheF32Moe) {
       cpu::moe_forward(pool(), params, x.data(), M, routed.data());
       const std::vector<float> zero(size_t(M) * c.H, 0.0f);
       bool ran = false;
-      const auto got = run_int(d, c, M, 8, x, logits, zero, &ran);
+      const auto got = run_int(d, c, M, x, logits, zero, &ran, {.decode_max = 8});
       ASSERT_TRUE(ran);
       double max_err = 0, max_ref = 0;
       for (size_t i = 0; i < got.size(); ++i) {
@@ -222,17 +184,24 @@ TEST(GpuOpsMoeInt, StaysWithinItsQuantisationOfTheF32Moe) {
   }
 }
 
-// Shapes outside the form: false, and the residual is untouched.
+// Experts and shapes outside the form (FP8 block experts, GPTQ act-order with sym or asym zeros,
+// group 96, H or I not a multiple of 64): moe_int_supported is false, and a call returns false and
+// leaves the residual untouched, whichever kernel family the step would take (3 tokens on the dp4a
+// kernels' side, 20 on the tensor-core kernels' side). The one refusal test of the three
+// integer-form suites.
 TEST(GpuOpsMoeInt, DeclinesShapesOutsideTheForm) {
   MOESERVE_REQUIRE_GPU();
   Rng rng(94);
   struct Bad {
     const char* what;
     int E, k, H, I;
-    int group;  // 0: FP8 block experts; -1: GPTQ act-order
+    int group;  // 0: FP8 block experts; -1: GPTQ act-order (group 32)
+    bool sym;
   };
-  for (const Bad& b : {Bad{"fp8 experts", 4, 2, 256, 128, 0}, Bad{"act-order", 4, 2, 256, 128, -1},
-                       Bad{"group 96", 4, 2, 384, 384, 96}, Bad{"H not a multiple of 64", 4, 2, 96, 64, 32}}) {
+  for (const Bad& b : {Bad{"fp8 experts", 4, 2, 256, 128, 0, true}, Bad{"act-order sym", 4, 2, 256, 128, -1, true},
+                       Bad{"act-order asym", 8, 3, 256, 128, -1, false}, Bad{"group 96", 4, 2, 384, 384, 96, true},
+                       Bad{"H not a multiple of 64", 4, 2, 96, 64, 32, true},
+                       Bad{"I not a multiple of 64", 4, 2, 128, 96, 32, false}}) {
     SCOPED_TRACE(b.what);
     std::vector<TestWeight> g, u, dn;
     for (int e = 0; e < b.E; ++e) {
@@ -243,23 +212,25 @@ TEST(GpuOpsMoeInt, DeclinesShapesOutsideTheForm) {
       } else {
         const bool act_order = b.group < 0;
         const int group = act_order ? 32 : b.group;
-        g.push_back(make_gptq(rng, b.I, b.H, group, true, act_order, 0.005f));
-        u.push_back(make_gptq(rng, b.I, b.H, group, true, act_order, 0.005f));
-        dn.push_back(make_gptq(rng, b.H, b.I, group, true, act_order, 0.005f));
+        g.push_back(make_gptq(rng, b.I, b.H, group, b.sym, act_order, 0.005f));
+        u.push_back(make_gptq(rng, b.I, b.H, group, b.sym, act_order, 0.005f));
+        dn.push_back(make_gptq(rng, b.H, b.I, group, b.sym, act_order, 0.005f));
       }
     }
     const auto d = cuda::upload_experts(ptrs(g), ptrs(u), ptrs(dn), nullptr);
-    const IntCase c{b.E, b.k, b.H, b.I, 128, true};
-    EXPECT_FALSE(cuda::moe_int_supported(cuda::MoeShape{b.E, b.k, b.H, b.I}, d));
-    const int M = 3;
-    const auto x = random_f32(rng, size_t(M) * b.H, 1.0f);
-    const auto logits = random_f32(rng, size_t(M) * b.E, 2.0f);
-    const auto residual = random_f32(rng, size_t(M) * b.H, 1.0f);
-    bool ran = true;
-    const auto got = run_int(d, c, M, 8, x, logits, residual, &ran);
-    EXPECT_FALSE(ran);
-    size_t first = 0;
-    EXPECT_EQ(count_diffs(got, 0, residual, 0, got.size(), &first), 0);
+    const IntCase c{b.E, b.k, b.H, b.I, b.group, b.sym};
+    EXPECT_FALSE(cuda::moe_int_supported(shape_of(c), d));
+    for (const auto& [M, decode_max] : {std::pair{3, 8}, std::pair{20, 0}}) {
+      const auto x = random_f32(rng, size_t(M) * b.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * b.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * b.H, 1.0f);
+      bool ran = true;
+      const auto got = run_int(d, c, M, x, logits, residual, &ran, {.decode_max = decode_max});
+      EXPECT_FALSE(ran) << "M=" << M;
+      size_t first = 0;
+      EXPECT_EQ(count_diffs(got, residual, &first), 0) << "M=" << M << ": the residual changed although the call "
+                                                          "returned false";
+    }
   }
 }
 

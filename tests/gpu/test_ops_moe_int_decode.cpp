@@ -16,15 +16,14 @@
 //   - batch invariance (a token alone == the same token at positions 0 / 3 / 7 of 8, bit for bit,
 //     k = 8 random routing), repeated calls on one workspace (same bits as on a fresh one), a call
 //     captured in a CUDA graph and replayed on new inputs (same bits as eager calls; the act-block
-//     arrival counters must be back at zero after every launch), and the same bits as the
-//     tensor-core form (set_moe_int_decode_max_tokens(0));
-//   - unsupported experts (GPTQ act-order, FP8) return false and leave the residual alone.
+//     arrival counters must be back at zero after every launch).
+// The same bits as the tensor-core form and the refusal of unsupported experts are checked once for
+// both kernel families in test_ops_moe_int.cpp; the shared helpers are in moe_int_test_util.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -34,77 +33,12 @@
 #include "core/error.h"
 #include "gpu_test_quant.h"
 #include "moe_int_reference.h"
+#include "moe_int_test_util.h"
 
 using namespace moeserve;
 using namespace moeserve::gputest;
 
 namespace {
-
-struct Case {
-  int E, k, H, I;
-  std::string format;  // "gptq-{sym,asym}-g{32,64,128}", "gptq-actorder", "fp8"
-};
-
-std::string case_name(const Case& c) {
-  return c.format + " E=" + std::to_string(c.E) + " k=" + std::to_string(c.k) + " H=" + std::to_string(c.H) +
-         " I=" + std::to_string(c.I);
-}
-
-TestWeight make_weight(Rng& rng, const Case& c, int64_t N, int64_t K) {
-  if (c.format == "fp8") return make_fp8_block(rng, N, K, 0.03f, false);
-  if (c.format == "gptq-actorder") return make_gptq(rng, N, K, 32, true, true, 0.005f);
-  const bool sym = c.format.rfind("gptq-sym", 0) == 0;
-  const int64_t group = std::stoll(c.format.substr(c.format.rfind('g') + 1));
-  return make_gptq(rng, N, K, group, sym, false, 0.005f);
-}
-
-struct Experts {
-  std::vector<TestWeight> gate, up, down;
-  IntFormExperts ref() const {
-    IntFormExperts r;
-    for (size_t e = 0; e < gate.size(); ++e) {
-      r.gate.push_back(&gate[e].weight);
-      r.up.push_back(&up[e].weight);
-      r.down.push_back(&down[e].weight);
-    }
-    return r;
-  }
-};
-
-Experts make_experts(Rng& rng, const Case& c) {
-  Experts ex;
-  for (int e = 0; e < c.E; ++e) {
-    ex.gate.push_back(make_weight(rng, c, c.I, c.H));
-    ex.up.push_back(make_weight(rng, c, c.I, c.H));
-    ex.down.push_back(make_weight(rng, c, c.H, c.I));
-  }
-  return ex;
-}
-
-std::vector<const quant::QuantWeight*> ptrs(const std::vector<TestWeight>& v) {
-  std::vector<const quant::QuantWeight*> p;
-  for (const auto& t : v) p.push_back(&t.weight);
-  return p;
-}
-
-cuda::DeviceExperts upload(const Experts& ex) {
-  return cuda::upload_experts(ptrs(ex.gate), ptrs(ex.up), ptrs(ex.down), nullptr);
-}
-
-bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
-
-int count_diffs(const std::vector<float>& got, const std::vector<float>& ref, size_t* first) {
-  int diffs = 0;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!bits_equal(got[i], ref[i]) && diffs++ == 0) *first = i;
-  return diffs;
-}
-
-// Restores the dp4a path's token limit when a test ends (also on a failed ASSERT).
-struct DecodeMaxGuard {
-  int saved = cuda::moe_int_decode_max_tokens();
-  ~DecodeMaxGuard() { cuda::set_moe_int_decode_max_tokens(saved); }
-};
 
 struct Inputs {
   std::vector<float> x, logits, residual;
@@ -112,45 +46,15 @@ struct Inputs {
   const std::vector<float>* gate = nullptr;    // [M]
 };
 
-// One call of moe_routed_experts_int on ws (a caller-owned workspace, not refilled); returns the
-// residual after it. x_offset: x starts that many floats into its device buffer (1: not 16-byte
-// aligned).
-std::vector<float> run_on(DeviceBuffer<uint8_t>& ws, const cuda::DeviceExperts& d, const Case& c, const Inputs& in,
-                          int M, bool* ran, int x_offset = 0) {
-  const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
-  std::vector<float> xs(size_t(x_offset), 0.0f);
-  xs.insert(xs.end(), in.x.begin(), in.x.end());
-  auto d_x = to_device_f32(xs);
-  auto d_logits = to_device_f32(in.logits);
-  auto d_res = to_device_f32(in.residual);
-  DeviceBuffer<float> d_shared, d_gate;
-  if (in.shared) {
-    d_shared = to_device_f32(*in.shared);
-    d_gate = to_device_f32(*in.gate);
-  }
-  *ran = cuda::moe_routed_experts_int(d_x.data() + x_offset, d_logits.data(), shape, d, M, ws.data(), ws.size(),
-                                      d_res.data(), nullptr, in.shared ? d_shared.data() : nullptr,
-                                      in.shared ? d_gate.data() : nullptr);
-  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("moe_routed_experts_int failed on the device");
-  return to_host(d_res);
+// run_int on in's x, logits, residual and shared expert; opt: the workspace and x offset.
+std::vector<float> run(const cuda::DeviceExperts& d, const IntCase& c, const Inputs& in, int M, bool* ran,
+                       IntRun opt = {}) {
+  opt.shared = in.shared;
+  opt.gate = in.gate;
+  return run_int(d, c, M, in.x, in.logits, in.residual, ran, opt);
 }
 
-// A fresh workspace for M tokens, filled with 0xFF bytes (NaN as f32: a value no kernel wrote
-// shows up as a NaN, not as a stale value of an earlier call).
-DeviceBuffer<uint8_t> fresh_workspace(const Case& c, int M) {
-  const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
-  DeviceBuffer<uint8_t> ws(cuda::moe_int_workspace_bytes(shape, M));
-  if (cudaMemset(ws.data(), 0xFF, ws.size()) != cudaSuccess) throw std::runtime_error("cudaMemset failed");
-  return ws;
-}
-
-std::vector<float> run(const cuda::DeviceExperts& d, const Case& c, const Inputs& in, int M, bool* ran,
-                       int x_offset = 0) {
-  auto ws = fresh_workspace(c, M);
-  return run_on(ws, d, c, in, M, ran, x_offset);
-}
-
-Inputs random_inputs(Rng& rng, const Case& c, int M) {
+Inputs random_inputs(Rng& rng, const IntCase& c, int M) {
   return {random_f32(rng, size_t(M) * c.H, 1.0f), random_f32(rng, size_t(M) * c.E, 2.0f),
           random_f32(rng, size_t(M) * c.H, 1.0f)};
 }
@@ -207,20 +111,19 @@ int check_act_quantisation(const DeviceBuffer<uint8_t>& ws, const cuda::moe_int_
 // nibble, plane byte, zero, scale, unit or rank moves outputs by O(max |routed|).
 TEST(GpuOpsMoeIntDecode, MatchesIntFormMoe) {
   MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  cuda::set_moe_int_decode_max_tokens(8);
+  DecodeMaxGuard guard(8);
   Rng rng(91);
-  const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"}, {16, 8, 1024, 512, "gptq-asym-g128"},
-                                {16, 8, 1024, 512, "gptq-asym-g32"},  {16, 8, 1024, 512, "gptq-sym-g64"},
-                                {8, 3, 256, 128, "gptq-asym-g32"},    {6, 2, 384, 384, "gptq-asym-g64"},
-                                {40, 32, 256, 128, "gptq-sym-g32"},   {5, 1, 640, 256, "gptq-asym-g128"},
-                                // short last activation blocks (K % 128 == 64: x and act rows)
-                                {8, 2, 128, 64, "gptq-sym-g32"},      {5, 3, 192, 320, "gptq-asym-g64"}};
+  const std::vector<IntCase> cases{{16, 8, 3072, 1024, 128, true}, {16, 8, 1024, 512, 128, false},
+                                   {16, 8, 1024, 512, 32, false},  {16, 8, 1024, 512, 64, true},
+                                   {8, 3, 256, 128, 32, false},    {6, 2, 384, 384, 64, false},
+                                   {40, 32, 256, 128, 32, true},   {5, 1, 640, 256, 128, false},
+                                   // short last activation blocks (K % 128 == 64: x and act rows)
+                                   {8, 2, 128, 64, 32, true},      {5, 3, 192, 320, 64, false}};
   for (const auto& c : cases) {
     const std::string name = case_name(c);
     SCOPED_TRACE(name);
-    const Experts ex = make_experts(rng, c);
-    const IntFormExperts ref_ex = ex.ref();
+    const IntExperts ex = make_experts(rng, c);
+    const IntFormExperts ref_ex = ref_of(ex);
     const cuda::DeviceExperts d = upload(ex);
     for (int M : {1, 3, 8}) {
       Inputs in = random_inputs(rng, c, M);
@@ -262,16 +165,15 @@ TEST(GpuOpsMoeIntDecode, MatchesIntFormMoe) {
 // aligned and not (offset by one float: the kernels' scalar staging path), same bits.
 TEST(GpuOpsMoeIntDecode, ProjectionsMatchIntFormLinearBitForBit) {
   MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  cuda::set_moe_int_decode_max_tokens(8);
+  DecodeMaxGuard guard(8);
   Rng rng(92);
-  const std::vector<Case> cases{{16, 1, 3072, 1024, "gptq-sym-g128"}, {16, 1, 1024, 512, "gptq-asym-g128"},
-                                {16, 1, 1024, 512, "gptq-asym-g32"},  {16, 1, 1024, 512, "gptq-sym-g64"},
-                                {8, 1, 256, 128, "gptq-asym-g32"},    {6, 1, 384, 384, "gptq-sym-g32"},
-                                {8, 1, 128, 64, "gptq-sym-g32"},      {5, 1, 192, 320, "gptq-asym-g64"}};
+  const std::vector<IntCase> cases{{16, 1, 3072, 1024, 128, true}, {16, 1, 1024, 512, 128, false},
+                                   {16, 1, 1024, 512, 32, false},  {16, 1, 1024, 512, 64, true},
+                                   {8, 1, 256, 128, 32, false},    {6, 1, 384, 384, 32, true},
+                                   {8, 1, 128, 64, 32, true},      {5, 1, 192, 320, 64, false}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
+    const IntExperts ex = make_experts(rng, c);
     const cuda::DeviceExperts d = upload(ex);
     const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
     for (int M : {1, 3, 8}) {
@@ -287,7 +189,7 @@ TEST(GpuOpsMoeIntDecode, ProjectionsMatchIntFormLinearBitForBit) {
         SCOPED_TRACE("x offset " + std::to_string(x_offset));
         auto ws = fresh_workspace(c, M);
         bool ran = false;
-        const auto got = run_on(ws, d, c, in, M, &ran, x_offset);
+        const auto got = run(d, c, in, M, &ran, {.ws = &ws, .x_offset = x_offset});
         ASSERT_TRUE(ran);
         // act [M·k, I] f32 from the workspace.
         const auto lay = cuda::moe_int_detail::int_decode_layout(shape, M);
@@ -335,17 +237,16 @@ TEST(GpuOpsMoeIntDecode, ProjectionsMatchIntFormLinearBitForBit) {
 // (the others random; k = 8 random routing), with and without the shared expert.
 TEST(GpuOpsMoeIntDecode, TokenOutputIndependentOfBatch) {
   MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  cuda::set_moe_int_decode_max_tokens(8);
+  DecodeMaxGuard guard(8);
   Rng rng(93);
-  const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
-                                {16, 8, 1024, 512, "gptq-asym-g32"},
-                                {16, 8, 1024, 512, "gptq-sym-g64"},
-                                {8, 3, 256, 128, "gptq-asym-g128"},
-                                {5, 3, 192, 320, "gptq-asym-g64"}};
+  const std::vector<IntCase> cases{{16, 8, 3072, 1024, 128, true},
+                                   {16, 8, 1024, 512, 32, false},
+                                   {16, 8, 1024, 512, 64, true},
+                                   {8, 3, 256, 128, 128, false},
+                                   {5, 3, 192, 320, 64, false}};
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
+    const IntExperts ex = make_experts(rng, c);
     const cuda::DeviceExperts d = upload(ex);
     Inputs alone = random_inputs(rng, c, 1);
     const auto shared_t = random_f32(rng, size_t(c.H), 0.5f);
@@ -387,12 +288,11 @@ TEST(GpuOpsMoeIntDecode, TokenOutputIndependentOfBatch) {
 // fresh workspace.
 TEST(GpuOpsMoeIntDecode, RepeatedCallsOnOneWorkspace) {
   MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  cuda::set_moe_int_decode_max_tokens(8);
+  DecodeMaxGuard guard(8);
   Rng rng(94);
-  for (const Case& c : {Case{16, 8, 3072, 1024, "gptq-sym-g128"}, Case{16, 8, 1024, 512, "gptq-asym-g64"}}) {
+  for (const IntCase& c : {IntCase{16, 8, 3072, 1024, 128, true}, IntCase{16, 8, 1024, 512, 64, false}}) {
     SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
+    const IntExperts ex = make_experts(rng, c);
     const cuda::DeviceExperts d = upload(ex);
     struct Run {
       int M;
@@ -415,7 +315,7 @@ TEST(GpuOpsMoeIntDecode, RepeatedCallsOnOneWorkspace) {
     for (int seq : {0, 0, 1, 2, 0, 1}) {
       const Run& r = runs[size_t(seq)];
       bool ran = false;
-      const auto got = run_on(ws, d, c, r.in, r.M, &ran);
+      const auto got = run(d, c, r.in, r.M, &ran, {.ws = &ws});
       ASSERT_TRUE(ran);
       size_t first = 0;
       const int diffs = count_diffs(got, r.ref, &first);
@@ -435,12 +335,11 @@ TEST(GpuOpsMoeIntDecode, RepeatedCallsOnOneWorkspace) {
 // tokens), with the shared expert.
 TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
   MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  cuda::set_moe_int_decode_max_tokens(8);
+  DecodeMaxGuard guard(8);
   Rng rng(97);
-  for (const Case& c : {Case{16, 8, 3072, 1024, "gptq-sym-g128"}, Case{8, 3, 192, 320, "gptq-asym-g64"}}) {
+  for (const IntCase& c : {IntCase{16, 8, 3072, 1024, 128, true}, IntCase{8, 3, 192, 320, 64, false}}) {
     SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
+    const IntExperts ex = make_experts(rng, c);
     const cuda::DeviceExperts d = upload(ex);
     const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
     for (int M : {1, 8}) {
@@ -497,76 +396,12 @@ TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
                             << " column " << first % size_t(c.H);
         // Another size on the same workspace between the replays.
         const Inputs other = random_inputs(rng, c, 3);
-        (void)run_on(ws, d, c, other, 3, &ran);
+        (void)run(d, c, other, 3, &ran, {.ws = &ws});
         ASSERT_TRUE(ran);
       }
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
       cudaStreamDestroy(st);
     }
-  }
-}
-
-// The dp4a kernels and the tensor-core kernels of the integer form (set_moe_int_decode_max_tokens(0)
-// sends every step to the latter) give every output the same bits: exact integer unit sums and one
-// f32 fold per output in both (moe_int_arith.h). M = 1, 3, 8, with the shared expert.
-TEST(GpuOpsMoeIntDecode, MatchesTensorCoreFormBitForBit) {
-  MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  Rng rng(95);
-  const std::vector<Case> cases{{16, 8, 3072, 1024, "gptq-sym-g128"},
-                                {16, 8, 1024, 512, "gptq-asym-g32"},
-                                {16, 8, 1024, 512, "gptq-sym-g64"},
-                                {8, 3, 256, 128, "gptq-asym-g128"},
-                                {5, 3, 192, 320, "gptq-asym-g64"}};
-  for (const auto& c : cases) {
-    SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
-    const cuda::DeviceExperts d = upload(ex);
-    for (int M : {1, 3, 8}) {
-      Inputs in = random_inputs(rng, c, M);
-      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
-      const auto gate = random_f32(rng, size_t(M), 1.0f);
-      in.shared = &shared;
-      in.gate = &gate;
-      bool ran = false;
-      cuda::set_moe_int_decode_max_tokens(8);
-      const auto got = run(d, c, in, M, &ran);
-      ASSERT_TRUE(ran);
-      cuda::set_moe_int_decode_max_tokens(0);
-      const auto ref = run(d, c, in, M, &ran);
-      ASSERT_TRUE(ran);
-      size_t first = 0;
-      const int diffs = count_diffs(got, ref, &first);
-      EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
-                          << " outputs differ between the dp4a and tensor-core forms; first at token "
-                          << first / size_t(c.H) << " column " << first % size_t(c.H);
-    }
-  }
-}
-
-// GPTQ act-order (g_idx) and FP8 experts are not covered by the integer form: false, and the
-// residual is untouched.
-TEST(GpuOpsMoeIntDecode, RefusesUnsupportedExperts) {
-  MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard;
-  cuda::set_moe_int_decode_max_tokens(8);
-  Rng rng(96);
-  for (const Case& c : {Case{8, 3, 256, 128, "gptq-actorder"}, Case{8, 3, 256, 128, "fp8"}}) {
-    SCOPED_TRACE(case_name(c));
-    const Experts ex = make_experts(rng, c);
-    const cuda::DeviceExperts d = upload(ex);
-    const cuda::MoeShape shape{c.E, c.k, c.H, c.I};
-    EXPECT_FALSE(cuda::moe_int_supported(shape, d));
-    const int M = 3;
-    const Inputs in = random_inputs(rng, c, M);
-    // Any workspace will do: the call must return before touching it.
-    DeviceBuffer<uint8_t> ws(cuda::moe_int_detail::int_decode_layout(shape, M).bytes);
-    bool ran = true;
-    const auto got = run_on(ws, d, c, in, M, &ran);
-    EXPECT_FALSE(ran);
-    int diffs = 0;
-    for (size_t i = 0; i < got.size(); ++i) diffs += !bits_equal(got[i], in.residual[i]);
-    EXPECT_EQ(diffs, 0) << "the residual changed although the call returned false";
   }
 }
