@@ -200,8 +200,8 @@ __host__ __device__ constexpr SmemLayout down_layout(int I, int k, int nt, int g
 
 // ---- routing ---------------------------------------------------------------------------------
 
-// route_token (ops_moe_internal.cuh) bit for bit, for E <= 256, `rounds` arg-max rounds: the same
-// softmax code (lane L holds logits L, L + 32, ...; max, accurate expf, the denominator per lane
+// route_token (ops_moe_internal.cuh) bit for bit, for E <= 256, `rounds` arg-max rounds: its softmax
+// (route_softmax: lane L holds logits L, L + 32, ...; max, accurate expf, the denominator per lane
 // then by warp_sum; p = e / denom), the same choice per round (largest p, equal p: lower id; a
 // p that never compares > -1 (NaN, taken, e >= E) is never chosen, and a round without any gives
 // id 0x7fffffff, p = -1, as route_token). Each round takes two warp reductions: the largest key
@@ -213,28 +213,10 @@ __device__ __forceinline__ float route_rounds(const float* __restrict__ row, int
   constexpr int kPerLane = 8;
   const int lane = threadIdx.x & 31;
   float p[kPerLane];
-  float mx = -FLT_MAX;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < E ? __ldcg(row + e) : -FLT_MAX;
-    mx = fmaxf(mx, p[i]);
-  }
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  float denom = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    p[i] = e < E ? expf(p[i] - mx) : 0.0f;
-    denom += p[i];
-  }
-  denom = moe_detail::warp_sum(denom);
+  moe_detail::route_softmax<kPerLane, true>(row, E, p);
   unsigned key[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const float pi = lane + 32 * i < E ? p[i] / denom : -1.0f;
-    key[i] = pi >= 0.0f ? (__float_as_uint(pi) & 0x7fffffffu) + 1u : 0u;
-  }
+  for (int i = 0; i < kPerLane; ++i) key[i] = p[i] >= 0.0f ? (__float_as_uint(p[i]) & 0x7fffffffu) + 1u : 0u;
   float psum = 0.0f;
   for (int r = 0; r < rounds; ++r) {
     unsigned best = key[0];

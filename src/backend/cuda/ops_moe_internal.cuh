@@ -72,15 +72,18 @@ __device__ __forceinline__ float silu_mul_rn(float g, float u) {
 // then by a fixed shuffle tree), k rounds of a warp arg-max (equal p: lower expert id, as
 // torch.topk), weights renormalised over the k in rank order. Call from a whole warp; lane 0
 // writes ids[0..k) and weights[0..k) (global or shared memory).
-template <int kPerLane>  // logits per lane: ceil(E / 32) <= kPerLane
-__device__ __forceinline__ void route_token(const float* __restrict__ row, int E, int k, int32_t* ids, float* weights) {
+//
+// route_softmax is its first half, shared with the integer-form decode kernels' routing
+// (ops_moe_int_decode.cu): lane L's probabilities p[i] of experts L + 32·i (-1 past E). kCg: the
+// logits through L2 (ld.global.cg), for a kernel that reads what the previous kernel wrote.
+template <int kPerLane, bool kCg = false>
+__device__ __forceinline__ void route_softmax(const float* __restrict__ row, int E, float (&p)[kPerLane]) {
   const int lane = threadIdx.x & 31;
-  float p[kPerLane];
   float mx = -FLT_MAX;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int e = lane + 32 * i;
-    p[i] = e < E ? row[e] : -FLT_MAX;
+    p[i] = e < E ? (kCg ? __ldcg(row + e) : row[e]) : -FLT_MAX;
     mx = fmaxf(mx, p[i]);
   }
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -94,6 +97,13 @@ __device__ __forceinline__ void route_token(const float* __restrict__ row, int E
   denom = warp_sum(denom);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) p[i] = lane + 32 * i < E ? p[i] / denom : -1.0f;
+}
+
+template <int kPerLane>  // logits per lane: ceil(E / 32) <= kPerLane
+__device__ __forceinline__ void route_token(const float* __restrict__ row, int E, int k, int32_t* ids, float* weights) {
+  const int lane = threadIdx.x & 31;
+  float p[kPerLane];
+  route_softmax<kPerLane>(row, E, p);
   float psum = 0.0f, chosen_p[kMaxTopK];
   int chosen[kMaxTopK];
   for (int r = 0; r < k; ++r) {
