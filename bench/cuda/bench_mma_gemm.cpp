@@ -5,6 +5,7 @@
 //   bench_mma_gemm --m 64,1024 --formats fp8 --tiling large --csv
 //   bench_mma_gemm --m 1024,8192 --formats fp8 --gemv-max-m 0 --gemm-variant 0   (register-staged Large)
 //   bench_mma_gemm --m 1024,8192 --formats fp8 --gemv-max-m 0 --tiling wide      (128x256, 64x64 warps)
+//   bench_mma_gemm --m 1024,8192 --formats fp8 --gemv-max-m 0 --tiling wgmma256  (sm_90a: wgmma)
 //
 // Built by bench/CMakeLists.txt (every bench/cuda/*.cpp is a program when MOESERVE_CUDA is on).
 // Both kernels get f32 x [M, K] and write f32 y [M, N] (no accumulate), as the model calls them.
@@ -68,7 +69,10 @@ MmaTiling parse_tiling(const std::string& t) {
   if (t == "large-pipelined") return MmaTiling::LargePipelined;
   if (t == "wide") return MmaTiling::Wide;
   if (t == "large-pipelined-2cta") return MmaTiling::LargePipelined2Cta;
-  throw Error("unknown tiling '" + t + "' (auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta)");
+  if (t == "wgmma128") return MmaTiling::Wgmma128;
+  if (t == "wgmma256") return MmaTiling::Wgmma256;
+  throw Error("unknown tiling '" + t +
+              "' (auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta, wgmma128, wgmma256)");
 }
 
 size_t elem_bytes(WeightFormat f) { return f == WeightFormat::Dense ? 2 : 1; }
@@ -119,17 +123,22 @@ double max_rel_diff(const DeviceBuffer<float>& a, const DeviceBuffer<float>& b, 
 int main(int argc, char** argv) {
   CLI::App app{"mma_gemm (tensor cores) vs quant_gemv (CUDA cores) at the 122B dense projection shapes"};
   std::string ms_arg = "1,16,64,1024,8192", formats_arg = "bf16,fp8,int8", shapes_arg, tiling_arg = "auto";
-  int iters = 20, gemv_max_m = 8192, diff_max_m = 1024, gemm_variant = 2;
+  int iters = 20, gemv_max_m = 8192, diff_max_m = 1024, gemm_variant = mma_gemm_variant();
   double rotate_mb = 256;
   bool csv = false;
   app.add_option("--m", ms_arg, "rows of x (tokens), comma-separated");
   app.add_option("--formats", formats_arg, "weight formats: bf16, fp8, int8");
   app.add_option("--shapes", shapes_arg, "NxK list, e.g. 16384x3072,3072x8192 (default: the 122B projections)");
   app.add_option("--tiling", tiling_arg,
-                 "mma_gemm tiling: auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta");
+                 "mma_gemm tiling: auto, small, medium, large, large-pipelined, wide, large-pipelined-2cta, wgmma128, "
+                 "wgmma256");
   app.add_option("--gemm-variant", gemm_variant,
-                 "the kernel of auto's large tiling: 2 pipelined 128x256 where it fills the SMs, else 128x128 "
-                 "(default), 1 pipelined 128x128, 0 register-staged 128x128, 3 pipelined 128x128 at 2 CTAs per SM");
+                 "the kernel of auto's large tiling: 4 wgmma on sm_90a GPUs (default; elsewhere 3), 3 pipelined "
+                 "128x128 at 2 CTAs per SM, 2 pipelined 128x256 where it fills the SMs, else 128x128, 1 pipelined "
+                 "128x128, 0 register-staged 128x128");
+  bool wgmma_overlap = mma_gemm_wgmma_overlap();
+  app.add_option("--wgmma-overlap", wgmma_overlap,
+                 "wgmma tilings: keep one group of MMAs in flight per warpgroup (1, default) or wait for each (0)");
   app.add_option("--iters", iters, "timed launches per kernel and shape (median reported)");
   app.add_option("--gemv-max-m", gemv_max_m, "time quant_gemv only up to this M (it is slow at large M)");
   app.add_option("--diff-max-m", diff_max_m, "compare the two outputs only up to this M");
@@ -153,6 +162,7 @@ int main(int argc, char** argv) {
     }
     const MmaTiling tiling = parse_tiling(tiling_arg);
     set_mma_gemm_variant(gemm_variant);
+    set_mma_gemm_wgmma_overlap(wgmma_overlap);
     iters = std::max(iters, 1);
     if (ms.empty() || formats.empty()) throw Error("nothing to run");
 

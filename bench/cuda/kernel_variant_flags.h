@@ -23,6 +23,7 @@ struct KernelVariantFlags {
   int moe_grouped_max = 64;
   int attention_decode = 1;
   int gemm_variant = cuda::mma_gemm_variant();
+  bool wgmma_overlap = cuda::mma_gemm_wgmma_overlap();
   int moe_mma = cuda::moe_mma_variant();
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
@@ -42,8 +43,11 @@ struct KernelVariantFlags {
                    "bits), 7 5 with the tile size (32 / 64 slots) chosen per expert, 8 7 with swapAB GPTQ kernels "
                    "(weights as the MMA's A operand) at <= 4 slots per expert (5's bits)");
     app.add_option("--gemm-variant", gemm_variant,
-                   "prompt-token dense GEMM (mma_gemm) large tiles: 2 pipelined 128x256 where it fills the SMs, else "
-                   "128x128; 1 pipelined 128x128; 0 register-staged 128x128; 3 pipelined 128x128 at 2 CTAs per SM");
+                   "prompt-token dense GEMM (mma_gemm) large tiles: 4 wgmma on sm_90a GPUs (elsewhere 3); 3 pipelined "
+                   "128x128 at 2 CTAs per SM; 2 pipelined 128x256 where it fills the SMs, else 128x128; 1 pipelined "
+                   "128x128; 0 register-staged 128x128");
+    app.add_option("--wgmma-overlap", wgmma_overlap,
+                   "wgmma dense GEMM: keep one group of MMAs in flight per warpgroup (1, default) or wait for each (0)");
     app.add_option("--attention-prefill-variant", attention_prefill,
                    "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
     app.add_option("--gdn-chunked-variant", gdn_chunked,
@@ -59,6 +63,7 @@ struct KernelVariantFlags {
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     cuda::set_attention_decode_variant(attention_decode);
     cuda::set_mma_gemm_variant(gemm_variant);
+    cuda::set_mma_gemm_wgmma_overlap(wgmma_overlap);
     cuda::set_moe_mma_variant(moe_mma);
     cuda::set_attention_prefill_variant(attention_prefill);
     cuda::set_gdn_chunked_variant(gdn_chunked);

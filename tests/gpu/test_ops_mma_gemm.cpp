@@ -13,9 +13,10 @@
 //
 // Batch invariance (exact, bit for bit): every row of the M = 7, 16, 100 and 1024 results equals
 // the same x row run alone (M = 1) and in chunks of 7 rows; every forced tiling (Small, Medium,
-// Large, LargePipelined, Wide, LargePipelined2Cta) equals the automatic one, and so does Auto
-// under every set_mma_gemm_variant (0..3); y += X·Wᵀ equals fl(y_old + y) of the plain run (Auto,
-// and the three pipelined kernels with a partial last row tile). The shapes include N = 37
+// Large, LargePipelined, Wide, LargePipelined2Cta, and on sm_90 Wgmma128 and Wgmma256: wgmma and
+// mma.sync give the same bits) equals the automatic one, and so does Auto under every
+// set_mma_gemm_variant (0..4); y += X·Wᵀ equals fl(y_old + y) of the plain run (Auto, and the
+// pipelined and wgmma kernels with a partial last row tile). The shapes include N = 37
 // and 200 (the 128x256 kernel's warps beyond N, whose FP8 scale row is clamped) and K = 144 (a
 // partial last k tile) and K = 64 (fewer k tiles than pipeline stages).
 #include <gtest/gtest.h>
@@ -210,9 +211,25 @@ const char* tiling_name(MmaTiling t) {
       return "wide";
     case MmaTiling::LargePipelined2Cta:
       return "large-pipelined-2cta";
+    case MmaTiling::Wgmma128:
+      return "wgmma128";
+    case MmaTiling::Wgmma256:
+      return "wgmma256";
     default:
       return "auto";
   }
+}
+
+// The forced tilings of this device: the wgmma ones only where they can run (sm_90 and a build
+// with sm_90a code); elsewhere they must refuse (RefusesUnsupportedAndEmpty).
+std::vector<MmaTiling> forced_tilings() {
+  std::vector<MmaTiling> t = {MmaTiling::Small,          MmaTiling::Medium, MmaTiling::Large,
+                              MmaTiling::LargePipelined, MmaTiling::Wide,   MmaTiling::LargePipelined2Cta};
+  if (cuda::mma_gemm_wgmma_available()) {
+    t.push_back(MmaTiling::Wgmma128);
+    t.push_back(MmaTiling::Wgmma256);
+  }
+  return t;
 }
 
 void check_weight(const TestWeight& t, Rng& rng) {
@@ -269,17 +286,29 @@ void check_weight(const TestWeight& t, Rng& rng) {
 
   // Every tiling gives the same bits.
   for (int M : {1, 100, kRows})
-    for (MmaTiling tiling : {MmaTiling::Small, MmaTiling::Medium, MmaTiling::Large, MmaTiling::LargePipelined,
-                             MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
+    for (MmaTiling tiling : forced_tilings()) {
       run(M, 0, d_y.data(), tiling);
       EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " vs auto, M=" + std::to_string(M),
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
 
+  // The wgmma kernels' other step schedule (wait for each group) gives the same bits too.
+  if (cuda::mma_gemm_wgmma_available()) {
+    cuda::set_mma_gemm_wgmma_overlap(false);
+    for (int M : {100, kRows})
+      for (MmaTiling tiling : {MmaTiling::Wgmma128, MmaTiling::Wgmma256}) {
+        run(M, 0, d_y.data(), tiling);
+        EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " without overlap vs auto, M=" +
+                                  std::to_string(M),
+                              download(d_y, size_t(M) * size_t(N)), out[M], M, N));
+      }
+    cuda::set_mma_gemm_wgmma_overlap(true);
+  }
+
   // Auto under each kernel variant (the large choice: register-staged, pipelined 128x128, or
   // pipelined 128x256 where it fills the SMs).
   const int default_variant = cuda::mma_gemm_variant();
-  for (int variant : {0, 1, 2, 3}) {
+  for (int variant : {0, 1, 2, 3, 4}) {
     cuda::set_mma_gemm_variant(variant);
     for (int M : {100, kRows}) {
       run(M, 0, d_y.data(), MmaTiling::Auto);
@@ -289,8 +318,9 @@ void check_weight(const TestWeight& t, Rng& rng) {
   }
   cuda::set_mma_gemm_variant(default_variant);
 
-  // The pipelined kernels with y += X·Wᵀ and a partial last row tile.
-  for (MmaTiling tiling : {MmaTiling::LargePipelined, MmaTiling::Wide, MmaTiling::LargePipelined2Cta}) {
+  // The pipelined and wgmma kernels with y += X·Wᵀ and a partial last row tile.
+  for (MmaTiling tiling : forced_tilings()) {
+    if (tiling == MmaTiling::Small || tiling == MmaTiling::Medium || tiling == MmaTiling::Large) continue;
     const int M = kRows - 5;
     const std::vector<float> init = random_f32(rng, size_t(M) * size_t(N), 1.0f);
     d_y.upload(init.data(), init.size());
@@ -348,9 +378,14 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   DeviceBuffer<float> x(size_t(4) * 128), y(size_t(4) * 64);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, odd_k, y.data(), false, nullptr), Error);
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, gptq, y.data(), false, nullptr), Error);
-  EXPECT_THROW(cuda::set_mma_gemm_variant(4), Error);
+  EXPECT_THROW(cuda::set_mma_gemm_variant(5), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(-1), Error);
-  EXPECT_EQ(cuda::mma_gemm_variant(), 3);
+  EXPECT_EQ(cuda::mma_gemm_variant(), 4);
+  if (!cuda::mma_gemm_wgmma_available()) {  // not sm_90, or a build without sm_90a code
+    const cuda::DeviceLinear d = cuda::upload_linear(make_dense_bf16(rng, 64, 128, 0.05f).weight, nullptr);
+    EXPECT_THROW(cuda::mma_gemm(x.data(), 4, d, y.data(), false, nullptr, MmaTiling::Wgmma128), Error);
+    EXPECT_THROW(cuda::mma_gemm(x.data(), 4, d, y.data(), false, nullptr, MmaTiling::Wgmma256), Error);
+  }
 
   const cuda::DeviceLinear dense = cuda::upload_linear(make_dense_bf16(rng, 64, 128, 0.05f).weight, nullptr);
   const std::vector<float> sentinel(y.size(), 3.0f);

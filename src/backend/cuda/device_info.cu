@@ -24,20 +24,42 @@ std::vector<DeviceInfo> list_devices() {
   return out;
 }
 
-int current_device_sm_count() {
-  constexpr int kCached = 64;
-  static std::atomic<int> cache[kCached];
+namespace {
+
+// query(dev) of the current device, cached per device in `cache` (devices 64 and up: queried
+// every time). query's result must be positive.
+template <class Query>
+int cached_per_device(std::atomic<int> (&cache)[64], Query query) {
   int dev = 0;
   MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < kCached) {
+  if (dev >= 0 && dev < 64) {
     const int n = cache[dev].load(std::memory_order_relaxed);
     if (n > 0) return n;
   }
-  int n = 0;
-  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  n = n > 0 ? n : 1;
-  if (dev >= 0 && dev < kCached) cache[dev].store(n, std::memory_order_relaxed);
+  const int n = query(dev);
+  if (dev >= 0 && dev < 64) cache[dev].store(n, std::memory_order_relaxed);
   return n;
+}
+
+}  // namespace
+
+int current_device_sm_count() {
+  static std::atomic<int> cache[64];
+  return cached_per_device(cache, [](int dev) {
+    int n = 0;
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n > 0 ? n : 1;
+  });
+}
+
+int current_device_compute_capability() {
+  static std::atomic<int> cache[64];
+  return cached_per_device(cache, [](int dev) {
+    int major = 0, minor = 0;
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return major * 10 + minor > 0 ? major * 10 + minor : 1;
+  });
 }
 
 }  // namespace moeserve::cuda

@@ -21,4 +21,8 @@ std::vector<DeviceInfo> list_devices();
 // Throws Error when the device cannot be queried.
 int current_device_sm_count();
 
+// Compute capability of the current device as major·10 + minor (90 for H100/H200, 121 for GB10),
+// cached per device. Throws Error when the device cannot be queried.
+int current_device_compute_capability();
+
 }  // namespace moeserve::cuda

@@ -43,7 +43,11 @@
 //                                                                   prefer_wide (below) says so,
 //                                                                   else LargePipelined
 //   LargePipelined2Cta: LargePipelined at <= 128 registers, 2 CTAs per SM on the H200
-//                                                                   variant 3 (default)
+//                                                                   variant 3 (variant 4 off
+//                                                                   sm_90a)
+//   Wgmma128 / Wgmma256: BM=128, BN=128 / 256, BK=32, 2 warpgroups of wgmma m64n128k16, a 4-stage
+//          cp.async ring (ops_mma_gemm_wgmma.cu; sm_90a)             variant 4 (default), by
+//                                                                   wgmma_wide (below)
 // Shared memory: 2 buffers x (2·BM + BN)·(BK + 8) bf16 = 34.8 / 55.3 / 61.4 KB (Small / Medium /
 // Large); LargePipelined 98,304 B (96 KB) for every weight kind; Wide 98,304 B (bf16) / 90,112 B
 // (e4m3 / int8).
@@ -286,7 +290,7 @@ void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool 
   });
 }
 
-std::atomic<int> g_variant{3};  // set_mma_gemm_variant (PERF.md run T6: 3 was the fastest)
+std::atomic<int> g_variant{4};  // set_mma_gemm_variant
 
 // Auto, variant 2: Wide or LargePipelined by an estimate of the time in 128x128-tile units with
 // one CTA per SM: a 128x128 grid takes waves(T128) units; a 128x256 grid waves(T256) x 2 units
@@ -303,6 +307,14 @@ bool prefer_wide(int M, int N, int sms) {
   return w256 * 2 * kWideGainDen < w128 * kWideGainNum;  // 2·w256 / gain < w128
 }
 
+// Auto, variant 4: Wgmma256 when its grid (one CTA per SM) takes no more waves than Wgmma128's
+// (two CTAs per SM, each taking about as long as half a 256-wide tile).
+bool wgmma_wide(int M, int N, int sms) {
+  const long long mt = (M + 127) / 128;
+  const long long t128 = mt * ((N + 127) / 128), t256 = mt * ((N + 255) / 256);
+  return (t256 + sms - 1) / sms <= (t128 + 2LL * sms - 1) / (2LL * sms);
+}
+
 MmaTiling pick_tiling(int M, int N) {
   if (M <= SmallTile::BM) return MmaTiling::Small;
   if (M <= MediumTile::BM) return MmaTiling::Medium;
@@ -317,6 +329,9 @@ MmaTiling pick_tiling(int M, int N) {
       return MmaTiling::LargePipelined;
     case 3:
       return MmaTiling::LargePipelined2Cta;
+    case 4:
+      if (!mma_gemm_wgmma_available()) return MmaTiling::LargePipelined2Cta;
+      return wgmma_wide(M, N, sms) ? MmaTiling::Wgmma256 : MmaTiling::Wgmma128;
     default:
       return prefer_wide(M, N, sms) ? MmaTiling::Wide : MmaTiling::LargePipelined;
   }
@@ -362,6 +377,12 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
     case MmaTiling::LargePipelined2Cta:
       mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Tile128TwoCtas);
       break;
+    case MmaTiling::Wgmma128:
+      mma_gemm_wgmma_launch(x, M, w, y, accumulate, stream, 128);
+      break;
+    case MmaTiling::Wgmma256:
+      mma_gemm_wgmma_launch(x, M, w, y, accumulate, stream, 256);
+      break;
     default:  // LargePipelined
       mma_gemm_pipelined_launch(x, M, w, y, accumulate, stream, PipelinedKernel::Tile128);
       break;
@@ -369,10 +390,10 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
 }
 
 void set_mma_gemm_variant(int variant) {
-  if (variant < 0 || variant > 3)
+  if (variant < 0 || variant > 4)
     throw Error("mma_gemm: variant " + std::to_string(variant) +
                 " (0 register-staged Large, 1 pipelined 128x128, 2 pipelined 128x256 where it fills the SMs, 3 "
-                "pipelined 128x128 at two CTAs per SM)");
+                "pipelined 128x128 at two CTAs per SM, 4 wgmma on sm_90a GPUs, else 3)");
   g_variant.store(variant, std::memory_order_relaxed);
 }
 
@@ -387,6 +408,7 @@ void mma_gemm_prepare() {
   ensure_smem_opt_in_all_kinds<MediumTile>();
   ensure_smem_opt_in_all_kinds<LargeTile>();
   mma_gemm_pipelined_prepare();
+  mma_gemm_wgmma_prepare();
 }
 
 }  // namespace moeserve::cuda

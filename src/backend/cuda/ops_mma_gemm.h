@@ -1,6 +1,7 @@
 // Tensor-core GEMM for dense projections with f32 activations: Y[M, N] f32 = X[M, K] f32 · Wᵀ,
 // W [N, K] in bf16 (Dense, and NVFP4 dequantised to bf16 at load), FP8 e4m3 block-128 or INT8
-// row-wise, on mma.sync.m16n8k16 bf16 (sm_80+: H200 and DGX Spark; no wgmma / tcgen05 / TMA).
+// row-wise, on mma.sync.m16n8k16 bf16 (sm_80+: H200 and DGX Spark), and on sm_90 also on
+// wgmma m64n128k16 (the same bits: ops_mma_gemm_wgmma.cu; no TMA, no tcgen05).
 //
 // Arithmetic (fixed by K only, so a row's result is bit-identical for any M and any tiling):
 //   FP8 only: x' = x ⊗ scale[n/128][k/128] (one f32 multiply per element; bf16 / INT8: x' = x);
@@ -43,15 +44,26 @@ void mma_gemm_prepare();
 // (every tiling must give bit-identical results) and the benchmark. Large is the register-staged
 // 128x128 kernel, LargePipelined the cp.async-pipelined 128x128 kernel, Wide the cp.async-pipelined
 // 128x256 kernel with 64x64 warp tiles, LargePipelined2Cta the 128x128 one capped at 128
-// registers for two CTAs per SM (all ops_mma_gemm_pipelined.cu); Auto's large-M choice runs one
-// of them by set_mma_gemm_variant.
-enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined, Wide, LargePipelined2Cta };
+// registers for two CTAs per SM (all ops_mma_gemm_pipelined.cu); Wgmma128 / Wgmma256 the wgmma
+// kernels with 128x128 / 128x256 tiles (ops_mma_gemm_wgmma.cu; only where
+// mma_gemm_wgmma_available(), else they throw). Auto's large-M choice runs one of them by
+// set_mma_gemm_variant.
+enum class MmaTiling { Auto, Small, Medium, Large, LargePipelined, Wide, LargePipelined2Cta, Wgmma128, Wgmma256 };
 void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream,
               MmaTiling tiling);
 
+// True when the current device is an sm_90 GPU and this build has the wgmma kernels' sm_90a code.
+bool mma_gemm_wgmma_available();
+// The wgmma kernels' step schedule (process-wide, for A/B timing; both give the same bits): true
+// (default) a warpgroup keeps one group of MMAs in flight while it builds its next operands; false
+// it waits for each group before the next.
+void set_mma_gemm_wgmma_overlap(bool on);
+bool mma_gemm_wgmma_overlap();
+
 // Which kernel Auto runs where it picks a large tiling (process-wide, for A/B timing; all give the
-// same bits): 3 (default) LargePipelined2Cta; 2 Wide where its grid fills the SMs well enough,
-// else LargePipelined (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the
+// same bits): 4 (default) the wgmma kernels where mma_gemm_wgmma_available() (Wgmma256 where its
+// grid takes no more waves than Wgmma128's at 2 CTAs per SM, else Wgmma128), elsewhere as 3;
+// 3 LargePipelined2Cta; 2 Wide where its grid fills the SMs well enough, else LargePipelined (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the
 // register-staged Large. Throws on another value. On the H200 (docs/PERF.md run T6, FP8 at M 1K
 // and 8K) 3 was the fastest everywhere: 150 useful TFLOP/s at 16384x3072, M 8K, against 144 (2),
 // 138 (1) and 127 (0).

@@ -47,6 +47,17 @@ __device__ __forceinline__ void raster(int pid, int M, int N, int BM, int BN, in
   n0 = ((pid % per_group) / gsize) * BN;
 }
 
+// Shared-memory swizzles of the cp.async kernels' tiles (ops_mma_gemm_pipelined.cu,
+// ops_mma_gemm_wgmma.cu). x stage [rows][32] f32: physical 16-byte chunk of logical chunk q (0..7)
+// in row r is q ^ 2(r mod 4), so the 8-byte A fragment loads of a half warp (rows g = 0..3,
+// logical chunks {c, c+1}, c even) touch the chunk pairs c ^ {0, 2, 4, 6}: all 32 banks once.
+__device__ __forceinline__ int x_chunk(int r, int q) { return q ^ ((r & 3) << 1); }
+// bf16 W tile [rows][32] (64-byte rows): physical chunk of logical chunk q (0..3) in row n is
+// q ^ ((n / 2) mod 4). Rows n and n+1 share a 128-byte line (halves 0 and 1), so the 8 rows of an
+// ldmatrix 8x8 matrix (one chunk each) land in 8 different 16-byte bank groups; so do the
+// conversion stores of 8 threads. It is also wgmma's 64-byte swizzle (wgmma.cuh desc_sw64).
+__device__ __forceinline__ int w_chunk(int n, int q) { return q ^ ((n >> 1) & 3); }
+
 // The activation pair (a, b) of k block kb -> bf16 hi and lo pairs (split2). FP8: first
 // a' = a ⊗ s, b' = b ⊗ s with s = scale[n/128][kb] of the outputs the fragment feeds (one f32
 // multiply each: the block scale moves from the weight to the activation, ops_mma_gemm.h); bf16
@@ -128,4 +139,9 @@ enum class PipelinedKernel { Tile128, Tile128TwoCtas, Wide };
 void mma_gemm_pipelined_launch(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate,
                                cudaStream_t stream, PipelinedKernel kernel);
 void mma_gemm_pipelined_prepare();
+// The wgmma kernels (ops_mma_gemm_wgmma.cu): output tiles of 128 rows x bn (128 or 256) columns.
+// Throw where mma_gemm_wgmma_available() is false.
+void mma_gemm_wgmma_launch(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate,
+                           cudaStream_t stream, int bn);
+void mma_gemm_wgmma_prepare();
 }  // namespace moeserve::cuda

@@ -124,14 +124,6 @@ constexpr bool fits_spark() {
 static_assert(fits_spark<Pipe128>() && fits_spark<Pipe128x2>() && fits_spark<Pipe256>(),
               "DGX Spark: <= 99 KB of shared memory per block");
 
-// Physical 16-byte chunk of logical chunk q (0..7) in x row r: q ^ 2(r mod 4). The 8-byte A
-// fragment loads of a half warp (rows g = 0..3, logical chunks {c, c+1}, c even) then touch the
-// chunk pairs c ^ {0, 2, 4, 6}: all 32 banks once.
-__device__ __forceinline__ int x_chunk(int r, int q) { return q ^ ((r & 3) << 1); }
-// Physical 16-byte chunk of logical chunk q (0..3) in W row n: q ^ ((n / 2) mod 4). Rows n and
-// n+1 share a 128-byte line (halves 0 and 1), so the 8 rows of an ldmatrix 8x8 matrix (one chunk
-// each) land in 8 different 16-byte bank groups; so do the conversion stores of 8 threads.
-__device__ __forceinline__ int w_chunk(int n, int q) { return q ^ ((n >> 1) & 3); }
 
 // sm_12x (DGX Spark: ~100 KB of shared memory per SM) never fits two of these CTAs: there
 // Pipe128x2 keeps the register budget of one CTA per SM (capped, it spilled a few bytes).

@@ -1,0 +1,93 @@
+// Hopper warpgroup MMA (wgmma, PTX ISA 8.0+, sm_90a only) for the prompt-token GEMM of
+// ops_mma_gemm_hopper.cu: the descriptor of a 64-byte-swizzled K-major bf16 operand in shared
+// memory, the fences and group waits, and m64n128k16 with A in registers. Device code; include
+// from .cu files only. Everything here compiles to nothing (or a trap) outside an sm_90a pass, so
+// the file builds for every target; callers keep the sm_90a code behind MOESERVE_WGMMA_ENABLED.
+//
+// Semantics relied on (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
+//   - a warpgroup is 4 consecutive warps (warp % 4 == 0 first); all 128 threads issue each wgmma;
+//   - wgmma.fence before the first wgmma and after any other write to its accumulator or A
+//     registers; wgmma.commit_group closes a group; wgmma.wait_group N waits until at most N
+//     groups are pending. Registers a pending wgmma reads or writes must not be touched before
+//     the wait (fence_operand keeps the compiler from moving such accesses across it);
+//   - shared memory written by ordinary stores must be made visible to the async proxy
+//     (fence.proxy.async.shared::cta) before a wgmma reads it;
+//   - A fragment of m64nNk16 in registers: warp w of the warpgroup holds rows 16w .. 16w + 15 in
+//     the layout of mma.m16n8k16's A (a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..),
+//     a3 = (g+8, 2t+8..); g = lane / 4, t = lane % 4);
+//   - accumulator D of m64nN: warp w rows 16w + g and 16w + g + 8; for each n8 block j the four
+//     registers 4j .. 4j+3 = (g, 8j+2t), (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1): mma.m16n8's C
+//     layout, block after block.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MOESERVE_WGMMA_ENABLED 1
+#endif
+
+namespace moeserve::cuda::wgmma {
+
+// Descriptor of a K-major bf16 operand tile in shared memory with 64-byte rows (32 k) swizzled
+// as CUTLASS's Swizzle<2,4,3> (16-byte chunk c of row r at r·64 + 16·(c ^ ((r >> 1) & 3))), the
+// tile starting on a 512-byte boundary: 8-row core groups 512 bytes apart (stride byte offset),
+// layout type 2 (64-byte swizzle); the leading byte offset is unused for this layout (1).
+// k16 step s of the rows is addressed by adding 32·s bytes to the start address.
+__device__ __forceinline__ uint64_t desc_sw64(uint32_t smem_addr) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) |
+         (uint64_t(2) << 62);
+}
+
+__device__ __forceinline__ void fence() {
+#if defined(MOESERVE_WGMMA_ENABLED)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void commit_group() {
+#if defined(MOESERVE_WGMMA_ENABLED)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wait_group() {
+#if defined(MOESERVE_WGMMA_ENABLED)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Ordinary shared-memory stores -> visible to the wgmma (async proxy) reads after a barrier.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(MOESERVE_WGMMA_ENABLED)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Pins a register value at this point of the program (no code motion across it).
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// D[64 x 128] f32 += A[64 x 16] bf16 (registers, this warp's 16 rows) · B[16 x 128] bf16 (shared
+// memory, K-major, desc_b), asynchronously (the caller fences, commits and waits).
+__device__ __forceinline__ void mma_m64n128k16_bf16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b) {
+#if defined(MOESERVE_WGMMA_ENABLED)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+#else
+  (void)d, (void)a, (void)desc_b;
+  __trap();
+#endif
+}
+
+}  // namespace moeserve::cuda::wgmma
