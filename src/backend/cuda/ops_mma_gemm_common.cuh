@@ -58,6 +58,43 @@ __device__ __forceinline__ int x_chunk(int r, int q) { return q ^ ((r & 3) << 1)
 // conversion stores of 8 threads. It is also wgmma's 64-byte swizzle (wgmma.cuh desc_sw64).
 __device__ __forceinline__ int w_chunk(int n, int q) { return q ^ ((n >> 1) & 3); }
 
+// The cp.async tile loads of those kernels (16-byte chunk c of a tile with k0 its first k;
+// zero-fill outside [M, N, K]):
+//   x stage [rows][32] f32 at shared address sx: chunk c = row c/8, floats 4(c%8) .. +3;
+__device__ __forceinline__ void copy_x_chunk(uint32_t sx, const float* __restrict__ x, int M, int K, int m0, int k0,
+                                             int c) {
+  const int r = c >> 3, q = c & 7, m = m0 + r, k = k0 + q * 4;
+  const bool ok = m < M && k < K;
+  mma_frag::cp_async16(sx + uint32_t(r * 128 + x_chunk(r, q) * 16), ok ? x + size_t(m) * K + k : x, ok ? 16 : 0);
+}
+//   raw e4m3 / int8 W [rows][32] bytes at sw: chunk c = row c/2, bytes 16(c%2) .. +15, at byte 16c;
+__device__ __forceinline__ void copy_w_raw_chunk(uint32_t sw, const uint8_t* __restrict__ w, int N, int K, int n0,
+                                                 int k0, int c) {
+  const int r = c >> 1, q = c & 1, n = n0 + r, k = k0 + q * 16;
+  const bool ok = n < N && k < K;
+  mma_frag::cp_async16(sw + uint32_t(c * 16), ok ? w + size_t(n) * K + k : w, ok ? 16 : 0);
+}
+//   bf16 W [rows][32] at sw: chunk c = row c/4, bf16 8(c%4) .. +7, swizzled by w_chunk.
+__device__ __forceinline__ void copy_w_bf16_chunk(uint32_t sw, const uint8_t* __restrict__ w, int N, int K, int n0,
+                                                  int k0, int c) {
+  const int r = c >> 2, q = c & 3, n = n0 + r, k = k0 + q * 8;
+  const bool ok = n < N && k < K;
+  mma_frag::cp_async16(sw + uint32_t(r * 64 + w_chunk(r, q) * 16), ok ? w + (size_t(n) * K + k) * 2 : w,
+                       ok ? 16 : 0);
+}
+// Raw chunk c (as copy_w_raw_chunk placed it in raw_tile) -> its 32 bf16 bytes in the bf16 W tile
+// (row c/2, logical chunks 2(c%2) and 2(c%2) + 1, swizzled by w_chunk), exactly.
+template <WKind kKind>
+__device__ __forceinline__ void convert_w_chunk(const unsigned char* raw_tile, unsigned char* bf16_tile, int c) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(raw_tile + c * 16);
+  uint4 lo, hi;
+  convert16<kKind>(raw, lo, hi);
+  const int r = c >> 1, q = c & 1;
+  unsigned char* row = bf16_tile + r * 64;
+  *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q) * 16) = lo;
+  *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q + 1) * 16) = hi;
+}
+
 // The activation pair (a, b) of k block kb -> bf16 hi and lo pairs (split2). FP8: first
 // a' = a ⊗ s, b' = b ⊗ s with s = scale[n/128][kb] of the outputs the fragment feeds (one f32
 // multiply each: the block scale moves from the weight to the activation, ops_mma_gemm.h); bf16

@@ -156,26 +156,13 @@ __global__ void __launch_bounds__(P::kThreads, kOneCtaPerSm ? 1 : P::kMinBlocks)
   auto load_tile = [&](int stage, int k0) {
     const uint32_t sx = sbase + uint32_t(stage * kStageBytes), sw = sx + uint32_t(P::kXBytes);
 #pragma unroll
-    for (int i = 0; i < P::kXChunks; ++i) {  // x: chunk c = row c/8, floats 4(c%8) .. +3
-      const int c = tid + i * P::kThreads, r = c >> 3, q = c & 7;
-      const int m = m0 + r, k = k0 + q * 4;
-      const bool ok = m < M && k < K;
-      cp_async16(sx + uint32_t(r * 128 + x_chunk(r, q) * 16), ok ? x + size_t(m) * K + k : x, ok ? 16 : 0);
-    }
+    for (int i = 0; i < P::kXChunks; ++i) copy_x_chunk(sx, x, M, K, m0, k0, tid + i * P::kThreads);
     if constexpr (kRawW) {
 #pragma unroll
-      for (int i = 0; i < P::kWRawChunks; ++i) {  // chunk c = row c/2, bytes 16(c%2) .. +15, at byte 16c
-        const int c = tid + i * P::kThreads, r = c >> 1, q = c & 1, n = n0 + r, k = k0 + q * 16;
-        const bool ok = n < N && k < K;
-        cp_async16(sw + uint32_t(c * 16), ok ? w + size_t(n) * K + k : w, ok ? 16 : 0);
-      }
+      for (int i = 0; i < P::kWRawChunks; ++i) copy_w_raw_chunk(sw, w, N, K, n0, k0, tid + i * P::kThreads);
     } else {
 #pragma unroll
-      for (int i = 0; i < P::kWBf16Chunks; ++i) {  // chunk c = row c/4, bf16 8(c%4) .. +7, [BN][32] swizzled
-        const int c = tid + i * P::kThreads, r = c >> 2, q = c & 3, n = n0 + r, k = k0 + q * 8;
-        const bool ok = n < N && k < K;
-        cp_async16(sw + uint32_t(r * 64 + w_chunk(r, q) * 16), ok ? w + (size_t(n) * K + k) * 2 : w, ok ? 16 : 0);
-      }
+      for (int i = 0; i < P::kWBf16Chunks; ++i) copy_w_bf16_chunk(sw, w, N, K, n0, k0, tid + i * P::kThreads);
     }
   };
   // e4m3 / int8: the raw chunks this thread copied into `stage` -> bf16 W buffer `buf` (after its
@@ -183,16 +170,9 @@ __global__ void __launch_bounds__(P::kThreads, kOneCtaPerSm ? 1 : P::kMinBlocks)
   auto convert_w = [&](int stage, int buf) {
     if constexpr (kRawW) {
 #pragma unroll
-      for (int i = 0; i < P::kWRawChunks; ++i) {
-        const int c = tid + i * P::kThreads;
-        const uint4 raw = *reinterpret_cast<const uint4*>(smem + stage * kStageBytes + P::kXBytes + c * 16);
-        uint4 lo, hi;
-        convert16<kKind>(raw, lo, hi);
-        const int r = c >> 1, q = c & 1;  // row, k half: logical chunks 2q (lo) and 2q + 1 (hi)
-        unsigned char* row = smem + kWBufOffset + buf * P::kWBf16Bytes + r * 64;
-        *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q) * 16) = lo;
-        *reinterpret_cast<uint4*>(row + w_chunk(r, 2 * q + 1) * 16) = hi;
-      }
+      for (int i = 0; i < P::kWRawChunks; ++i)
+        convert_w_chunk<kKind>(smem + stage * kStageBytes + P::kXBytes, smem + kWBufOffset + buf * P::kWBf16Bytes,
+                               tid + i * P::kThreads);
     }
   };
 
