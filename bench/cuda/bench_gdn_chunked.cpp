@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
       std::vector<std::vector<float>> split(4);
       for (int r = 0; r < std::max(1, reps) + 2; ++r) {
         gated_delta_net_chunked(qkv.data(), z.data(), bb.data(), aa.data(), gs, p, meta, 0, 0, ws.data(), ws.bytes(),
-                                out.data(), s, &ev);
+                                out.data(), s, nullptr, &ev);
         MOESERVE_CUDA_CHECK(cudaEventSynchronize(ev.ev[4]));
         if (r < 2) continue;  // warm-ups
         for (int k = 0; k < 4; ++k) {

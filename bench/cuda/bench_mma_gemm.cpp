@@ -136,9 +136,10 @@ int main(int argc, char** argv) {
                  "the kernel of auto's large tiling: 4 wgmma on sm_90a GPUs (default; elsewhere 3), 3 pipelined "
                  "128x128 at 2 CTAs per SM, 2 pipelined 128x256 where it fills the SMs, else 128x128, 1 pipelined "
                  "128x128, 0 register-staged 128x128");
-  bool wgmma_overlap = mma_gemm_wgmma_overlap();
+  int wgmma_overlap = mma_gemm_wgmma_overlap();
   app.add_option("--wgmma-overlap", wgmma_overlap,
-                 "wgmma tilings: keep one group of MMAs in flight per warpgroup (1, default) or wait for each (0)");
+                 "wgmma tilings: keep one group of MMAs in flight per warpgroup (1) or wait for each (0); 2 (default) "
+                 "by weight kind (bf16 1, FP8 / INT8 0)");
   app.add_option("--iters", iters, "timed launches per kernel and shape (median reported)");
   app.add_option("--gemv-max-m", gemv_max_m, "time quant_gemv only up to this M (it is slow at large M)");
   app.add_option("--diff-max-m", diff_max_m, "compare the two outputs only up to this M");

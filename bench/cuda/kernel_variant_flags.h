@@ -23,7 +23,7 @@ struct KernelVariantFlags {
   int moe_grouped_max = 64;
   int attention_decode = 1;
   int gemm_variant = cuda::mma_gemm_variant();
-  bool wgmma_overlap = cuda::mma_gemm_wgmma_overlap();
+  int wgmma_overlap = cuda::mma_gemm_wgmma_overlap();
   int moe_mma = cuda::moe_mma_variant();
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
@@ -47,7 +47,8 @@ struct KernelVariantFlags {
                    "128x128 at 2 CTAs per SM; 2 pipelined 128x256 where it fills the SMs, else 128x128; 1 pipelined "
                    "128x128; 0 register-staged 128x128");
     app.add_option("--wgmma-overlap", wgmma_overlap,
-                   "wgmma dense GEMM: keep one group of MMAs in flight per warpgroup (1, default) or wait for each (0)");
+                   "wgmma dense GEMM: keep one group of MMAs in flight per warpgroup (1) or wait for each (0); 2 "
+                   "(default) by weight kind (bf16 1, FP8 / INT8 0)");
     app.add_option("--attention-prefill-variant", attention_prefill,
                    "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
     app.add_option("--gdn-chunked-variant", gdn_chunked,

@@ -292,17 +292,21 @@ void check_weight(const TestWeight& t, Rng& rng) {
                             download(d_y, size_t(M) * size_t(N)), out[M], M, N));
     }
 
-  // The wgmma kernels' other step schedule (wait for each group) gives the same bits too.
+  // The wgmma kernels' step schedules (overlapped or not, whatever the weight kind) give the same
+  // bits too.
   if (cuda::mma_gemm_wgmma_available()) {
-    cuda::set_mma_gemm_wgmma_overlap(false);
-    for (int M : {100, kRows})
-      for (MmaTiling tiling : {MmaTiling::Wgmma128, MmaTiling::Wgmma256}) {
-        run(M, 0, d_y.data(), tiling);
-        EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " without overlap vs auto, M=" +
-                                  std::to_string(M),
-                              download(d_y, size_t(M) * size_t(N)), out[M], M, N));
-      }
-    cuda::set_mma_gemm_wgmma_overlap(true);
+    const int default_overlap = cuda::mma_gemm_wgmma_overlap();
+    for (int mode : {0, 1}) {
+      cuda::set_mma_gemm_wgmma_overlap(mode);
+      for (int M : {100, kRows})
+        for (MmaTiling tiling : {MmaTiling::Wgmma128, MmaTiling::Wgmma256}) {
+          run(M, 0, d_y.data(), tiling);
+          EXPECT_TRUE(same_bits(std::string("tiling ") + tiling_name(tiling) + " overlap mode " +
+                                    std::to_string(mode) + " vs auto, M=" + std::to_string(M),
+                                download(d_y, size_t(M) * size_t(N)), out[M], M, N));
+        }
+    }
+    cuda::set_mma_gemm_wgmma_overlap(default_overlap);
   }
 
   // Auto under each kernel variant (the large choice: register-staged, pipelined 128x128, or
@@ -380,6 +384,8 @@ TEST(GpuOpsMmaGemm, RefusesUnsupportedAndEmpty) {
   EXPECT_THROW(cuda::mma_gemm(x.data(), 4, gptq, y.data(), false, nullptr), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(5), Error);
   EXPECT_THROW(cuda::set_mma_gemm_variant(-1), Error);
+  EXPECT_THROW(cuda::set_mma_gemm_wgmma_overlap(3), Error);
+  EXPECT_EQ(cuda::mma_gemm_wgmma_overlap(), int(cuda::WgmmaOverlap::ByWeightKind));
   EXPECT_EQ(cuda::mma_gemm_variant(), 4);
   if (!cuda::mma_gemm_wgmma_available()) {  // not sm_90, or a build without sm_90a code
     const cuda::DeviceLinear d = cuda::upload_linear(make_dense_bf16(rng, 64, 128, 0.05f).weight, nullptr);

@@ -27,7 +27,8 @@
 // 1. chunk_prep_kernel: conv + SiLU (the slot's conv state before a sequence's first new
 //    token), l2norm(q)/sqrt(dk), l2norm(k), g and β, for the prompt rows. Grid (ceil(P/8),
 //    nk + nv), block round32(max(dk, dv)): a key-head CTA does q and k of 8 tokens (thread =
-//    channel, block reductions in a fixed warp order), a value-head CTA v and the gates.
+//    channel, the 8 + K − 1 input rows of its channel loaded at once: ConvRows; block
+//    reductions in a fixed warp order), a value-head CTA v and the gates.
 //    Writes conv_out [P][conv_dim] (q̂ | k̂ | v), g and β [P][nv]. P = prompt rows.
 //    Bytes: P·conv_dim·(4 + 4) + P·nv·16.
 // 2. chunk_intra_kernel: everything inside a chunk that does not need S, all chunks of all
@@ -139,18 +140,39 @@ using gdn_math::warp_sum;
 // ---- 1. prep ---------------------------------------------------------------------------
 
 
-// silu of the causal depthwise conv of channel c at global row m (sequence rows from t0; taps
-// before t0 read the slot's conv state st [conv_dim][K−1], oldest first).
-__device__ __forceinline__ float conv_silu(const float* __restrict__ qkv, const float* __restrict__ cw, int C, int K,
-                                           int c, int m, int t0, const float* st) {
-  float acc = 0.0f;
-  for (int j = 0; j < K; ++j) {
-    const int row = m - (K - 1) + j;
-    const float u = row >= t0 ? qkv[size_t(row) * C + c] : st[size_t(c) * (K - 1) + (row - t0 + K - 1)];
-    acc = __fmaf_rn(cw[size_t(c) * K + j], u, acc);
+// The causal depthwise conv of one channel c for kPrepTT consecutive global rows m0 .. m0+7, its
+// inputs in registers: load() fetches rows m0−(K−1) .. m0+nt−1 of the channel at once (all loads
+// independent, each value once instead of once per tap); conv(t) returns silu(Σ_j cw[j]·u_j) over
+// the taps j = 0 .. K−1 in order (rows m0+t−(K−1)+j), a tap before the sequence's first row t0
+// reading the slot's conv state st [conv_dim][K−1], oldest first, instead (the loaded value there
+// belongs to another sequence or was not loaded).
+struct ConvRows {
+  float cw[kMaxConvK], x[kMaxConvK - 1 + kPrepTT];
+  int c, K, m0;
+  __device__ __forceinline__ void load(const float* __restrict__ qkv, const float* __restrict__ conv_weight, int ch,
+                                       int C, int k, int first_row_of_batch, int rows_begin, int nt) {
+    c = ch, K = k, m0 = rows_begin;
+#pragma unroll
+    for (int j = 0; j < kMaxConvK; ++j) cw[j] = j < K ? conv_weight[size_t(c) * K + j] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxConvK - 1 + kPrepTT; ++r) {
+      const int row = m0 - (K - 1) + r;  // x[r] holds row m0 − (K−1) + r
+      x[r] = r < K - 1 + nt && row >= first_row_of_batch ? qkv[size_t(row) * C + c] : 0.0f;
+    }
   }
-  return silu(acc);
-}
+  __device__ __forceinline__ float conv(int t, int t0, const float* st) const {
+    const int m = m0 + t;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kMaxConvK; ++j) {
+      if (j >= K) break;
+      const int row = m - (K - 1) + j;
+      const float u = row >= t0 ? x[t + j] : st[size_t(c) * (K - 1) + (row - t0 + K - 1)];
+      acc = __fmaf_rn(cw[j], u, acc);
+    }
+    return silu(acc);
+  }
+};
 
 __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restrict__ qkv, const float* __restrict__ b,
                                                            const float* __restrict__ a, GdnShape s, GdnLayerParams p,
@@ -174,13 +196,18 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
     }
   }
   if (unit < nk) {
+    ConvRows q, k;
+    if (i < dk) {
+      q.load(qkv, p.conv_weight, unit * dk + i, C, K, 0, first_row + r0, nt);
+      k.load(qkv, p.conv_weight, key_dim + unit * dk + i, C, K, 0, first_row + r0, nt);
+    }
     float qv[kPrepTT], kv[kPrepTT], qq[kPrepTT], kk[kPrepTT];
 #pragma unroll
     for (int t = 0; t < kPrepTT; ++t) {
       qv[t] = kv[t] = 0.0f;
       if (i < dk && t < nt) {
-        qv[t] = conv_silu(qkv, p.conv_weight, C, K, unit * dk + i, first_row + r0 + t, t0[t], st[t]);
-        kv[t] = conv_silu(qkv, p.conv_weight, C, K, key_dim + unit * dk + i, first_row + r0 + t, t0[t], st[t]);
+        qv[t] = q.conv(t, t0[t], st[t]);
+        kv[t] = k.conv(t, t0[t], st[t]);
       }
       qq[t] = __fmul_rn(qv[t], qv[t]);
       kk[t] = __fmul_rn(kv[t], kv[t]);
@@ -200,12 +227,14 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
   } else {
     const int h = unit - nk;
     if (i < dv) {
+      ConvRows v;
+      v.load(qkv, p.conv_weight, 2 * key_dim + h * dv + i, C, K, 0, first_row + r0, nt);
+      float out[kPrepTT];
+#pragma unroll
+      for (int t = 0; t < kPrepTT; ++t) out[t] = t < nt ? v.conv(t, t0[t], st[t]) : 0.0f;
 #pragma unroll
       for (int t = 0; t < kPrepTT; ++t)
-        if (t < nt) {
-          const int c = 2 * key_dim + h * dv + i;
-          w.conv_out[size_t(r0 + t) * C + c] = conv_silu(qkv, p.conv_weight, C, K, c, first_row + r0 + t, t0[t], st[t]);
-        }
+        if (t < nt) w.conv_out[size_t(r0 + t) * C + v.c] = out[t];
     }
     if (i < nt) {
       const size_t gi = size_t(first_row + r0 + i) * nv + h, wi = size_t(r0 + i) * nv + h;
@@ -690,7 +719,7 @@ void gated_delta_net_chunked_prepare() { prepare_device(); }
 void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& s,
                              const GdnLayerParams& layer, const StepMeta& meta, int first_seq, int first_row,
                              void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream,
-                             const GdnChunkedEvents* events) {
+                             cudaEvent_t z_ready, const GdnChunkedEvents* events) {
   const int P = meta.num_tokens - first_row, S = meta.num_seqs - first_seq;
   if (P <= 0 || S <= 0) return;
   if (!gated_delta_net_chunked_supported(s))
@@ -736,6 +765,7 @@ void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, c
   }
   mark(3);
 
+  if (z_ready != nullptr) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, z_ready, 0));
   const long long norm_warps = (long long)P * s.num_v_heads;
   chunk_norm_kernel<<<unsigned((norm_warps + kNormWarps - 1) / kNormWarps), kNormWarps * 32, 0, stream>>>(
       w.conv_out + 2 * s.key_dim(), s.conv_dim(), z, s, layer.norm_weight, P, first_row, out);

@@ -51,6 +51,8 @@ void gated_delta_net_chunked_prepare();
 // [first_row, meta.num_tokens) are read or written. first_row must equal
 // meta.seq_token_start[first_seq] (the host knows both). The workspace must hold
 // gated_delta_net_chunked_workspace_bytes(shape, meta.num_tokens - first_row).
+// z_ready: when given, the stream waits for this event before the gated norm, the only kernel
+// that reads z (so that z can be computed on another stream while the scan runs).
 // events (benchmarks only; null in the model): when given, ev[0] is recorded on the stream
 // before the first kernel and ev[i] after kernel i (1 prep, 2 intra-chunk, 3 state pass,
 // 4 gated norm), so that cudaEventElapsedTime(ev[i-1], ev[i]) times kernel i.
@@ -60,6 +62,6 @@ struct GdnChunkedEvents {
 void gated_delta_net_chunked(const float* qkv, const float* z, const float* b, const float* a, const GdnShape& shape,
                              const GdnLayerParams& layer, const StepMeta& meta, int first_seq, int first_row,
                              void* workspace, size_t workspace_bytes, float* out, cudaStream_t stream,
-                             const GdnChunkedEvents* events = nullptr);
+                             cudaEvent_t z_ready = nullptr, const GdnChunkedEvents* events = nullptr);
 
 }  // namespace moeserve::cuda

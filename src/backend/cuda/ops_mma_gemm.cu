@@ -33,8 +33,11 @@
 //
 // Tilings (all give the same bits; picked by M, and by N for the grid size):
 //   Small  BM=16,  BN=32,  BK=128, 4 warps (1x4), warp tile 16x8   M <= 16
-//   Medium BM=64,  BN=64,  BK=64,  4 warps (2x2), warp tile 32x32  M <= 64, or when Large would
-//                                                                  launch fewer CTAs than SMs
+//   Medium BM=64,  BN=64,  BK=64,  4 warps (2x2), warp tile 32x32  M <= 64, or (Small or Medium,
+//                                                                  by pick_tiling's estimate) when
+//                                                                  Large would launch fewer CTAs
+//                                                                  than SMs / under variant 4 when
+//                                                                  estimated faster than wgmma
 //   Large  BM=128, BN=128, BK=32,  8 warps (4x2), warp tile 32x64  otherwise, under variant 0
 //   LargePipelined: the same tile and warps, a 4-stage cp.async ring, x split in registers
 //          (ops_mma_gemm_pipelined.cu)                              otherwise, under variant 1
@@ -62,6 +65,7 @@
 // (bf16 weights: ~2x the FP8 / INT8 crossover); above that, compute-bound.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -307,22 +311,52 @@ bool prefer_wide(int M, int N, int sms) {
   return w256 * 2 * kWideGainDen < w128 * kWideGainNum;  // 2·w256 / gain < w128
 }
 
-// Auto, variant 4: Wgmma256 when its grid (one CTA per SM) takes no more waves than Wgmma128's
-// (two CTAs per SM, each taking about as long as half a 256-wide tile).
+// Auto, variant 4: for bf16 W, Wgmma256 when its grid (one CTA per SM) fills the SMs at least once
+// and takes no more waves than Wgmma128's (two CTAs per SM, each taking about as long as half a
+// 256-wide tile; a grid of less than one wave runs faster on the smaller tiles: the router, 256
+// columns at M 8K, 81 vs 102 us); FP8 / INT8 W always Wgmma128 (equal or faster at the 122B
+// shapes, M 1K and 8K: docs/PERF.md, session 11).
 bool wgmma_wide(int M, int N, int sms) {
   const long long mt = (M + 127) / 128;
   const long long t128 = mt * ((N + 127) / 128), t256 = mt * ((N + 255) / 256);
-  return (t256 + sms - 1) / sms <= (t128 + 2LL * sms - 1) / (2LL * sms);
+  return t256 >= sms && (t256 + sms - 1) / sms <= (t128 + 2LL * sms - 1) / (2LL * sms);
 }
 
-MmaTiling pick_tiling(int M, int N) {
+// Prompt GEMMs with few output tiles (M > 64 but a small N: the DeltaNet b / a projections, the
+// router, the shared-expert gate, the KV projections, ...) are latency-bound: a CTA walks all of K
+// whatever its tile, so the tiling with the shortest k loop can win though it wastes MMA columns.
+// Estimated time of a tiling: the longer of its per-CTA k-loop floor (proportional to K) and its
+// padded work at its throughput. The constants are the H200's (bench_mma_gemm, docs/PERF.md
+// session 11: floors at K 3072 of 26 / 55 / ~82 us, 44 / 95 / ~195 useful TFLOP/s on 132 SMs),
+// the throughput scaled by the SM count elsewhere.
+struct TilingCost {
+  int bm, bn;
+  double floor_us_at_3072, tflops_per_sm;
+};
+constexpr TilingCost kSmallCost{16, 32, 26.0, 44.0 / 132}, kMediumCost{64, 64, 55.0, 95.0 / 132},
+    kWgmmaCost{128, 128, 82.0, 195.0 / 132};
+double estimated_us(const TilingCost& c, int M, int N, int K, int sms) {
+  const double rows = double((M + c.bm - 1) / c.bm) * c.bm, cols = double((N + c.bn - 1) / c.bn) * c.bn;
+  const double work_us = 2.0 * rows * cols * K / (c.tflops_per_sm * 1e12 * sms) * 1e6;
+  return std::max(c.floor_us_at_3072 * K / 3072.0, work_us);
+}
+
+MmaTiling pick_tiling(int M, int N, int K, bool bf16_w) {
   if (M <= SmallTile::BM) return MmaTiling::Small;
   if (M <= MediumTile::BM) return MmaTiling::Medium;
   const long long large_tiles =
       (long long)((M + LargeTile::BM - 1) / LargeTile::BM) * ((N + LargeTile::BN - 1) / LargeTile::BN);
   const int sms = sm_count();
-  if (large_tiles < sms) return MmaTiling::Medium;
-  switch (g_variant.load(std::memory_order_relaxed)) {
+  const int variant = g_variant.load(std::memory_order_relaxed);
+  const double small_us = estimated_us(kSmallCost, M, N, K, sms);
+  const double medium_us = estimated_us(kMediumCost, M, N, K, sms);
+  const MmaTiling few = small_us < medium_us ? MmaTiling::Small : MmaTiling::Medium;
+  if (variant == 4 && mma_gemm_wgmma_available()) {
+    if (estimated_us(kWgmmaCost, M, N, K, sms) > std::min(small_us, medium_us)) return few;
+  } else if (large_tiles < sms) {
+    return few;
+  }
+  switch (variant) {
     case 0:
       return MmaTiling::Large;
     case 1:
@@ -331,7 +365,7 @@ MmaTiling pick_tiling(int M, int N) {
       return MmaTiling::LargePipelined2Cta;
     case 4:
       if (!mma_gemm_wgmma_available()) return MmaTiling::LargePipelined2Cta;
-      return wgmma_wide(M, N, sms) ? MmaTiling::Wgmma256 : MmaTiling::Wgmma128;
+      return bf16_w && wgmma_wide(M, N, sms) ? MmaTiling::Wgmma256 : MmaTiling::Wgmma128;
     default:
       return prefer_wide(M, N, sms) ? MmaTiling::Wide : MmaTiling::LargePipelined;
   }
@@ -360,7 +394,9 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
   if (M < 0) throw Error("mma_gemm: negative M");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) throw Error("mma_gemm: x must be 16-byte aligned");
   if (M == 0) return;
-  if (tiling == MmaTiling::Auto) tiling = pick_tiling(M, int(w.N));
+  if (tiling == MmaTiling::Auto)  // (dispatch_weight_kind: every other format runs as bf16 W)
+    tiling = pick_tiling(M, int(w.N), int(w.K),
+                         w.format != quant::WeightFormat::Fp8Block && w.format != quant::WeightFormat::Int8Rowwise);
   switch (tiling) {
     case MmaTiling::Small:
       launch_format<SmallTile>(x, M, w, y, accumulate, stream);

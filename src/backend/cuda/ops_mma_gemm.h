@@ -54,19 +54,25 @@ void mma_gemm(const float* x, int M, const DeviceLinear& w, float* y, bool accum
 
 // True when the current device is an sm_90 GPU and this build has the wgmma kernels' sm_90a code.
 bool mma_gemm_wgmma_available();
-// The wgmma kernels' step schedule (process-wide, for A/B timing; both give the same bits): true
-// (default) a warpgroup keeps one group of MMAs in flight while it builds its next operands; false
-// it waits for each group before the next.
-void set_mma_gemm_wgmma_overlap(bool on);
-bool mma_gemm_wgmma_overlap();
+// The wgmma kernels' step schedule (process-wide, for A/B timing; all give the same bits):
+// overlapped, a warpgroup keeps one group of MMAs in flight while it builds its next operands;
+// otherwise it waits for each group before the next. Modes: 0 never overlapped, 1 always, 2 (the
+// default) by weight kind: bf16 W overlapped, FP8 / INT8 W (converted to bf16 in the CTA) not,
+// the faster of the two for each on the H200 (docs/PERF.md, session 11). Throws on another value.
+enum class WgmmaOverlap { Never = 0, Always = 1, ByWeightKind = 2 };
+void set_mma_gemm_wgmma_overlap(int mode);
+int mma_gemm_wgmma_overlap();
 
 // Which kernel Auto runs where it picks a large tiling (process-wide, for A/B timing; all give the
-// same bits): 4 (default) the wgmma kernels where mma_gemm_wgmma_available() (Wgmma256 where its
-// grid takes no more waves than Wgmma128's at 2 CTAs per SM, else Wgmma128), elsewhere as 3;
-// 3 LargePipelined2Cta; 2 Wide where its grid fills the SMs well enough, else LargePipelined (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0 the
-// register-staged Large. Throws on another value. On the H200 (docs/PERF.md run T6, FP8 at M 1K
-// and 8K) 3 was the fastest everywhere: 150 useful TFLOP/s at 16384x3072, M 8K, against 144 (2),
-// 138 (1) and 127 (0).
+// same bits): 4 (default) the wgmma kernels where mma_gemm_wgmma_available() (for bf16 W,
+// Wgmma256 where its grid takes no more waves than Wgmma128's at 2 CTAs per SM, else Wgmma128; FP8
+// / INT8 W Wgmma128), elsewhere as 3; 3 LargePipelined2Cta; 2 Wide where its grid fills the SMs
+// well enough, else LargePipelined (the rule: ops_mma_gemm.cu, prefer_wide); 1 LargePipelined; 0
+// the register-staged Large. Throws on another value. On the H200 (docs/PERF.md run T6, FP8 at M
+// 1K and 8K) 3 was the fastest mma.sync kernel everywhere: 150 useful TFLOP/s at 16384x3072, M 8K,
+// against 144 (2), 138 (1) and 127 (0). Whatever the variant, M <= 16 runs Small and M <= 64
+// Medium; above, a GEMM with few output tiles (small N) runs Small or Medium where pick_tiling's
+// time estimate (ops_mma_gemm.cu) says the large kernel's longer k loop would not pay.
 void set_mma_gemm_variant(int variant);
 int mma_gemm_variant();
 

@@ -25,11 +25,13 @@
 // K is walked in tiles of BK = 32 through a ring of 4 cp.async stages (the next 3 tiles, or 2 for
 // bf16 W under the overlapped schedule, in flight while tile kt is computed). Per k16 step a
 // warpgroup issues 2 x BN / 128 wgmmas (per half: hi, then lo, into the half's accumulators) as
-// one commit group. Overlapped schedule (default, set_mma_gemm_wgmma_overlap): it then waits for
-// the previous step's group (wait_group 1), so its next A is built while its own MMAs run and one
-// group stays in flight across the k-tile barrier; the A registers of both steps are kept apart
-// (step parity) and pinned until their group is done. Otherwise it waits for the group just
-// issued (wait_group 0) and the two warpgroups alternate on the tensor cores. The conversion of
+// one commit group. Overlapped schedule (set_mma_gemm_wgmma_overlap; by default for bf16 W): it
+// then waits for the previous step's group (wait_group 1), so its next A is built while its own
+// MMAs run and one group stays in flight across the k-tile barrier; the A registers of both steps
+// are kept apart (step parity) and pinned until their group is done. Otherwise it waits for the
+// group just issued (wait_group 0) and the two warpgroups alternate on the tensor cores (the
+// default for e4m3 / int8 W: ptxas serializes the overlapped kernels' wgmmas there, C7513, and
+// the plain schedule is as fast or faster; docs/PERF.md, session 11). The conversion of
 // tile kt+1's W runs while the last group of tile kt is in flight (into a B buffer no pending
 // group reads: 3 buffers overlapped, 2 otherwise), then one barrier per k tile.
 //
@@ -275,13 +277,15 @@ void launch(const float* x, int M, const uint8_t* w, const float* scale, int N, 
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-std::atomic<bool> g_overlap{true};  // set_mma_gemm_wgmma_overlap
+std::atomic<int> g_overlap{int(WgmmaOverlap::ByWeightKind)};  // set_mma_gemm_wgmma_overlap
 
 template <int BN>
 void launch_format(const float* x, int M, const DeviceLinear& w, float* y, bool accumulate, cudaStream_t stream) {
   const int N = int(w.N), K = int(w.K);
-  const bool overlap = g_overlap.load(std::memory_order_relaxed);
+  const int mode = g_overlap.load(std::memory_order_relaxed);
   dispatch_weight_kind(w, [&](auto kind, const uint8_t* wp, const float* scale) {
+    const bool overlap = mode == int(WgmmaOverlap::Always) ||
+                         (mode == int(WgmmaOverlap::ByWeightKind) && decltype(kind)::value == WKind::Bf16);
     if (overlap)
       launch<BN, decltype(kind)::value, true>(x, M, wp, scale, N, K, y, accumulate, stream);
     else
@@ -320,8 +324,12 @@ void mma_gemm_wgmma_launch(const float* x, int M, const DeviceLinear& w, float* 
     launch_format<128>(x, M, w, y, accumulate, stream);
 }
 
-void set_mma_gemm_wgmma_overlap(bool on) { g_overlap.store(on, std::memory_order_relaxed); }
-bool mma_gemm_wgmma_overlap() { return g_overlap.load(std::memory_order_relaxed); }
+void set_mma_gemm_wgmma_overlap(int mode) {
+  if (mode < 0 || mode > 2)
+    throw Error("mma_gemm: the wgmma overlap mode must be 0 (never), 1 (always) or 2 (by weight kind)");
+  g_overlap.store(mode, std::memory_order_relaxed);
+}
+int mma_gemm_wgmma_overlap() { return g_overlap.load(std::memory_order_relaxed); }
 
 void mma_gemm_wgmma_prepare() {
   if (!mma_gemm_wgmma_available()) return;

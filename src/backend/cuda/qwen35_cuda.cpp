@@ -121,6 +121,8 @@ Qwen35CudaModel::Qwen35CudaModel(io::Qwen35Config config, CudaWeights weights, c
   MOESERVE_CUDA_CHECK(cudaStreamCreateWithFlags(&aux_stream_, cudaStreamNonBlocking));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+  for (cudaEvent_t* e : {&kv_ready_event_, &ba_ready_event_, &z_ready_event_})
+    MOESERVE_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   set_pdl_enabled(options_.pdl);
   mma_gemm_prepare();
   paged_attention_prefill_prepare();
@@ -152,6 +154,8 @@ Qwen35CudaModel::~Qwen35CudaModel() {
   if (logits_host_) cudaFreeHost(logits_host_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
+  for (cudaEvent_t e : {kv_ready_event_, ba_ready_event_, z_ready_event_})
+    if (e) cudaEventDestroy(e);
   if (aux_stream_) cudaStreamDestroy(aux_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -598,11 +602,43 @@ void Qwen35CudaModel::generated_multi(std::span<const LinearOut> outs, const flo
 }
 
 // Several projections of the same x: the generated rows in one launch (generated_multi), the
-// prompt rows one tensor-core GEMM per weight.
+// prompt rows one tensor-core GEMM per weight (prompt_multi_rows).
 void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
                                         cudaStream_t s) {
   const int g = std::min(gemv_rows, M);
   if (g > 0) generated_multi(outs, x, g, s);
+  prompt_multi_rows(outs, x, M, gemv_rows, s);
+}
+
+// Makes the side stream wait for the work enqueued on s so far.
+void Qwen35CudaModel::fork_side(cudaStream_t s) {
+  MOESERVE_CUDA_CHECK(cudaEventRecord(fork_event_, s));
+  MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(aux_stream_, fork_event_, 0));
+}
+
+// Projections of the same x whose prompt rows the caller splits between s and the side stream:
+// the generated rows of all of them in one launch on s (generated_multi); then, where the side
+// stream is in use (batch-invariant runs; otherwise linear_ shares one dequantisation workspace)
+// and there are prompt rows, forks the side stream from s and returns true: the caller runs each
+// projection's prompt rows (prompt_multi_rows) on one of the two streams and joins them. Otherwise
+// runs the prompt rows on s and returns false. The small projections (KV, b / a, z, the shared
+// expert's) are latency-bound GEMMs that leave most SMs idle: on the side stream they overlap
+// the large ones or the kernels that come before their consumer.
+bool Qwen35CudaModel::multi_rows_fork(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
+                                      cudaStream_t s) {
+  const int g = std::min(gemv_rows, M);
+  if (g > 0) generated_multi(outs, x, g, s);
+  if (!options_.batch_invariant || gemv_rows >= M) {
+    prompt_multi_rows(outs, x, M, gemv_rows, s);
+    return false;
+  }
+  fork_side(s);
+  return true;
+}
+
+// The prompt rows [gemv_rows, M) of several projections of the same x: one GEMM per weight.
+void Qwen35CudaModel::prompt_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
+                                        cudaStream_t s) {
   if (gemv_rows >= M) return;
   for (const auto& o : outs) {
     const DeviceLinear& w = *o.w;
@@ -683,7 +719,12 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
                      int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
       const LinearOut qkv[] = {{&a.q_proj, qg_.data()}, {&a.k_proj, k_.data()}, {&a.v_proj, v_.data()}};
-      linear_multi_rows(qkv, x32_.data(), M, G, s);
+      if (multi_rows_fork(qkv, x32_.data(), M, G, s)) {  // K and V beside Q's GEMM
+        prompt_multi_rows(std::span<const LinearOut>(qkv + 1, 2), x32_.data(), M, G, aux_stream_);
+        MOESERVE_CUDA_CHECK(cudaEventRecord(kv_ready_event_, aux_stream_));
+        prompt_multi_rows(std::span<const LinearOut>(qkv, 1), x32_.data(), M, G, s);
+        MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, kv_ready_event_, 0));
+      }
       attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                         meta_, kv, q_.data(), gate_.data(), s);
       const float scale = 1.0f / std::sqrt(float(c.head_dim));
@@ -711,7 +752,22 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
                                    {&g.in_proj_z, z_.data()},
                                    {&g.in_proj_b, b_.data()},
                                    {&g.in_proj_a, a_.data()}};
-      linear_multi_rows(in_proj, x32_.data(), M, G, s);
+      // Prompt rows: b and a, then z on the side stream beside the qkv GEMM; z is waited for only
+      // before the kernel that reads it (the chunked scan's gated norm: its z_ready).
+      cudaEvent_t z_ready = nullptr;
+      if (multi_rows_fork(in_proj, x32_.data(), M, G, s)) {
+        prompt_multi_rows(std::span<const LinearOut>(in_proj + 2, 2), x32_.data(), M, G, aux_stream_);
+        MOESERVE_CUDA_CHECK(cudaEventRecord(ba_ready_event_, aux_stream_));
+        prompt_multi_rows(std::span<const LinearOut>(in_proj + 1, 1), x32_.data(), M, G, aux_stream_);
+        MOESERVE_CUDA_CHECK(cudaEventRecord(z_ready_event_, aux_stream_));
+        z_ready = z_ready_event_;
+        prompt_multi_rows(std::span<const LinearOut>(in_proj, 1), x32_.data(), M, G, s);
+        MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, ba_ready_event_, 0));
+        if (!chunked_gdn_) {  // the recurrent kernel below reads z from the start
+          MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, z_ready_event_, 0));
+          z_ready = nullptr;
+        }
+      }
       if (chunked_gdn_ && split.generated_rows < M) {
         // Generated tokens: the recurrent decode kernel; prompt tokens: the chunked (WY) form on
         // position-aligned chunks of 64 (prefill_alignment()).
@@ -723,7 +779,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
                           gdn_out_.data(), s);
         }
         gated_delta_net_chunked(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, split.generated_seqs,
-                                split.generated_rows, gdn_ws_.data(), gdn_ws_.bytes(), gdn_out_.data(), s);
+                                split.generated_rows, gdn_ws_.data(), gdn_ws_.bytes(), gdn_out_.data(), s, z_ready);
       } else {
         gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                         gdn_out_.data(), s);
@@ -737,17 +793,18 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
                                 {&moe.shared_expert_gate, shared_gate_logit_.data()},
                                 {&moe.shared_gate, shared_g_.data()},
                                 {&moe.shared_up, shared_u_.data()}};
-    linear_multi_rows(moe_in, x32_.data(), M, G, s);
-    // The shared expert's down projection runs on the side stream while the routing and the
-    // routed gate/up run on this one (at decode both are latency-bound kernels that leave most
-    // of the GPU idle); the routed experts wait for it (join_event_) only before the kernel that
-    // adds it: residual = (residual + routed) + sigmoid(gate)·shared.
+    if (std::min(G, M) > 0) generated_multi(moe_in, x32_.data(), std::min(G, M), s);
+    // The shared expert (the prompt rows' gate logit, gate and up GEMMs, then every row's down
+    // projection) runs on the side stream while the routing and the routed experts run on this
+    // one (at decode both are latency-bound kernels that leave most of the GPU idle; in a prefill
+    // the shared expert's small GEMMs fill the SMs the expert kernels leave idle); the routed
+    // experts wait for it (join_event_) only before the kernel that adds it: residual =
+    // (residual + routed) + sigmoid(gate)·shared.
     const bool side = options_.batch_invariant;  // otherwise linear_ shares one dequant workspace
     cudaStream_t ss = side ? aux_stream_ : s;
-    if (side) {
-      MOESERVE_CUDA_CHECK(cudaEventRecord(fork_event_, s));
-      MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(ss, fork_event_, 0));
-    }
+    if (side) fork_side(s);
+    prompt_multi_rows(std::span<const LinearOut>(moe_in + 1, 3), x32_.data(), M, G, ss);
+    prompt_multi_rows(std::span<const LinearOut>(moe_in, 1), x32_.data(), M, G, s);
     int sd = 0;  // rows whose down projection reads silu(g)·u directly (the gated GEMV)
     if (G > 0 && options_.tensor_core_decode && tc_gemv_gated_supported(moe.shared_down)) {
       tc_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);

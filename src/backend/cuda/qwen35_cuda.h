@@ -112,6 +112,9 @@ class Qwen35CudaModel final : public model::CausalLM {
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
   void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
+  void prompt_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
+  bool multi_rows_fork(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
+  void fork_side(cudaStream_t s);
   void generated_multi(std::span<const LinearOut> outs, const float* x, int rows, cudaStream_t s);
   // LM head of logit rows [row_begin, row_begin + rows); the first gemv_rows of them are GEMV rows.
   void enqueue_lm_head_rows(int row_begin, int rows, int gemv_rows);
@@ -125,6 +128,9 @@ class Qwen35CudaModel final : public model::CausalLM {
   // the two events inside each layer (also inside graph capture).
   cudaStream_t aux_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  // Prompt rows' projections on the side stream (multi_rows_fork), done: an attention layer's K
+  // and V; a DeltaNet layer's b and a, then its z.
+  cudaEvent_t kv_ready_event_ = nullptr, ba_ready_event_ = nullptr, z_ready_event_ = nullptr;
   int prompt_alignment_ = 1;  // prefill_alignment()
   bool chunked_gdn_ = false;  // prompt tokens of DeltaNet layers take gated_delta_net_chunked
   std::unique_ptr<LinearRunner> linear_;
