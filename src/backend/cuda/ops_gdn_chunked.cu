@@ -25,9 +25,9 @@
 //
 // Kernels (stream order, plain launches; one job each):
 // 1. chunk_prep_kernel: conv + SiLU (the slot's conv state before a sequence's first new
-//    token), l2norm(q)/sqrt(dk), l2norm(k), g and β, for the prompt rows. Grid (ceil(P/8),
-//    nk + nv), block round32(max(dk, dv)): a key-head CTA does q and k of 8 tokens (thread =
-//    channel, the 8 + K − 1 input rows of its channel loaded at once: ConvRows; block
+//    token), l2norm(q)/sqrt(dk), l2norm(k), g and β, for the prompt rows. Grid (ceil(P/4),
+//    nk + nv), block round32(max(dk, dv)): a key-head CTA does q and k of 4 tokens (thread =
+//    channel, the 4 + K − 1 input rows of its channel loaded at once: ConvRows; block
 //    reductions in a fixed warp order), a value-head CTA v and the gates.
 //    Writes conv_out [P][conv_dim] (q̂ | k̂ | v), g and β [P][nv]. P = prompt rows.
 //    Bytes: P·conv_dim·(4 + 4) + P·nv·16.
@@ -101,7 +101,7 @@ using gdn_chunked::num_chunks;
 using gdn_chunked::Work;
 
 constexpr int kMaxConvK = 8;
-constexpr int kPrepTT = 8;         // prep: tokens per CTA
+constexpr int kPrepTT = 4;         // prep: tokens per CTA (8: 6% slower, 16: 1.7x; PERF.md runs X5-X7)
 constexpr int kThreads = 256;      // intra and state kernels
 constexpr int kBN = 32;            // state pass: columns of S per CTA
 constexpr int kNormWarps = 8;
@@ -140,7 +140,7 @@ using gdn_math::warp_sum;
 // ---- 1. prep ---------------------------------------------------------------------------
 
 
-// The causal depthwise conv of one channel c for kPrepTT consecutive global rows m0 .. m0+7, its
+// The causal depthwise conv of one channel c for kPrepTT consecutive global rows from m0, its
 // inputs in registers: load() fetches rows m0−(K−1) .. m0+nt−1 of the channel at once (all loads
 // independent, each value once instead of once per tap); conv(t) returns silu(Σ_j cw[j]·u_j) over
 // the taps j = 0 .. K−1 in order (rows m0+t−(K−1)+j), a tap before the sequence's first row t0
