@@ -150,14 +150,14 @@ struct ConvRows {
   float cw[kMaxConvK], x[kMaxConvK - 1 + kPrepTT];
   int c, K, m0;
   __device__ __forceinline__ void load(const float* __restrict__ qkv, const float* __restrict__ conv_weight, int ch,
-                                       int C, int k, int first_row_of_batch, int rows_begin, int nt) {
+                                       int C, int k, int rows_begin, int nt) {
     c = ch, K = k, m0 = rows_begin;
 #pragma unroll
     for (int j = 0; j < kMaxConvK; ++j) cw[j] = j < K ? conv_weight[size_t(c) * K + j] : 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxConvK - 1 + kPrepTT; ++r) {
       const int row = m0 - (K - 1) + r;  // x[r] holds row m0 − (K−1) + r
-      x[r] = r < K - 1 + nt && row >= first_row_of_batch ? qkv[size_t(row) * C + c] : 0.0f;
+      x[r] = r < K - 1 + nt && row >= 0 ? qkv[size_t(row) * C + c] : 0.0f;
     }
   }
   __device__ __forceinline__ float conv(int t, int t0, const float* st) const {
@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
   if (unit < nk) {
     ConvRows q, k;
     if (i < dk) {
-      q.load(qkv, p.conv_weight, unit * dk + i, C, K, 0, first_row + r0, nt);
-      k.load(qkv, p.conv_weight, key_dim + unit * dk + i, C, K, 0, first_row + r0, nt);
+      q.load(qkv, p.conv_weight, unit * dk + i, C, K, first_row + r0, nt);
+      k.load(qkv, p.conv_weight, key_dim + unit * dk + i, C, K, first_row + r0, nt);
     }
     float qv[kPrepTT], kv[kPrepTT], qq[kPrepTT], kk[kPrepTT];
 #pragma unroll
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kMaxD) chunk_prep_kernel(const float* __restri
     const int h = unit - nk;
     if (i < dv) {
       ConvRows v;
-      v.load(qkv, p.conv_weight, 2 * key_dim + h * dv + i, C, K, 0, first_row + r0, nt);
+      v.load(qkv, p.conv_weight, 2 * key_dim + h * dv + i, C, K, first_row + r0, nt);
       float out[kPrepTT];
 #pragma unroll
       for (int t = 0; t < kPrepTT; ++t) out[t] = t < nt ? v.conv(t, t0[t], st[t]) : 0.0f;
