@@ -11,6 +11,7 @@
 //   bench_moe_mma --m 1,8,64 --moe-mma-variant 8        (7 + swapAB tiles at decode sizes: default)
 //   bench_moe_mma --m 8192 --paths mma,int               (skip the slow CUDA-core path)
 //   bench_moe_mma --m 1,8 --int-decode-max 0             (the integer form's tensor-core kernels at 1-8)
+//   bench_moe_mma --m 1024,8192 --paths int --moe-int-wgmma false   (the integer form on mma.sync, A/B)
 //
 // Timing: two warm-up launches, then --iters launches of each entry point, each between two CUDA
 // events with a synchronisation after it; the median is reported. The router logits rotate over
@@ -82,9 +83,14 @@ int main(int argc, char** argv) {
   int int_decode_max = moe_int_decode_max_tokens();
   app.add_option("--int-decode-max", int_decode_max,
                  "set_moe_int_decode_max_tokens: the largest step on the integer form's dp4a kernels (0-8)");
+  bool int_wgmma = moe_int_wgmma();
+  app.add_option("--moe-int-wgmma", int_wgmma,
+                 "set_moe_int_wgmma: the integer form's 32- / 64-slot tiles on wgmma (true, default where "
+                 "available) or mma.sync (false)");
   CLI11_PARSE(app, argc, argv);
   set_moe_mma_variant(variant);
   set_moe_int_decode_max_tokens(int_decode_max);
+  set_moe_int_wgmma(int_wgmma);
   const bool run_cores = paths.find("cores") != std::string::npos, run_mma = paths.find("mma") != std::string::npos,
              run_int = paths.find("int") != std::string::npos;
 

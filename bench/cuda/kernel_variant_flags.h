@@ -27,6 +27,7 @@ struct KernelVariantFlags {
   int moe_mma = cuda::moe_mma_variant();
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
+  bool moe_int_wgmma = cuda::moe_int_wgmma();
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
@@ -51,6 +52,9 @@ struct KernelVariantFlags {
                    "(default) by weight kind (bf16 1, FP8 / INT8 0)");
     app.add_option("--attention-prefill-variant", attention_prefill,
                    "prompt-token attention: 1 8-warp kernel with double-buffered K/V where it fits, 0 the 4-warp kernel");
+    app.add_option("--moe-int-wgmma", moe_int_wgmma,
+                   "integer-form experts' 32- / 64-slot tiles on wgmma (true, default; sm_90a builds on sm_90 "
+                   "GPUs) or mma.sync (false)");
     app.add_option("--gdn-chunked-variant", gdn_chunked,
                    "chunked DeltaNet: 2 tensor-core intra + state, 1 tensor-core intra only, 0 CUDA cores");
   }
@@ -68,6 +72,7 @@ struct KernelVariantFlags {
     cuda::set_moe_mma_variant(moe_mma);
     cuda::set_attention_prefill_variant(attention_prefill);
     cuda::set_gdn_chunked_variant(gdn_chunked);
+    cuda::set_moe_int_wgmma(moe_int_wgmma);
   }
 };
 

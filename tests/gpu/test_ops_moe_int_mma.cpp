@@ -292,3 +292,53 @@ TEST(GpuOpsMoeIntMma, RepeatedCallsOnOneWorkspace) {
     EXPECT_EQ(diffs, 0) << "call " << i << " (M=" << st.M << ") on the shared workspace";
   }
 }
+
+// The Hopper form (ops_moe_int_wgmma.cu, set_moe_int_wgmma(true)) against the mma.sync kernels, bit for
+// bit, on the steps whose tiles it takes (32- and 64-slot tiles, units of 128 k): the 122B expert shape
+// at E 16 (M 64: 32-slot tiles; 300 and 1,025: both lists) with symmetric and asymmetric zeros, and top-1
+// with H 640, I 384 (5 / 3 units per row). On a GPU or build without the form both runs take mma.sync
+// (the test then checks nothing new; it says so).
+TEST(GpuOpsMoeIntMma, WgmmaEqualsMmaSync) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard(0);
+  struct Restore {
+    bool on;
+    ~Restore() { cuda::set_moe_int_wgmma(on); }
+  } restore{cuda::moe_int_wgmma()};
+  int major = 0, minor = 0, dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  if (major * 10 + minor != 90) std::printf("  (not an sm_90 GPU: both runs take mma.sync)\n");
+  Rng rng(97);
+  const std::vector<IntCase> cases{{16, 8, 3072, 1024, 128, true}, {16, 8, 1024, 512, 128, false},
+                                   {4, 1, 640, 384, 128, false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const IntExperts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {64, 300, 1025}) {
+      const auto x = random_f32(rng, size_t(M) * c.H, 1.0f);
+      const auto logits = random_f32(rng, size_t(M) * c.E, 2.0f);
+      const auto residual = random_f32(rng, size_t(M) * c.H, 1.0f);
+      std::vector<float> out[2];
+      for (int on = 0; on < 2; ++on) {
+        cuda::set_moe_int_wgmma(on == 1);
+        bool ran = false;
+        out[on] = run_int(d, c, M, x, logits, residual, &ran);
+        ASSERT_TRUE(ran);
+      }
+      int changed = 0, diffs = 0, nans = 0;
+      size_t first = 0;
+      for (size_t i = 0; i < residual.size(); ++i) {
+        changed += !bits_equal(out[0][i], residual[i]);
+        nans += !std::isfinite(out[1][i]);
+        if (!bits_equal(out[0][i], out[1][i]) && diffs++ == 0) first = i;
+      }
+      EXPECT_GT(changed, int(residual.size() / 2)) << "the experts added nothing at M=" << M;
+      EXPECT_EQ(nans, 0) << "M=" << M;
+      EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " outputs differ, first at token " << first / size_t(c.H)
+                          << " column " << first % size_t(c.H) << ": " << out[1][first] << " vs " << out[0][first];
+    }
+  }
+}

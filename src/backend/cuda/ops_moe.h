@@ -136,6 +136,10 @@ bool moe_routed_experts_int(const float* x, const float* router_logits, const Mo
 // Default 8, at most 8; both paths give the same bits (A/B and tests). Throws Error outside 0..8.
 void set_moe_int_decode_max_tokens(int max_tokens);
 int moe_int_decode_max_tokens();
+// The tensor-core kernels' 32- and 64-slot tiles on Hopper warpgroup MMAs (wgmma; sm_90 GPUs, builds with
+// sm_90a code, units of 128 k) instead of mma.sync, where available (default on); the same bits.
+void set_moe_int_wgmma(bool on);
+bool moe_int_wgmma();
 // Opts the kernels of moe_routed_experts_mma in to their (> 48 KB) dynamic shared memory on the
 // current device, so that a later first call may happen inside CUDA-graph capture (the first call
 // does it too when this was not called). Call once per device at model construction, not inside

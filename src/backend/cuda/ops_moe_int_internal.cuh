@@ -9,6 +9,7 @@
 
 #include "backend/cuda/moe_int_arith.h"
 #include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_moe_internal.cuh"
 
 namespace moeserve::cuda::moe_int_detail {
 
@@ -27,6 +28,26 @@ size_t int_decode_workspace_bytes(const MoeShape& s, int M);
 void int_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                 void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
                 const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);
+
+// A quantised activation matrix [rows][K] (quant_rows_kernel's output, ops_moe_int_mma.cu): the
+// tensor-core kernels' token operand.
+struct APlanes {
+  const uint8_t* hi;
+  const uint8_t* lo;
+  const float* sb;   // [rows][ceil(K/128)]
+  const int2* sums;  // [rows][K/U]
+};
+
+// The Hopper form of the 32- and 64-slot tile lists (ops_moe_int_wgmma.cu: wgmma, sm_90a builds on
+// sm_90 GPUs): the same operands, tiles and bits as int_mma's mid and large tilings, for units of
+// 128 k and H, I multiples of 128. int_wgmma_serves says whether this process and device run it
+// (and set_moe_int_wgmma has not turned it off); the launch computes out[slot, n] (gate_up: act =
+// silu(g)·u, kMats 2; down: y, kMats 1) for the tiles of `tiles` (grid_tiles CTAs rows, those past
+// *tiles.num_tiles exit), tile_slots 32 or 64.
+bool int_wgmma_serves(int U, int K, int N);
+void int_wgmma_launch(int kMats, int tile_slots, bool sym, const APlanes& a, int row_div, const moe_detail::TileList& tiles,
+                      int grid_tiles, const moe_detail::ExpertView& w0, const moe_detail::ExpertView& w1, float* out,
+                      cudaStream_t stream);
 
 // Tensor-core (mma.sync s8/u8, m16n8k32) kernels for any M >= 1 (ops_moe_int_mma.cu): activation
 // quantisation, routing + grouping, gate/up, act quantisation, down, combine.

@@ -272,14 +272,6 @@ template <int kMats> using SmallT = Tiling<kMats, kSmallBM, (kMats == 2 ? 128 : 
 // then U <= 64); the launcher sends every tile of such a step to it.
 template <int kMats> using SmallT64 = Tiling<kMats, kSmallBM, (kMats == 2 ? 128 : 256), 1, 8, 64, 4, 2>;
 
-// The A operand: a quantised activation matrix [rows][K] (quant_rows_kernel's output).
-struct APlanes {
-  const uint8_t* hi;
-  const uint8_t* lo;
-  const float* sb;   // [rows][ceil(K/128)]
-  const int2* sums;  // [rows][K/U]
-};
-
 // One CTA: tile blockIdx.y (slots order[start .. start + count) of expert e) x columns blockIdx.x·BN ..
 // of w0 (and w1). A row of tile row r: slot / row_div (gate_up: the token, row_div = top_k; down:
 // the slot, row_div = 1). Output row: the slot (gate_up: act = silu(gate)·up; down: y).
@@ -608,6 +600,9 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
     launch_sym<SmallT64<2>>(gsym, xa, k, Ugu, list, small_grid, g, u, act, stream);
   } else if (small) {
     launch_sym<SmallT<2>>(gsym, xa, k, Ugu, list, small_grid, g, u, act, stream);
+  } else if (int_wgmma_serves(Ugu, H, I)) {  // Hopper: the same tiles on wgmma (ops_moe_int_wgmma.cu)
+    int_wgmma_launch(2, 64, gsym, xa, k, large, large_cap, g, u, act, stream);
+    int_wgmma_launch(2, 32, gsym, xa, k, list, mid_cap, g, u, act, stream);
   } else {
     launch_sym<LargeT<2>>(gsym, xa, k, Ugu, large, large_cap, g, u, act, stream);
     launch_sym<MidT<2>>(gsym, xa, k, Ugu, list, mid_cap, g, u, act, stream);
@@ -620,6 +615,9 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
     launch_sym<SmallT64<1>>(dsym, aa, 1, Ud, list, small_grid, d, d, y, stream);
   } else if (small) {
     launch_sym<SmallT<1>>(dsym, aa, 1, Ud, list, small_grid, d, d, y, stream);
+  } else if (int_wgmma_serves(Ud, I, H)) {
+    int_wgmma_launch(1, 64, dsym, aa, 1, large, large_cap, d, d, y, stream);
+    int_wgmma_launch(1, 32, dsym, aa, 1, list, mid_cap, d, d, y, stream);
   } else {
     launch_sym<LargeT<1>>(dsym, aa, 1, Ud, large, large_cap, d, d, y, stream);
     launch_sym<MidT<1>>(dsym, aa, 1, Ud, list, mid_cap, d, d, y, stream);

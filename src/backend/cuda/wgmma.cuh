@@ -1,8 +1,9 @@
 // Hopper warpgroup MMA (wgmma, PTX ISA 8.0+, sm_90a only) for the prompt-token GEMM of
-// ops_mma_gemm_hopper.cu: the descriptor of a 64-byte-swizzled K-major bf16 operand in shared
-// memory, the fences and group waits, and m64n128k16 with A in registers. Device code; include
-// from .cu files only. Everything here compiles to nothing (or a trap) outside an sm_90a pass, so
-// the file builds for every target; callers keep the sm_90a code behind MOESERVE_WGMMA_ENABLED.
+// ops_mma_gemm_wgmma.cu and the integer-form experts of ops_moe_int_wgmma.cu: the descriptor of a
+// 64-byte-swizzled K-major operand in shared memory, the fences and group waits, m64n128k16 bf16
+// and m64nNk32 s8 x s8 / u8, both with A in registers. Device code; include from .cu files only.
+// Everything here compiles to nothing (or a trap) outside an sm_90a pass, so the file builds for
+// every target; callers keep the sm_90a code behind MOESERVE_WGMMA_ENABLED.
 //
 // Semantics relied on (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"):
 //   - a warpgroup is 4 consecutive warps (warp % 4 == 0 first); all 128 threads issue each wgmma;
@@ -62,6 +63,7 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 // Pins a register value at this point of the program (no code motion across it).
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(int& r) { asm volatile("" : "+r"(r)::"memory"); }
 
 // D[64 x 128] f32 += A[64 x 16] bf16 (registers, this warp's 16 rows) · B[16 x 128] bf16 (shared
 // memory, K-major, desc_b), asynchronously (the caller fences, commits and waits).
@@ -86,6 +88,79 @@ __device__ __forceinline__ void mma_m64n128k16_bf16_rs(float (&d)[16][4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 #else
   (void)d, (void)a, (void)desc_b;
+  __trap();
+#endif
+}
+
+// D[64 x N] s32 (+)= A[64 x 32] s8 (registers: this warp's 16 rows in mma.m16n8k32's A layout, a0 =
+// (g, 4t..4t+3), a1 = (g+8, 4t..), a2 = (g, 16+4t..), a3 = (g+8, 16+4t..)) · B[32 x N] (shared memory,
+// K-major bytes, desc_b: 64-byte rows in the 64-byte swizzle, a k32 step = +32 bytes), B signed (s8)
+// or unsigned (u8); scale_d == 0: D = A·B (the accumulator's old value ignored). N = 32 or 64; d in
+// the f32 accumulator layout (this header's first comment). Asynchronous, as mma_m64n128k16_bf16_rs.
+template <int N, bool kSignedB>
+__device__ __forceinline__ void mma_m64nNk32_s8_rs(int (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+  static_assert(N == 32 || N == 64, "wgmma s8 shapes used here");
+#if defined(MOESERVE_WGMMA_ENABLED)
+  if constexpr (N == 64) {
+    if constexpr (kSignedB) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+          "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+          "{%32, %33, %34, %35}, %36, p;\n}\n"
+          :
+          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
+          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
+          "+r"(d[3][2]), "+r"(d[3][3]), "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]),
+          "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]), "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]),
+          "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.u8 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+          "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+          "{%32, %33, %34, %35}, %36, p;\n}\n"
+          :
+          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
+          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
+          "+r"(d[3][2]), "+r"(d[3][3]), "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]),
+          "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]), "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]),
+          "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+    }
+  } else {
+    if constexpr (kSignedB) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, "
+          "%8, %9, %10, %11, %12, %13, %14, %15}, "
+          "{%16, %17, %18, %19}, %20, p;\n}\n"
+          :
+          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
+          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
+          "+r"(d[3][2]), "+r"(d[3][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.u8 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, "
+          "%8, %9, %10, %11, %12, %13, %14, %15}, "
+          "{%16, %17, %18, %19}, %20, p;\n}\n"
+          :
+          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
+          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
+          "+r"(d[3][2]), "+r"(d[3][3])
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+    }
+  }
+#else
+  (void)d, (void)a, (void)desc_b, (void)scale_d;
   __trap();
 #endif
 }
