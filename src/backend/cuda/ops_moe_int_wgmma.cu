@@ -100,7 +100,8 @@ struct WgT {
   static constexpr int kWChunks = (BK / 8) * (BR / 4) / kThreads;  // 2
   static_assert(kTok == 32 || kTok == 64, "wgmma N");
   static_assert(kWOff % 512 == 0 && kSub % 512 == 0 && kScaleOff % 16 == 0 && kSbOff % 16 == 0, "alignment");
-  static_assert(kXChunks * kThreads == 2 * kTok * 8 && kWChunks * kThreads == (BK / 8) * (BR / 4), "copies");
+  static_assert(kXChunks * kThreads == 2 * kTok * 8 && (kTok * 8) % kThreads == 0, "X copies: whole planes per i");
+  static_assert(kWChunks * kThreads == (BK / 8) * (BR / 4), "weight copies");
   static_assert(kStages >= 3 && kNB * 4 * 128 * 4 <= kStageBytes * kStages, "ring, epilogue exchange");
 };
 
@@ -133,13 +134,16 @@ __global__ void __launch_bounds__(256, 2)
 
   // ---- this thread's copies (sources at k = 0; a stage adds kt·128 bytes / 16 word rows) ----
   // X: chunk c = tid + i·256 = (plane, row r, 16-byte chunk cc = tid % 8 of the 128 k).
-  const uint8_t* xsrc[T::kXChunks];
-  uint32_t xdst[T::kXChunks];
+  // Sources as 32-bit byte offsets into the plane (rows·K < 2^32 for any workspace int_mma lays out;
+  // kNoRow: a row past the slot count), so that the copy state stays in few registers.
+  constexpr uint32_t kNoRow = 0xFFFFFFFFu;
+  uint32_t xoff[T::kXChunks], xdst[T::kXChunks];
 #pragma unroll
   for (int i = 0; i < T::kXChunks; ++i) {
     const int c = tid + i * kThreads, plane = c / (kTok * 8), r = (c / 8) % kTok, cc = c % 8;
-    xsrc[i] = r < count ? (plane ? a.lo : a.hi) + size_t(tiles.order[start + r] / row_div) * K + cc * 16 : nullptr;
-    xdst[i] = uint32_t((plane ? T::kLoOff : T::kHiOff) + (cc / 4) * T::kSub + r * 64 + 16 * ((cc % 4) ^ ((r >> 1) & 3)));
+    xoff[i] = r < count ? uint32_t(tiles.order[start + r] / row_div) * uint32_t(K) + uint32_t(cc * 16) : kNoRow;
+    const int swz = 16 * ((cc % 4) ^ ((r >> 1) & 3));  // desc_sw64's chunk order
+    xdst[i] = uint32_t((plane ? T::kLoOff : T::kHiOff) + (cc / 4) * T::kSub + r * 64 + swz);
   }
   // Weights: word rows tid / 32 and + 8, columns 4·(tid % 32) .. + 3 of the CTA's 128.
   const int wcol = 4 * (tid % 32), wrow = tid / 32;
@@ -162,8 +166,9 @@ __global__ void __launch_bounds__(256, 2)
   auto load_stage = [&](int slot, int kt) {
     const uint32_t st = sbase + uint32_t(slot * T::kStageBytes);
 #pragma unroll
-    for (int i = 0; i < T::kXChunks; ++i)
-      if (xsrc[i] != nullptr) cp_async16(st + xdst[i], xsrc[i] + size_t(kt) * 128);
+    for (int i = 0; i < T::kXChunks; ++i)  // chunk i's plane: i·256 / (kTok·8) (a plane is 1 or 2 x 256 chunks)
+      if (xoff[i] != kNoRow)
+        cp_async16(st + xdst[i], ((i * kThreads) / (kTok * 8) ? a.lo : a.hi) + xoff[i] + uint32_t(kt) * 128u);
     if (wvalid) {
       const int32_t* src = wsrc + size_t(kt) * 16 * N;
 #pragma unroll
@@ -246,6 +251,7 @@ __global__ void __launch_bounds__(256, 2)
     const float sc1 = __half2float(*reinterpret_cast<const __half*>(stp + T::kScaleOff + (colA + 8) * 2));
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
+      if (8 * j >= count) break;  // n8 blocks past the tile's slots (CTA-uniform): nothing to fold
       const float2 sbp = *reinterpret_cast<const float2*>(stp + T::kSbOff + (8 * j + 2 * t4) * 4);  // slots n, n+1
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
