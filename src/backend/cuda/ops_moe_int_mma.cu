@@ -600,7 +600,7 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
     launch_sym<SmallT64<2>>(gsym, xa, k, Ugu, list, small_grid, g, u, act, stream);
   } else if (small) {
     launch_sym<SmallT<2>>(gsym, xa, k, Ugu, list, small_grid, g, u, act, stream);
-  } else if (int_wgmma_serves(Ugu, H, I)) {  // Hopper: the same tiles on wgmma (ops_moe_int_wgmma.cu)
+  } else if (int_wgmma_serves(Ugu, H, I, M)) {  // Hopper: the same tiles on wgmma (ops_moe_int_wgmma.cu)
     int_wgmma_launch(2, 64, gsym, xa, k, large, large_cap, g, u, act, stream);
     int_wgmma_launch(2, 32, gsym, xa, k, list, mid_cap, g, u, act, stream);
   } else {
@@ -615,7 +615,7 @@ void int_mma(const float* x, const float* router_logits, const MoeShape& s, cons
     launch_sym<SmallT64<1>>(dsym, aa, 1, Ud, list, small_grid, d, d, y, stream);
   } else if (small) {
     launch_sym<SmallT<1>>(dsym, aa, 1, Ud, list, small_grid, d, d, y, stream);
-  } else if (int_wgmma_serves(Ud, I, H)) {
+  } else if (int_wgmma_serves(Ud, I, H, slots)) {
     int_wgmma_launch(1, 64, dsym, aa, 1, large, large_cap, d, d, y, stream);
     int_wgmma_launch(1, 32, dsym, aa, 1, list, mid_cap, d, d, y, stream);
   } else {

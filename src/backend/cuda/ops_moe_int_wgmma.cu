@@ -134,8 +134,8 @@ __global__ void __launch_bounds__(256, 2)
 
   // ---- this thread's copies (sources at k = 0; a stage adds kt·128 bytes / 16 word rows) ----
   // X: chunk c = tid + i·256 = (plane, row r, 16-byte chunk cc = tid % 8 of the 128 k).
-  // Sources as 32-bit byte offsets into the plane (rows·K < 2^32 for any workspace int_mma lays out;
-  // kNoRow: a row past the slot count), so that the copy state stays in few registers.
+  // Sources as 32-bit byte offsets into the plane (rows·K < 2^32: int_wgmma_serves; kNoRow: a row past
+  // the slot count), so that the copy state stays in few registers.
   constexpr uint32_t kNoRow = 0xFFFFFFFFu;
   uint32_t xoff[T::kXChunks], xdst[T::kXChunks];
 #pragma unroll
@@ -349,18 +349,20 @@ void launch_sym(bool sym, const APlanes& a, int row_div, const TileList& tiles, 
 
 }  // namespace
 
-bool int_wgmma_serves(int U, int K, int N) {
+bool int_wgmma_serves(int U, int K, int N, long long rows) {
 #if defined(MOESERVE_CUDA_SM90A)
-  return moe_int_wgmma() && U == 128 && K % 128 == 0 && N % 8 == 0 && current_device_compute_capability() == 90;
+  return moe_int_wgmma() && U == 128 && K % 128 == 0 && N % 8 == 0 && rows >= 0 &&
+         static_cast<unsigned long long>(rows) * static_cast<unsigned long long>(K) < (1ULL << 32) &&
+         current_device_compute_capability() == 90;
 #else
-  (void)U, (void)K, (void)N;
+  (void)U, (void)K, (void)N, (void)rows;
   return false;
 #endif
 }
 
 void int_wgmma_launch(int kMats, int tile_slots, bool sym, const APlanes& a, int row_div, const TileList& tiles,
                       int grid_tiles, const ExpertView& w0, const ExpertView& w1, float* out, cudaStream_t stream) {
-  if (!int_wgmma_serves(128, w0.K, w0.N))
+  if (!int_wgmma_serves(128, w0.K, w0.N, 0))
     throw Error("moe_int_wgmma: needs an sm_90 GPU, a build with sm_90a code, K % 128 == 0 and N % 8 == 0");
   if (kMats == 2 && tile_slots == 64)
     launch_sym<2, 64>(sym, a, row_div, tiles, grid_tiles, w0, w1, out, stream);
