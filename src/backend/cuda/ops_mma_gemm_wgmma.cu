@@ -97,10 +97,8 @@ __global__ void __launch_bounds__(256, WgCfg<BN, kKind, kOverlap>::kMinBlocks)
   constexpr int BM = P::BM, BK = P::BK, NH = P::NH, S = P::kStages, A = P::kAhead;
 
   extern __shared__ __align__(16) unsigned char wg_smem_raw[];
-  const uint32_t raw_base = uint32_t(__cvta_generic_to_shared(wg_smem_raw));
-  const uint32_t pad = (512u - (raw_base & 511u)) & 511u;
-  unsigned char* smem = wg_smem_raw + pad;
-  const uint32_t sbase = raw_base + pad;
+  uint32_t sbase = 0;
+  unsigned char* smem = wgmma::align_smem_512(wg_smem_raw, sbase);
 
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wi = warp & 3;

@@ -29,6 +29,11 @@ void int_decode(const float* x, const float* router_logits, const MoeShape& s, c
                 void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
                 const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);
 
+// The exact-integer-to-float bias of the tensor-core kernels' fold: an s32 accumulator holding
+// kMagicBits + v (|v| < 2^22) is the float kMagic + v, so v = float − kMagic exactly.
+constexpr int kMagicBits = 0x4B400000;  // the float 12582912 = 1.5·2^23 (ulp 1)
+constexpr float kMagic = 12582912.0f;
+
 // A quantised activation matrix [rows][K] (quant_rows_kernel's output, ops_moe_int_mma.cu): the
 // tensor-core kernels' token operand.
 struct APlanes {

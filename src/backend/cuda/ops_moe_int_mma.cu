@@ -101,8 +101,6 @@ using mma_frag::cp_async_wait;
 using mma_frag::ldmatrix_x4;
 
 constexpr int kSmemBudget = 99 * 1024;  // the DGX Spark's per-block limit
-constexpr int kMagicBits = 0x4B400000;  // the float 12582912 = 1.5·2^23 (ulp 1)
-constexpr float kMagic = 12582912.0f;
 constexpr int kSmallBM = 16;            // tiles of the small tiling (route_and_group)
 constexpr int kQuantThreads = 256;      // quant_rows_kernel: 16 (row, block) items per CTA
 

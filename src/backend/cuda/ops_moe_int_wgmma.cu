@@ -76,8 +76,6 @@ using mma_frag::cp_async4;
 using mma_frag::cp_async_commit;
 using mma_frag::cp_async_wait;
 
-constexpr int kMagicBits = 0x4B400000;  // the float 12582912 = 1.5·2^23 (ulp 1)
-constexpr float kMagic = 12582912.0f;
 
 // The stage of a CTA: kTok slots per tile (the wgmma N), 128 weight columns (gate_up: 64 of gate and
 // 64 of up; down: 128), a 128-k unit. Byte offsets inside a stage (sub-tiles 512-byte aligned).
@@ -120,10 +118,8 @@ __global__ void __launch_bounds__(256, 2)
   const int KT = K / T::BK;                           // stages = units (U = 128)
 
   extern __shared__ __align__(16) unsigned char wg_raw[];
-  const uint32_t raw_base = uint32_t(__cvta_generic_to_shared(wg_raw));
-  const uint32_t pad = (512u - (raw_base & 511u)) & 511u;
-  unsigned char* smem = wg_raw + pad;
-  const uint32_t sbase = raw_base + pad;
+  uint32_t sbase = 0;
+  unsigned char* smem = wgmma::align_smem_512(wg_raw, sbase);
 
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, t4 = lane & 3;

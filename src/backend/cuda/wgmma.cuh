@@ -60,6 +60,15 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// The 512-byte-aligned start of a kernel's dynamic shared memory (the swizzled operand tiles need
+// it; the launches add 512 bytes of slack): returns its generic pointer, sbase its shared address.
+__device__ __forceinline__ unsigned char* align_smem_512(unsigned char* raw, uint32_t& sbase) {
+  const uint32_t raw_base = uint32_t(__cvta_generic_to_shared(raw));
+  const uint32_t pad = (512u - (raw_base & 511u)) & 511u;
+  sbase = raw_base + pad;
+  return raw + pad;
+}
+
 // Pins a register value at this point of the program (no code motion across it).
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
@@ -92,6 +101,34 @@ __device__ __forceinline__ void mma_m64n128k16_bf16_rs(float (&d)[16][4], const 
 #endif
 }
 
+// One asm statement per shape, the B type (s8 or u8) spliced into the instruction.
+#define MOESERVE_WGMMA_S8_N64(BTYPE)                                                                             \
+  asm volatile(                                                                                                  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                               \
+      "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8." BTYPE " "                                                 \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                  \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                        \
+      "{%32, %33, %34, %35}, %36, p;\n}\n"                                                                       \
+      :                                                                                                          \
+      "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]),                  \
+      "+r"(d[1][2]), "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]),                  \
+      "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3]), "+r"(d[4][0]), "+r"(d[4][1]),                  \
+      "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]), "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]),                  \
+      "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]), "+r"(d[7][0]), "+r"(d[7][1]),                  \
+      "+r"(d[7][2]), "+r"(d[7][3])                                                                               \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+#define MOESERVE_WGMMA_S8_N32(BTYPE)                                                                             \
+  asm volatile(                                                                                                  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                                               \
+      "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8." BTYPE " "                                                 \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                                 \
+      "{%16, %17, %18, %19}, %20, p;\n}\n"                                                                       \
+      :                                                                                                          \
+      "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]),                  \
+      "+r"(d[1][2]), "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]),                  \
+      "+r"(d[3][0]), "+r"(d[3][1]), "+r"(d[3][2]), "+r"(d[3][3])                                                 \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+
 // D[64 x N] s32 (+)= A[64 x 32] s8 (registers: this warp's 16 rows in mma.m16n8k32's A layout, a0 =
 // (g, 4t..4t+3), a1 = (g+8, 4t..), a2 = (g, 16+4t..), a3 = (g+8, 16+4t..)) · B[32 x N] (shared memory,
 // K-major bytes, desc_b: 64-byte rows in the 64-byte swizzle, a k32 step = +32 bytes), B signed (s8)
@@ -102,67 +139,21 @@ __device__ __forceinline__ void mma_m64nNk32_s8_rs(int (&d)[N / 8][4], const uin
                                                    int scale_d) {
   static_assert(N == 32 || N == 64, "wgmma s8 shapes used here");
 #if defined(MOESERVE_WGMMA_ENABLED)
-  if constexpr (N == 64) {
-    if constexpr (kSignedB) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-          "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-          "{%32, %33, %34, %35}, %36, p;\n}\n"
-          :
-          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
-          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
-          "+r"(d[3][2]), "+r"(d[3][3]), "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]),
-          "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]), "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]),
-          "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.u8 "
-          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-          "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-          "{%32, %33, %34, %35}, %36, p;\n}\n"
-          :
-          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
-          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
-          "+r"(d[3][2]), "+r"(d[3][3]), "+r"(d[4][0]), "+r"(d[4][1]), "+r"(d[4][2]), "+r"(d[4][3]), "+r"(d[5][0]),
-          "+r"(d[5][1]), "+r"(d[5][2]), "+r"(d[5][3]), "+r"(d[6][0]), "+r"(d[6][1]), "+r"(d[6][2]), "+r"(d[6][3]),
-          "+r"(d[7][0]), "+r"(d[7][1]), "+r"(d[7][2]), "+r"(d[7][3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
+  if constexpr (N == 64 && kSignedB) {
+    MOESERVE_WGMMA_S8_N64("s8");
+  } else if constexpr (N == 64) {
+    MOESERVE_WGMMA_S8_N64("u8");
+  } else if constexpr (kSignedB) {
+    MOESERVE_WGMMA_S8_N32("s8");
   } else {
-    if constexpr (kSignedB) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
-          "{%0, %1, %2, %3, %4, %5, %6, %7, "
-          "%8, %9, %10, %11, %12, %13, %14, %15}, "
-          "{%16, %17, %18, %19}, %20, p;\n}\n"
-          :
-          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
-          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
-          "+r"(d[3][2]), "+r"(d[3][3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.u8 "
-          "{%0, %1, %2, %3, %4, %5, %6, %7, "
-          "%8, %9, %10, %11, %12, %13, %14, %15}, "
-          "{%16, %17, %18, %19}, %20, p;\n}\n"
-          :
-          "+r"(d[0][0]), "+r"(d[0][1]), "+r"(d[0][2]), "+r"(d[0][3]), "+r"(d[1][0]), "+r"(d[1][1]), "+r"(d[1][2]),
-          "+r"(d[1][3]), "+r"(d[2][0]), "+r"(d[2][1]), "+r"(d[2][2]), "+r"(d[2][3]), "+r"(d[3][0]), "+r"(d[3][1]),
-          "+r"(d[3][2]), "+r"(d[3][3])
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-    }
+    MOESERVE_WGMMA_S8_N32("u8");
   }
 #else
   (void)d, (void)a, (void)desc_b, (void)scale_d;
   __trap();
 #endif
 }
+#undef MOESERVE_WGMMA_S8_N64
+#undef MOESERVE_WGMMA_S8_N32
 
 }  // namespace moeserve::cuda::wgmma
