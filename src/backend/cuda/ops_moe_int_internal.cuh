@@ -45,15 +45,15 @@ struct APlanes {
 
 // The Hopper form of the 32- and 64-slot tile lists (ops_moe_int_wgmma.cu: wgmma, sm_90a builds on
 // sm_90 GPUs): the same operands, tiles and bits as int_mma's mid and large tilings, for units of
-// 128 k and H, I multiples of 128. int_wgmma_serves says whether this process and device run it
-// (and set_moe_int_wgmma has not turned it off) for an activation matrix of `rows` x K (rows·K <
-// 2^32: the kernel addresses a plane with 32-bit offsets); the launch computes out[slot, n] (gate_up: act =
-// silu(g)·u, kMats 2; down: y, kMats 1) for the tiles of `tiles` (grid_tiles CTAs rows, those past
-// *tiles.num_tiles exit), tile_slots 32 or 64.
+// 128 k and K a multiple of 128. int_wgmma_serves says whether this process and device run it (and
+// set_moe_int_wgmma has not turned it off) for an activation matrix of `rows` x K (rows·K < 2^32:
+// the kernel addresses a plane with 32-bit offsets); the launch computes out[slot, n] (gate_up: act
+// = silu(g)·u, kMats 2; down: y, kMats 1) for the tiles of `tiles` (grid_tiles rows of CTAs; those
+// past *tiles.num_tiles exit), tile_slots 32 or 64.
 bool int_wgmma_serves(int U, int K, int N, long long rows);
-void int_wgmma_launch(int kMats, int tile_slots, bool sym, const APlanes& a, int row_div, const moe_detail::TileList& tiles,
-                      int grid_tiles, const moe_detail::ExpertView& w0, const moe_detail::ExpertView& w1, float* out,
-                      cudaStream_t stream);
+void int_wgmma_launch(int kMats, int tile_slots, bool sym, const APlanes& a, int row_div,
+                      const moe_detail::TileList& tiles, int grid_tiles, const moe_detail::ExpertView& w0,
+                      const moe_detail::ExpertView& w1, float* out, cudaStream_t stream);
 
 // Tensor-core (mma.sync s8/u8, m16n8k32) kernels for any M >= 1 (ops_moe_int_mma.cu): activation
 // quantisation, routing + grouping, gate/up, act quantisation, down, combine.

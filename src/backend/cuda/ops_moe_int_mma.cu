@@ -58,6 +58,9 @@
 //     / 16 x 32 (down BN 256), 4 stages of 24,640 B (98,560 B; 64-k tiles: 12,608 B), <= 128
 //     registers: 2 CTAs per SM on the H200; decode-sized steps (1-4 slots per expert: the weight
 //     stream is the bound), and every step whose H or I is not a multiple of 128.
+// On sm_90 GPUs (sm_90a builds, units of 128 k) the large and mid lists run int_wgmma_launch
+// (ops_moe_int_wgmma.cu) instead: the same tiles and bits on wgmma, 1.2-1.3x faster (PERF.md
+// session 12); the small tiling stays here everywhere (its wgmma form was slower).
 // 122B shape: M 64 runs the small tiling (512 slots <= 4·E): grid (8, 288) for gate_up and (12, 288)
 // for down, ~220 tiles live; M 1,024 and 8,192 the mixed lists: grids (16, slots / 33) + (16, 256)
 // for gate_up, (24, ..) + (12, 256) for down (tiles past each list's count exit at once).
