@@ -464,8 +464,11 @@ __device__ __forceinline__ void update_state_row(float (&row)[4], float ki, floa
 // memory: 2 stages, then 2·ncw·W·64 floats (double-buffered cross-warp partials). vec: dk and
 // dv are multiples of 4 and the state is 16-B aligned (16-B loads, stores and copies); the
 // scalar variant serves odd head dims.
+// Registers: the split shape (CTAs of 128 threads at dk 128) is bounded to 3 CTAs of 256 threads
+// per SM (<= 85 registers): its state loads are the kernel's time at large decode batches, and
+// 6 CTAs of 128 threads keep 96 KB of state in flight per SM where 171 registers allowed 2.
 template <typename T, bool kFused, bool vec>
-__global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, 1)
+__global__ void __launch_bounds__(kFused ? kMaxThreads : kMaxThreads / 2, kFused ? 1 : 3)
     gdn_recurrent_kernel(const T* __restrict__ qkv, const T* __restrict__ z, GdnShape s, GdnLayerParams p,
                          StepMeta meta, GdnWork w, T* out) {
   extern __shared__ __align__(16) float smem[];
