@@ -13,6 +13,7 @@
 #include "backend/cuda/ops_mma_gemm.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
+#include "backend/cuda/ops_tc_gemv.h"
 
 namespace moeserve::bench {
 
@@ -28,6 +29,7 @@ struct KernelVariantFlags {
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
   bool moe_int_wgmma = cuda::moe_int_wgmma();
+  bool tc_gemv_wgmma = true;
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
@@ -55,6 +57,9 @@ struct KernelVariantFlags {
     app.add_option("--moe-int-wgmma", moe_int_wgmma,
                    "integer-form experts' 32- / 64-slot tiles on wgmma (true, default; sm_90a builds on sm_90 "
                    "GPUs) or mma.sync (false)");
+    app.add_option("--tc-gemv-wgmma", tc_gemv_wgmma,
+                   "tc_gemv launches of 9-256 tokens on wgmma (true, default; sm_90a builds on sm_90 GPUs) or the "
+                   "mma.sync forms (false); same bits");
     app.add_option("--gdn-chunked-variant", gdn_chunked,
                    "chunked DeltaNet: 2 tensor-core intra + state, 1 tensor-core intra only, 0 CUDA cores");
   }
@@ -73,6 +78,7 @@ struct KernelVariantFlags {
     cuda::set_attention_prefill_variant(attention_prefill);
     cuda::set_gdn_chunked_variant(gdn_chunked);
     cuda::set_moe_int_wgmma(moe_int_wgmma);
+    cuda::set_tc_gemv_wgmma(tc_gemv_wgmma);
   }
 };
 

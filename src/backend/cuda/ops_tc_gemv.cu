@@ -98,6 +98,8 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_mma_frag.cuh"
 #include "backend/cuda/ops_tc_gemv_frag.cuh"
+#include "backend/cuda/ops_tc_gemv_piece.cuh"
+#include "backend/cuda/ops_tc_gemv_wgmma.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/row_weight_format.cuh"
 #include "backend/cuda/smem_opt_in.h"
@@ -136,8 +138,7 @@ struct TcShape {
 // Slice j's first block (tc_gemv_slice_begin without the division).
 __device__ __forceinline__ int slice_begin(const TcShape& sh, int j) { return (j * sh.B) >> sh.log2S; }
 
-// ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
-__device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+using tc_piece::silu_mul_value;
 
 // The weight ring, in 64-k chunks (a chunk slot: a thread's 16-byte loads of one chunk for rows
 // g and g + 8: FP8 / INT8 one per row, 8 registers; bf16 two per row, 16 registers). RC chunks
@@ -219,10 +220,6 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
   const float* raw = reinterpret_cast<const float*>(smem + L.raw);
   const float* raw_u = reinterpret_cast<const float*>(smem + L.raw_u);
   uint8_t* frag = smem + L.frag + buf * units * kUnitFragBytes;
-  const int c = lane >> 4, f = lane & 15;  // chunk, float4 group in the chunk
-  // (step i8, thread t4) of this lane's float4 (the permutation of ops_tc_gemv.h).
-  const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
-  const int i8 = F == kBf16 ? 4 * c + 2 * (f >> 3) + (f & 1) : 4 * c + (f & 3);
   int sl = warp / mt, m = warp - sl * mt;
   for (int unit = warp; unit < units; unit += kWarps) {
     const int b = slice_begin(sh, sl * SPL) + step;
@@ -233,21 +230,11 @@ __device__ __forceinline__ void stage_convert(const TcShape& sh, int mt, int ste
         v = make_float4(silu_mul_value(v.x, uu.x), silu_mul_value(v.y, uu.y), silu_mul_value(v.z, uu.z),
                         silu_mul_value(v.w, uu.w));
       }
+      // (step i8, thread t4) of this lane's float4 (the permutation of ops_tc_gemv.h) and its pairs.
+      int i8, t4;
       uint32_t h0, h1, l0, l1;
-      if constexpr (F == kBf16) {
-        mma_frag::split2(v.x, v.y, h0, l0);
-        mma_frag::split2(v.z, v.w, h1, l1);
-      } else {
-        float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-        const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
-        const int P = a == 0.0f ? 0 : min(14 - e, 126);               // subnormal a: e = -127 -> clamped
-        const float sc = tc_frag::exp2i(P);
-        tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
-        tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
-        if (lane == 0) *reinterpret_cast<float*>(frag + unit * kUnitFragBytes + kPinvByte) = tc_frag::exp2i(-P);
-      }
+      const float pinv = tc_piece::split_piece<F>(v, lane, i8, t4, h0, h1, l0, l1);
+      if (F != kBf16 && lane == 0) *reinterpret_cast<float*>(frag + unit * kUnitFragBytes + kPinvByte) = pinv;
       *reinterpret_cast<uint4*>(frag + unit * kUnitFragBytes + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
     }
     if (unit + kWarps < units)
@@ -558,25 +545,9 @@ inline constexpr int kLeanRing = F == kBf16 ? 4 : 6;
 // (the permutation of ops_tc_gemv.h) and, for FP8 / INT8, returns 2^-P (the whole warp calls it).
 template <int F>
 __device__ __forceinline__ float convert_piece(float4 v, uint8_t* unit_frag, int lane) {
-  const int c = lane >> 4, f = lane & 15;
-  const int t4 = F == kBf16 ? (f & 7) >> 1 : f >> 2;
-  const int i8 = F == kBf16 ? 4 * c + 2 * (f >> 3) + (f & 1) : 4 * c + (f & 3);
+  int i8, t4;
   uint32_t h0, h1, l0, l1;
-  float pinv = 1.0f;
-  if constexpr (F == kBf16) {
-    mma_frag::split2(v.x, v.y, h0, l0);
-    mma_frag::split2(v.z, v.w, h1, l1);
-  } else {
-    float a = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    const int e = int((__float_as_uint(a) >> 23) & 0xFFu) - 127;  // ilogb(a) for normal a
-    const int P = a == 0.0f ? 0 : min(14 - e, 126);               // subnormal a: e = -127 -> clamped
-    const float sc = tc_frag::exp2i(P);
-    tc_frag::split_f16(__fmul_rn(v.x, sc), __fmul_rn(v.y, sc), h0, l0);
-    tc_frag::split_f16(__fmul_rn(v.z, sc), __fmul_rn(v.w, sc), h1, l1);
-    pinv = tc_frag::exp2i(-P);
-  }
+  const float pinv = tc_piece::split_piece<F>(v, lane, i8, t4, h0, h1, l0, l1);
   *reinterpret_cast<uint4*>(unit_frag + (i8 * 4 + t4) * 16) = make_uint4(h0, h1, l0, l1);
   return pinv;
 }
@@ -881,6 +852,7 @@ long long number_blocks(TcJobs& jobs, int cta_rows) {
 
 std::atomic<int> g_split{0};
 std::atomic<int> g_form{0};
+std::atomic<bool> g_wgmma{true};
 constexpr int kPreMinRows = 9;    // launches of at least this many tokens convert x once (kPre)
 constexpr int kPreMaxRows = 256;  // and at most this many (the workspace: <= 2·64·256·528 B at K 8192)
 
@@ -958,12 +930,33 @@ void launch(const float* x, const float* u, int M, TcJobs& jobs, int K, cudaStre
   sh.S = tc_gemv_slices(sh.B);
   sh.log2S = sh.S == 8 ? 3 : sh.S == 4 ? 2 : sh.S == 2 ? 1 : 0;
   const int form = g_form.load(std::memory_order_relaxed);
+  // The wgmma form (ops_tc_gemv_wgmma.h; sm_90 GPUs): the pre-converted range by shape, any M when
+  // forced, when its workspace is there (split K only where the partial sums fit too).
+  if ((form == 4 || (form == 0 && g_wgmma.load(std::memory_order_relaxed) && M >= kPreMinRows && M <= kPreMaxRows)) &&
+      tc_wg::available()) {
+    tc_wg::Jobs wj{};
+    wj.count = jobs.count;
+    for (int i = 0; i < jobs.count; ++i) {
+      const TcJob& j = jobs.job[i];
+      wj.job[i] = tc_wg::Job{j.w, j.scale, j.y, j.N, j.fmt, 0, j.accumulate};
+    }
+    for (bool split : {true, false}) {
+      const tc_wg::Plan plan = tc_wg::plan(M, K, wj, split);
+      // By shape, long launches of <= 16 tokens (the LM head) keep the mma.sync form, which streams
+      // them faster there (PERF.md session 13, run 19: 304 vs 400 us at 16 tokens).
+      if (form == 0 && plan.ntok == 16 && plan.blocks * plan.tiles > 4LL * sm_count()) break;
+      if (uint8_t* p = planes_workspace(plan.bytes, stream)) {
+        tc_wg::launch(plan, wj, x, u, kGated, p, stream);
+        return;
+      }
+    }
+  }
   // Pre-converted planes (M >= kPreMinRows, or forced): x converted once per launch by the planes
   // kernel, when the workspace is there (see planes_workspace).
   bool need_f16 = false, need_bf16 = false;
   for (int i = 0; i < jobs.count; ++i) (jobs.job[i].fmt == kBf16 ? need_bf16 : need_f16) = true;
   TcPlanes pl{nullptr, nullptr};
-  if (form == 3 || (form == 0 && M >= kPreMinRows && M <= kPreMaxRows)) {
+  if (form == 3 || form == 4 || (form == 0 && M >= kPreMinRows && M <= kPreMaxRows)) {
     uint8_t* p = planes_workspace(planes_bytes(M, K, int(need_f16) + int(need_bf16)), stream);
     if (p != nullptr) {
       pl.f16 = need_f16 ? p : nullptr;
@@ -1042,14 +1035,19 @@ void set_tc_gemv_split(int warps_over_k) {
 }
 
 void set_tc_gemv_form(int form) {
-  if (form < 0 || form > 3)
-    throw Error("set_tc_gemv_form: 0 (by shape), 1 (stepped), 2 (lean where it fits) or 3 (pre-converted planes)");
+  if (form < 0 || form > 4)
+    throw Error("set_tc_gemv_form: 0 (by shape), 1 (stepped), 2 (lean where it fits), 3 (pre-converted planes) or 4 "
+                "(wgmma where available)");
   g_form.store(form, std::memory_order_relaxed);
 }
 
+void set_tc_gemv_wgmma(bool on) { g_wgmma.store(on, std::memory_order_relaxed); }
+
 void tc_gemv_reserve(int max_M, int K) {
   if (max_M < kPreMinRows || K <= 0) return;
-  planes_workspace(planes_bytes(std::min(max_M, kPreMaxRows), K, 2), nullptr);
+  size_t bytes = planes_bytes(std::min(max_M, kPreMaxRows), K, 2);
+  if (tc_wg::available()) bytes = std::max(bytes, tc_wg::reserve_bytes(std::min(max_M, kPreMaxRows), K));
+  planes_workspace(bytes, nullptr);
 }
 
 bool tc_gemv_supported(const DeviceLinear& w) {

@@ -102,8 +102,13 @@ void set_tc_gemv_split(int warps_over_k);
 // with in-CTA staging (x converted per step, one barrier per step); 2 = the lean form (whole x
 // staged once, no barrier in the main loop) wherever it applies (M <= 8 and its shared memory
 // fits; else stepped); 3 = the stepped form over pre-converted planes (a planes kernel converts x
-// once per launch; any M). Every form gives the same bits.
+// once per launch; any M); 4 = the wgmma form (ops_tc_gemv_wgmma.h: sm_90 GPUs, any M; elsewhere 3).
+// Every form gives the same bits.
 void set_tc_gemv_form(int form);
+
+// Measurement only: whether shape-chosen launches of 9..256 tokens may take the wgmma form on sm_90
+// GPUs (true, the default) or keep the mma.sync forms (false). The same bits either way.
+void set_tc_gemv_wgmma(bool on);
 
 // Sizes the pre-converted planes workspace (launches of 9 <= M <= 256 tokens) for up to max_M tokens of
 // K (both f16 and bf16 planes: 2 x ceil(K/128) x max_M x 528 B) NOW. Call it before capturing a

@@ -1,7 +1,8 @@
 // Hopper warpgroup MMA (wgmma, PTX ISA 8.0+, sm_90a only) for the prompt-token GEMM of
-// ops_mma_gemm_wgmma.cu and the integer-form experts of ops_moe_int_wgmma.cu: the descriptor of a
-// 64-byte-swizzled K-major operand in shared memory, the fences and group waits, m64n128k16 bf16
-// and m64nNk32 s8 x s8 / u8, both with A in registers. Device code; include from .cu files only.
+// ops_mma_gemm_wgmma.cu, the integer-form experts of ops_moe_int_wgmma.cu and tc_gemv's wgmma form
+// (ops_tc_gemv_wgmma.cu): the descriptor of a 64-byte-swizzled K-major operand in shared memory,
+// the fences and group waits, m64n128k16 bf16, m64nNk32 s8 x s8 / u8 and m64nNk16 f16 / bf16, all
+// with A in registers. Device code; include from .cu files only.
 // Everything here compiles to nothing (or a trap) outside an sm_90a pass, so the file builds for
 // every target; callers keep the sm_90a code behind MOESERVE_WGMMA_ENABLED.
 //
@@ -155,5 +156,64 @@ __device__ __forceinline__ void mma_m64nNk32_s8_rs(int (&d)[N / 8][4], const uin
 }
 #undef MOESERVE_WGMMA_S8_N64
 #undef MOESERVE_WGMMA_S8_N32
+
+// One asm statement per (N, type): D[64 x N] f32 += A[64 x 16] (registers) · B[16 x N] (shared memory,
+// K-major, desc_b), scale-d 1 (the caller zeroes D for a fresh sum: the bits of mma.sync on C = +0).
+#define MOESERVE_WGMMA_F16_N16(TYPE)                                                                             \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32." TYPE "." TYPE " "                                   \
+               "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"                       \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),    \
+                 "+f"(d[1][2]), "+f"(d[1][3])                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define MOESERVE_WGMMA_F16_N32(TYPE)                                                                             \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " "                                   \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                       \
+               "{%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"                                                       \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),    \
+                 "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),    \
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])                                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define MOESERVE_WGMMA_F16_N64(TYPE)                                                                             \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                                   \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                        \
+               "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "              \
+               "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"                                                       \
+               : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),    \
+                 "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),    \
+                 "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),    \
+                 "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),    \
+                 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),    \
+                 "+f"(d[7][2]), "+f"(d[7][3])                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+
+// D[64 x N] f32 += A[64 x 16] f16 or bf16 (registers: this warp's 16 rows in mma.m16n8k16's A layout)
+// · B[16 x N] of the same type (shared memory, K-major, desc_b: 64-byte rows in the 64-byte swizzle,
+// a k16 step = +32 bytes). N = 16, 32 or 64; d in the accumulator layout of this header's first
+// comment. Asynchronous, as mma_m64n128k16_bf16_rs.
+template <int N, bool kBf16>
+__device__ __forceinline__ void mma_m64nNk16_f16_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(N == 16 || N == 32 || N == 64, "wgmma f16 shapes used here");
+#if defined(MOESERVE_WGMMA_ENABLED)
+  if constexpr (N == 16 && kBf16) {
+    MOESERVE_WGMMA_F16_N16("bf16");
+  } else if constexpr (N == 16) {
+    MOESERVE_WGMMA_F16_N16("f16");
+  } else if constexpr (N == 32 && kBf16) {
+    MOESERVE_WGMMA_F16_N32("bf16");
+  } else if constexpr (N == 32) {
+    MOESERVE_WGMMA_F16_N32("f16");
+  } else if constexpr (kBf16) {
+    MOESERVE_WGMMA_F16_N64("bf16");
+  } else {
+    MOESERVE_WGMMA_F16_N64("f16");
+  }
+#else
+  (void)d, (void)a, (void)desc_b;
+  __trap();
+#endif
+}
+#undef MOESERVE_WGMMA_F16_N16
+#undef MOESERVE_WGMMA_F16_N32
+#undef MOESERVE_WGMMA_F16_N64
 
 }  // namespace moeserve::cuda::wgmma
