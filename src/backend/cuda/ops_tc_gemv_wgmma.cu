@@ -25,10 +25,12 @@
 //
 // Parallelisation. CTA = 2 warpgroups (256 threads) = 128 rows of one job (64 per warpgroup, 16
 // per warp as in the mma.sync kernels) x one token tile x one K part (ksplit parts, each a run of
-// S / ksplit slices). Per block: one barrier, the next stage's cp.async (4 stages, 3 ahead), each
-// warpgroup converts its A registers (8 k16 steps), issues 16 wgmmas (hi, lo per step) into C,
-// waits, and folds C into acc_j (one FFMA per output); at a slice's end acc_j goes into tot (ksplit
-// 1) or to the partial workspace [row block, tile][S][128 rows][NT] (ksplit > 1), where the last
+// S / ksplit slices). The B stages (4) are filled by bulk copies completing on a barrier per stage;
+// per block each warpgroup waits for its stage, converts its A registers (8 k16 steps), issues 16
+// wgmmas (hi, lo per step) into C, waits, folds C into acc_j (one FFMA per output) and releases the
+// stage (the second warpgroup to release it refills it 4 blocks ahead): the warpgroups are not in
+// lockstep, so one's conversion and fold overlap the other's MMAs. At a slice's end acc_j goes into
+// tot (ksplit 1, in shared memory) or to the partial workspace [row block, tile][S][128 rows][NT] (ksplit > 1), where the last
 // CTA of a (row block, tile) to arrive (a counter per pair, set back to 0 by it) folds the S
 // partials in order. Weights: a ring of RC 64-k chunks per thread (FP8 / INT8: 8 chunks = 4 blocks
 // ahead, 256 bytes per thread; bf16 4 chunks, the same bytes), the first requested before the PDL
@@ -46,6 +48,7 @@
 #include <climits>
 #include <string>
 
+#include "backend/cuda/bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_mma_frag.cuh"
@@ -81,7 +84,8 @@ struct Cfg {
   static constexpr int kPinvOff = kImage;        // NT floats
   static constexpr int kStageBytes = kImage + 512;
   static constexpr int kTotOff = kStages * kStageBytes;  // the slice fold's running sum: [NT / 2][256] f32
-  static constexpr int kSmem = kTotOff + NT / 2 * kThreads * 4 + 512;  // + alignment slack
+  static constexpr int kBarOff = kTotOff + NT / 2 * kThreads * 4;  // kStages mbarriers, kStages release counts
+  static constexpr int kSmem = kBarOff + 16 * kStages + 512;  // + alignment slack
   static constexpr int kNB = NT / 8;             // n8 blocks of the accumulator
   static constexpr int kImgChunks = kImage / 16 / kThreads;  // 16-byte copies per thread and stage
   static_assert(kImgChunks * 16 * kThreads == kImage, "whole copies");
@@ -144,6 +148,15 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
   const int bb = slice_begin(sh, j_first), be = slice_begin(sh, j_first + spc);
   const int nb = be - bb, chunks = 2 * nb;
   const int m0 = tile * NT, mt = min(NT, sh.M - m0);
+  if (tid == 0) {  // the stages' barriers and release counts (published by the barrier below)
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      bulk::mbar_init(sbase + uint32_t(C::kBarOff + 8 * s), 1);
+      reinterpret_cast<int*>(smem + C::kBarOff + 8 * kStages)[s] = 0;
+    }
+    bulk::mbar_init_fence();
+  }
+  __syncthreads();
 
   // Weights: running row pointers at the next chunk to request (rows past N repeat N − 1).
   const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
@@ -175,25 +188,25 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
   }
   pdl_wait();  // the planes (and y) are written by earlier kernels; the weights never are
 
-  // Stage copies: the (b, tile) image (contiguous) and the tile's 2^-P.
+  // Stage fills: the (b, tile) image (contiguous) and the tile's 2^-P, two bulk copies completing on
+  // the stage's barrier, issued by one thread. A stage is refilled (block + kStages) by the second
+  // warpgroup to be done with it, so the warpgroups run on their own (one folds or converts while
+  // the other's MMAs run) within the ring.
   const uint8_t* img_tile = img + size_t(tile) * C::kImage;
   const size_t img_step = size_t(sh.tiles) * C::kImage;  // next block
+  const uint32_t bar0 = sbase + uint32_t(C::kBarOff);   // the stages' barriers, 8 bytes each
+  int* releases = reinterpret_cast<int*>(smem + C::kBarOff + 8 * kStages);  // per stage, +1 per warpgroup
   auto load_stage = [&](int slot, int b) {
-    const uint32_t st = sbase + uint32_t(slot * C::kStageBytes);
-    const uint8_t* src = img_tile + size_t(b) * img_step;
-#pragma unroll
-    for (int i = 0; i < C::kImgChunks; ++i) {
-      const int c = tid + i * kThreads;
-      mma_frag::cp_async16(st + uint32_t(16 * c), src + 16 * c);
-    }
-    if (tid < NT / 4)
-      mma_frag::cp_async16(st + uint32_t(C::kPinvOff + 16 * tid),
-                           pinv_g + size_t(b) * size_t(sh.Mpad) + size_t(m0) + size_t(4 * tid));
+    const uint32_t st = sbase + uint32_t(slot * C::kStageBytes), bar = bar0 + uint32_t(8 * slot);
+    bulk::arrive_expect_tx(bar, uint32_t(C::kImage + NT * 4));
+    bulk::copy_g2s(st, img_tile + size_t(b) * img_step, uint32_t(C::kImage), bar);
+    bulk::copy_g2s(st + uint32_t(C::kPinvOff), pinv_g + size_t(b) * size_t(sh.Mpad) + size_t(m0), uint32_t(NT * 4), bar);
   };
+  if (tid == 0) {
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nb) load_stage(s, bb + s);
-    mma_frag::cp_async_commit();  // always: the group count stays uniform
+    for (int s = 0; s < kStages; ++s) {
+      if (s < nb) load_stage(s, bb + s);
+    }
   }
 
   float acc[NB][4];
@@ -214,11 +227,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
     for (int d = 0; d < kStages; ++d) {
       const int it = it0 + d;
       if (it >= nb) break;  // CTA-uniform
-      mma_frag::cp_async_wait<kStages - 2>();  // this thread's copies of block it have landed
-      wgmma::fence_proxy_async_shared();
-      __syncthreads();  // everyone's copies landed; everyone is done with block it − 1's stage
-      if (it + kStages - 1 < nb) load_stage((d + kStages - 1) % kStages, bb + it + kStages - 1);
-      mma_frag::cp_async_commit();
+      bulk::wait_parity(bar0 + uint32_t(8 * d), uint32_t((it / kStages) & 1));  // block it's stage is full
       if (wg_active) {
         const unsigned char* stp = smem + d * C::kStageBytes;
         const uint32_t st = sbase + uint32_t(d * C::kStageBytes);
@@ -293,9 +302,16 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
           slice_end = slice_begin(sh, j_cur + 1);
         }
       }
+      // Release the stage: this warpgroup's MMAs are done and its 2^-P reads too; the second
+      // warpgroup to release it refills it.
+      if (wg == 0) bulk::named_barrier<1, 128>();
+      else bulk::named_barrier<2, 128>();
+      if ((tid & 127) == 0 && (atomicAdd(&releases[d], 1) & 1) == 1 && it + kStages < nb) {
+        bulk::fence_proxy_async();
+        load_stage(d, bb + it + kStages);
+      }
     }
   }
-  mma_frag::cp_async_wait<0>();
 
   if (sh.ksplit == 1) {
     if (!wg_active) return;
@@ -363,6 +379,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
 #endif
 }
 
+// One CTA per SM (2 at 16 tokens with half the ring were slower: PERF.md session 13, run 20).
 template <int NT, bool kWhole>
 __global__ void __launch_bounds__(kThreads, 1)
     tc_wg_kernel(Jobs jobs, Shape sh, const uint8_t* img_f16, const uint8_t* img_bf16, const float* pinv,
