@@ -354,6 +354,35 @@ TEST(TcGemv, BatchInvariantAndSplitInvariant) {
   }
 }
 
+// 2a'. Tall launches (more 128-row CTAs than SMs: the wgmma form's two-CTAs-per-SM shape at <= 16
+// tokens, several waves at 64): a token among others equals it alone, by shape and every form.
+TEST(TcGemv, TallLaunchesBatchInvariant) {
+  MOESERVE_REQUIRE_GPU();
+  SplitGuard guard;
+  Rng rng(806);
+  std::vector<TcWeight> ws;
+  ws.push_back(make_fp8_all_codes(rng, 20000, 256));
+  ws.push_back(make_int8_all_values(rng, 17000, 384));
+  for (const auto& t : ws) {
+    SCOPED_TRACE(t.label + " N=" + std::to_string(t.N) + " K=" + std::to_string(t.K));
+    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
+    const auto x1 = wide_x(rng, 1, t.K);
+    const auto alone = tc1(d, to_device_f32(x1).data(), 1);
+    for (auto [M, pos] : {std::pair{5, 4}, std::pair{16, 9}, std::pair{64, 63}}) {
+      auto xm = wide_x(rng, M, t.K);
+      std::copy(x1.begin(), x1.end(), xm.begin() + long(size_t(pos) * size_t(t.K)));
+      const auto d_xm = to_device_f32(xm);
+      for (int form : {0, 3, 4}) {
+        cuda::set_tc_gemv_form(form);
+        const auto y = tc1(d, d_xm.data(), M);
+        cuda::set_tc_gemv_form(0);
+        EXPECT_EQ(count_diffs(row_of(y, pos, t.N), alone), 0u)
+            << "token at row " << pos << " of " << M << " (form " << form << ") differs from M=1";
+      }
+    }
+  }
+}
+
 // 2b. One launch of mixed formats (the model's in_proj qkv + z + b + a and router set shapes,
 // scaled down, an INT8 job, 9 jobs = two launches) equals each job alone, with and without
 // accumulation, at M = 1, 3, 8, 17, 64.

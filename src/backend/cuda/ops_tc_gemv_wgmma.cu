@@ -101,8 +101,8 @@ template <int F>
 inline constexpr int kLoads = F == kBf16 ? 2 : 1;
 template <int F>
 inline constexpr int kChunkBytes = F == kBf16 ? 128 : 64;
-template <int F, int NT>
-inline constexpr int kRing = F == kBf16 ? 4 : 8;
+template <int F, bool kPair>
+inline constexpr int kRing = F == kBf16 ? (kPair ? 2 : 4) : (kPair ? 4 : 8);
 template <int F>
 struct Slot {
   uint4 w[2][kLoads<F>];
@@ -130,13 +130,13 @@ __device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4
 }
 
 // One CTA of format F.
-template <int F, int NT, bool kWhole>
+template <int F, int NT, bool kWhole, bool kPair>
 __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const uint8_t* __restrict__ img,
                                        const float* __restrict__ pinv_g, float* __restrict__ partial, int rb, int tile,
                                        int part, int row_first, unsigned char* smem, uint32_t sbase) {
 #if defined(MOESERVE_WGMMA_ENABLED)
   using C = Cfg<NT>;
-  constexpr int NB = C::kNB, RC = kRing<F, NT>, LR = kLoads<F>, CB = kChunkBytes<F>;
+  constexpr int NB = C::kNB, RC = kRing<F, kPair>, LR = kLoads<F>, CB = kChunkBytes<F>;
   static_assert((2 * kStages) % RC == 0, "the unrolled loop covers whole ring turns");
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, t4 = lane & 3;
@@ -379,9 +379,12 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
 #endif
 }
 
-// One CTA per SM (2 at 16 tokens with half the ring were slower: PERF.md session 13, run 20).
-template <int NT, bool kWhole>
-__global__ void __launch_bounds__(kThreads, 1)
+// One CTA per SM; kPair (16 tokens, launches of more CTAs than SMs): two, with half the ring each
+// (<= 128 registers; the same bytes in flight per SM), so that a grid of up to 2 x SMs is one wave
+// (PERF.md session 13, runs 20-21: in_proj at 16 tokens 46 us instead of 63; a one-wave q_proj is
+// faster with one CTA per SM and the whole ring, 29 us instead of 44).
+template <int NT, bool kWhole, bool kPair>
+__global__ void __launch_bounds__(kThreads, kPair ? 2 : 1)
     tc_wg_kernel(Jobs jobs, Shape sh, const uint8_t* img_f16, const uint8_t* img_bf16, const float* pinv,
                  float* partial) {
 #if defined(MOESERVE_WGMMA_ENABLED)
@@ -398,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int row_first = (rb - job.block_begin) * kRows;
   with_format(job.fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
-    wg_cta<F, NT, kWhole>(job, sh, F == kBf16 ? img_bf16 : img_f16, pinv, partial, rb, tile, part, row_first, smem,
+    wg_cta<F, NT, kWhole, kPair>(job, sh, F == kBf16 ? img_bf16 : img_f16, pinv, partial, rb, tile, part, row_first, smem,
                           sbase);
   });
 #else
@@ -472,13 +475,13 @@ Shape shape_of(const Plan& p) {
 
 size_t round256(size_t b) { return (b + 255) / 256 * 256; }
 
-template <int NT, bool kWhole>
+template <int NT, bool kWhole, bool kPair = false>
 void launch_main(const Plan& p, const Jobs& jobs, const Shape& sh, const uint8_t* ws, cudaStream_t stream) {
   using C = Cfg<NT>;
-  opt_in_dynamic_smem<tc_wg_kernel<NT, kWhole>>(C::kSmem, true);
+  opt_in_dynamic_smem<tc_wg_kernel<NT, kWhole, kPair>>(C::kSmem, true);
   const long long ctas = p.blocks * p.tiles * p.ksplit;
   if (ctas > INT_MAX) throw Error("tc_gemv_f32 (wgmma): launch grid too large");
-  launch_pdl(p.M <= 64, tc_wg_kernel<NT, kWhole>, dim3(unsigned(ctas)), dim3(kThreads), size_t(C::kSmem), stream,
+  launch_pdl(p.M <= 64, tc_wg_kernel<NT, kWhole, kPair>, dim3(unsigned(ctas)), dim3(kThreads), size_t(C::kSmem), stream,
              jobs, sh, ws + p.img_f16, ws + p.img_bf16, reinterpret_cast<const float*>(ws + p.pinv),
              reinterpret_cast<float*>(const_cast<uint8_t*>(ws) + p.partial));
   MOESERVE_CUDA_CHECK_LAUNCH();
@@ -560,7 +563,10 @@ void launch(const Plan& p, const Jobs& jobs, const float* x, const float* u, boo
   const bool whole = p.K % kBK == 0;
   switch (p.ntok) {
     case 16:
-      whole ? launch_main<16, true>(p, jobs, sh, ws, stream) : launch_main<16, false>(p, jobs, sh, ws, stream);
+      if (p.blocks * p.tiles * p.ksplit > current_device_sm_count())
+        whole ? launch_main<16, true, true>(p, jobs, sh, ws, stream) : launch_main<16, false, true>(p, jobs, sh, ws, stream);
+      else
+        whole ? launch_main<16, true>(p, jobs, sh, ws, stream) : launch_main<16, false>(p, jobs, sh, ws, stream);
       break;
     case 32:
       whole ? launch_main<32, true>(p, jobs, sh, ws, stream) : launch_main<32, false>(p, jobs, sh, ws, stream);
