@@ -149,16 +149,9 @@ template <int F, int NT>
 inline constexpr int kRingChunks = F == kBf16 ? (NT == 1 ? 2 : 2) : (NT == 1 ? 4 : 4);
 template <int F, int NT>
 inline constexpr int kUnroll = kRingChunks<F, NT> == 6 || kRingChunks<F, NT> == 3 ? 3 : kRingChunks<F, NT> / 2;
-template <int F>
-inline constexpr int kLoadsPerRow = F == kBf16 ? 2 : 1;  // 16-byte loads per row and chunk
-template <int F>
-inline constexpr int kChunkBytes = F == kBf16 ? 128 : 64;  // one row's chunk
-
-// One ring slot: a thread's weights of one 64-k chunk for rows g (w[0]) and g + 8 (w[1]).
-template <int F>
-struct Slot {
-  uint4 w[2][kLoadsPerRow<F>];
-};
+using tc_piece::a_frag;
+using tc_piece::Slot;
+using tc_piece::WeightFeed;
 
 // Shared-memory carve-up (bytes), the same on host and device. A unit is one (slice lane, token)
 // pair of a step: 128 k of x. Fragments: two buffers (step u, step u + 1) of [WS][mt] units of
@@ -276,27 +269,6 @@ __device__ __forceinline__ void stage_copy_pre(const TcShape& sh, const TcPlanes
   mma_frag::cp_async_commit();
 }
 
-// A registers of k16 step s (0..3) of the chunk held in a slot.
-template <int F>
-__device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4]) {
-  if constexpr (F == kBf16) {
-    const int j = s >> 1, o = 2 * (s & 1);
-    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&sl.w[0][j]);
-    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&sl.w[1][j]);
-    a[0] = r0[o], a[1] = r8[o], a[2] = r0[o + 1], a[3] = r8[o + 1];
-  } else if constexpr (F == kFp8) {
-    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s];
-    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s];
-    a[0] = tc_frag::e4m3x2_lo_to_f16x2(v0), a[1] = tc_frag::e4m3x2_lo_to_f16x2(v8);
-    a[2] = tc_frag::e4m3x2_hi_to_f16x2(v0), a[3] = tc_frag::e4m3x2_hi_to_f16x2(v8);
-  } else {
-    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s] ^ 0x80808080u;
-    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s] ^ 0x80808080u;
-    a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
-    a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
-  }
-}
-
 template <int F>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool zero_c) {
   if constexpr (F == kBf16) {
@@ -315,8 +287,6 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
                                        uint8_t* smem) {
   constexpr int RC = kRingChunks<F, NT>;
   constexpr int U = kUnroll<F, NT>;
-  constexpr int LR = kLoadsPerRow<F>;
-  constexpr int CB = kChunkBytes<F>;
   static_assert((2 * U) % RC == 0 && RC <= 2 * U, "2·U chunks must be whole ring turns");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
@@ -331,33 +301,13 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   // The layout for this CTA's own mt (the host sized the buffer for mt_max >= mt).
   const SmemLayout Lc = smem_layout(WS, mt, sh.S, kGated, kPre);
 
-  // Running row pointers of this thread at its next chunk to request (rows past N repeat N - 1;
-  // their outputs are not stored): FP8 / INT8 bytes 16·t4 of the chunk, bf16 16·t4 and 64 + 16·t4.
-  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
-  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
-  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  // The thread's weight stream (tc_piece::WeightFeed) and FP8 block scales.
   const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
-  int next_chunk = 0;  // the next chunk the ring requests (relative to bb)
+  auto feed = WeightFeed<F, kWhole>::at(job.w, job.N, sh.K, n0, g, bb, t4);  // rows past N repeat N − 1
 
   Slot<F> ring[RC];
   float bscale[U];  // FP8: the block scales of the next U blocks (slot = step % U)
-  auto request = [&](Slot<F>& s) {
-#pragma unroll
-    for (int j = 0; j < LR; ++j) {
-      // k of this load: the chunk's first k + (FP8 / INT8: 16·t4; bf16: 32·j + 8·t4).
-      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
-      if (kWhole || k < sh.K) {
-        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
-        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
-      } else {
-        s.w[0][j] = make_uint4(0, 0, 0, 0);
-        s.w[1][j] = make_uint4(0, 0, 0, 0);
-      }
-    }
-    wp0 += CB;
-    wp8 += CB;
-    ++next_chunk;
-  };
+  auto request = [&](Slot<F>& s) { feed.request(s); };
   if (active) {
 #pragma unroll
     for (int q = 0; q < RC; ++q)
@@ -434,7 +384,7 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
               mma<F>(c[nt], a, bf.z, bf.w, false);
             }
           }
-          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
+          if (feed.next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
         }
         // acc_j += C_b · factor (per token column).
 #pragma unroll
@@ -598,8 +548,6 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
                                             const float* __restrict__ u, int row_first, int mt, uint8_t* smem) {
   constexpr int RC = kLeanRing<F>;
   constexpr int U = RC / 2;
-  constexpr int LR = kLoadsPerRow<F>;
-  constexpr int CB = kChunkBytes<F>;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const int WS = sh.WS, SPL = sh.S / WS;
@@ -613,30 +561,12 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
   const int chunks = 2 * nblocks;
   const LeanLayout L = lean_layout(sh.B, WS, mt, sh.S);
 
-  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
-  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
-  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
   const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
-  int next_chunk = 0;
+  auto feed = WeightFeed<F, kWhole>::at(job.w, job.N, sh.K, n0, g, bb, t4);  // rows past N repeat N − 1
 
   Slot<F> ring[RC];
   float bscale[U];
-  auto request = [&](Slot<F>& s) {
-#pragma unroll
-    for (int j = 0; j < LR; ++j) {
-      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
-      if (kWhole || k < sh.K) {
-        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
-        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
-      } else {
-        s.w[0][j] = make_uint4(0, 0, 0, 0);
-        s.w[1][j] = make_uint4(0, 0, 0, 0);
-      }
-    }
-    wp0 += CB;
-    wp8 += CB;
-    ++next_chunk;
-  };
+  auto request = [&](Slot<F>& s) { feed.request(s); };
   if (active) {
 #pragma unroll
     for (int q = 0; q < RC; ++q)
@@ -684,7 +614,7 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
             mma<F>(c, a, bf.x, bf.y, i8 == 0);
             mma<F>(c, a, bf.z, bf.w, false);
           }
-          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
+          if (feed.next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
         }
         if constexpr (F == kBf16) {
 #pragma unroll

@@ -1,7 +1,8 @@
-// The activation side of tc_gemv's arithmetic (ops_tc_gemv.h), shared by its mma.sync kernels
-// (ops_tc_gemv.cu) and its wgmma form (ops_tc_gemv_wgmma.cu) so that both stage the same bits:
-// one warp converts one (token, 128-k block) unit, lane L the 4 physical k 4L .. 4L + 3.
-// Device code; include from .cu files only.
+// The operand pieces of tc_gemv's arithmetic (ops_tc_gemv.h) that its mma.sync kernels
+// (ops_tc_gemv.cu) and its wgmma form (ops_tc_gemv_wgmma.cu) share, so that every form has the same
+// bits: the activation split (one warp converts one (token, 128-k block) unit, lane L the 4 physical
+// k 4L .. 4L + 3) and the weight side (a thread's 16-byte loads of its rows g and g + 8 per 64-k
+// chunk, and the A registers built from them). Device code; include from .cu files only.
 #pragma once
 #include <cstdint>
 
@@ -42,6 +43,81 @@ __device__ __forceinline__ float split_piece(float4 v, int lane, int& i8, int& t
     pinv = tc_frag::exp2i(-P);
   }
   return pinv;
+}
+
+// ---- the weight side: thread (g = lane / 4, t4 = lane % 4) of a warp owning 16 rows ----
+
+template <int F>
+inline constexpr int kLoadsPerRow = F == row_format::kBf16 ? 2 : 1;  // 16-byte loads per row and chunk
+template <int F>
+inline constexpr int kChunkBytes = F == row_format::kBf16 ? 128 : 64;  // one row's chunk
+
+// One ring slot: a thread's weights of one 64-k chunk for rows g (w[0]) and g + 8 (w[1]).
+template <int F>
+struct Slot {
+  uint4 w[2][kLoadsPerRow<F>];
+};
+
+// The thread's weight stream: running pointers at its next chunk to request (FP8 / INT8 bytes 16·t4
+// of the chunk, bf16 16·t4 and 64 + 16·t4), chunks counted from block bb. kWhole (K % 128 == 0):
+// no bounds test; else loads past K give zeros (zero weights times zero-padded x).
+template <int F, bool kWhole>
+struct WeightFeed {
+  const uint8_t* wp0;
+  const uint8_t* wp8;
+  int bb, K, t4;
+  int next_chunk = 0;  // the next chunk to request (relative to bb)
+
+  // The feed of thread (g, t4) of the warp owning rows n0 .. n0 + 15 of W [N, K] (rows past N repeat
+  // N − 1; their outputs are not stored), from 128-k block bb on.
+  static __device__ __forceinline__ WeightFeed at(const uint8_t* w, int N, int K, int n0, int g, int bb, int t4) {
+    const size_t row_bytes = size_t(K) * (F == row_format::kBf16 ? 2 : 1);
+    const size_t off = size_t(bb) * (2 * kChunkBytes<F>) + 16 * t4;
+    return WeightFeed{w + size_t(min(n0 + g, N - 1)) * row_bytes + off,
+                      w + size_t(min(n0 + g + 8, N - 1)) * row_bytes + off, bb, K, t4};
+  }
+
+  // Requests the next chunk into s (streaming loads, no L1 allocation).
+  __device__ __forceinline__ void request(Slot<F>& s) {
+#pragma unroll
+    for (int j = 0; j < kLoadsPerRow<F>; ++j) {
+      // k of this load: the chunk's first k + (FP8 / INT8: 16·t4; bf16: 32·j + 8·t4).
+      const int k = (bb * 2 + next_chunk) * 64 + (F == row_format::kBf16 ? 32 * j + 8 * t4 : 16 * t4);
+      if (kWhole || k < K) {
+        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
+        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
+      } else {
+        s.w[0][j] = make_uint4(0, 0, 0, 0);
+        s.w[1][j] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    wp0 += kChunkBytes<F>;
+    wp8 += kChunkBytes<F>;
+    ++next_chunk;
+  }
+};
+
+// A registers of k16 step s (0..3) of the chunk held in a slot (mma.m16n8k16's A layout, which is
+// also wgmma's register A fragment per warp): FP8 two exact cvt e4m3x2 -> f16x2 per word, INT8 XOR
+// 0x80 + PRMT + HSUB2 (exact), bf16 the loaded words.
+template <int F>
+__device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4]) {
+  if constexpr (F == row_format::kBf16) {
+    const int j = s >> 1, o = 2 * (s & 1);
+    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&sl.w[0][j]);
+    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&sl.w[1][j]);
+    a[0] = r0[o], a[1] = r8[o], a[2] = r0[o + 1], a[3] = r8[o + 1];
+  } else if constexpr (F == row_format::kFp8) {
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s];
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s];
+    a[0] = tc_frag::e4m3x2_lo_to_f16x2(v0), a[1] = tc_frag::e4m3x2_lo_to_f16x2(v8);
+    a[2] = tc_frag::e4m3x2_hi_to_f16x2(v0), a[3] = tc_frag::e4m3x2_hi_to_f16x2(v8);
+  } else {
+    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s] ^ 0x80808080u;
+    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s] ^ 0x80808080u;
+    a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
+    a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
+  }
 }
 
 }  // namespace moeserve::cuda::tc_piece

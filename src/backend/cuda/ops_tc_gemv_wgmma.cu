@@ -68,7 +68,10 @@ static_assert(kMaxJobs == kMaxRowJobs, "one launch holds the jobs of one tc_gemv
 namespace {
 
 using namespace row_format;  // kFp8 / kInt8 / kBf16, with_format
+using tc_piece::a_frag;
 using tc_piece::silu_mul_value;
+using tc_piece::Slot;
+using tc_piece::WeightFeed;
 
 constexpr int kThreads = 256;
 constexpr int kRows = 128;  // rows per CTA: 2 warpgroups x 64
@@ -96,38 +99,10 @@ struct Shape {
 };
 __device__ __forceinline__ int slice_begin(const Shape& sh, int j) { return (j * sh.B) >> sh.log2S; }
 
-// The ring of weight chunks (tc_gemv's: a thread's 16-byte loads of one 64-k chunk for rows g and g + 8).
-template <int F>
-inline constexpr int kLoads = F == kBf16 ? 2 : 1;
-template <int F>
-inline constexpr int kChunkBytes = F == kBf16 ? 128 : 64;
+// The ring of weight chunks per thread (tc_piece::Slot: its 16-byte loads of one 64-k chunk for
+// rows g and g + 8).
 template <int F, bool kPair>
 inline constexpr int kRing = F == kBf16 ? (kPair ? 2 : 4) : (kPair ? 4 : 8);
-template <int F>
-struct Slot {
-  uint4 w[2][kLoads<F>];
-};
-
-// A registers of k16 step s (0..3) of a chunk (tc_gemv's a_frag, the same conversions).
-template <int F>
-__device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4]) {
-  if constexpr (F == kBf16) {
-    const int j = s >> 1, o = 2 * (s & 1);
-    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(&sl.w[0][j]);
-    const uint32_t* r8 = reinterpret_cast<const uint32_t*>(&sl.w[1][j]);
-    a[0] = r0[o], a[1] = r8[o], a[2] = r0[o + 1], a[3] = r8[o + 1];
-  } else if constexpr (F == kFp8) {
-    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s];
-    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s];
-    a[0] = tc_frag::e4m3x2_lo_to_f16x2(v0), a[1] = tc_frag::e4m3x2_lo_to_f16x2(v8);
-    a[2] = tc_frag::e4m3x2_hi_to_f16x2(v0), a[3] = tc_frag::e4m3x2_hi_to_f16x2(v8);
-  } else {
-    const uint32_t v0 = reinterpret_cast<const uint32_t*>(&sl.w[0][0])[s] ^ 0x80808080u;
-    const uint32_t v8 = reinterpret_cast<const uint32_t*>(&sl.w[1][0])[s] ^ 0x80808080u;
-    a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
-    a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
-  }
-}
 
 // One CTA of format F.
 template <int F, int NT, bool kWhole, bool kPair>
@@ -136,7 +111,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
                                        int part, int row_first, unsigned char* smem, uint32_t sbase) {
 #if defined(MOESERVE_WGMMA_ENABLED)
   using C = Cfg<NT>;
-  constexpr int NB = C::kNB, RC = kRing<F, kPair>, LR = kLoads<F>, CB = kChunkBytes<F>;
+  constexpr int NB = C::kNB, RC = kRing<F, kPair>;
   static_assert((2 * kStages) % RC == 0, "the unrolled loop covers whole ring turns");
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, t4 = lane & 3;
@@ -158,29 +133,11 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
   }
   __syncthreads();
 
-  // Weights: running row pointers at the next chunk to request (rows past N repeat N − 1).
-  const size_t row_bytes = size_t(sh.K) * (F == kBf16 ? 2 : 1);
-  const uint8_t* wp0 = job.w + size_t(min(n0 + g, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
-  const uint8_t* wp8 = job.w + size_t(min(n0 + g + 8, job.N - 1)) * row_bytes + size_t(bb) * (2 * CB) + 16 * t4;
+  // Weights: the thread's stream (tc_piece::WeightFeed) and FP8 block scales.
   const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(sh.B) + bb : nullptr;
-  int next_chunk = 0;
+  auto feed = WeightFeed<F, kWhole>::at(job.w, job.N, sh.K, n0, g, bb, t4);  // rows past N repeat N − 1
   Slot<F> ring[RC];
-  auto request = [&](Slot<F>& s) {
-#pragma unroll
-    for (int j = 0; j < LR; ++j) {
-      const int k = (bb * 2 + next_chunk) * 64 + (F == kBf16 ? 32 * j + 8 * t4 : 16 * t4);
-      if (kWhole || k < sh.K) {
-        s.w[0][j] = tc_frag::ld_stream128(wp0 + 64 * j);
-        s.w[1][j] = tc_frag::ld_stream128(wp8 + 64 * j);
-      } else {
-        s.w[0][j] = make_uint4(0, 0, 0, 0);
-        s.w[1][j] = make_uint4(0, 0, 0, 0);
-      }
-    }
-    wp0 += CB;
-    wp8 += CB;
-    ++next_chunk;
-  };
+  auto request = [&](Slot<F>& s) { feed.request(s); };
   if (wg_active) {
 #pragma unroll
     for (int q = 0; q < RC; ++q)
@@ -238,7 +195,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
           Slot<F>& slot = ring[(2 * d + ch) % RC];
 #pragma unroll
           for (int s = 0; s < 4; ++s) a_frag<F>(slot, s, af[4 * ch + s]);
-          if (next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
+          if (feed.next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
         }
         float c[NB][4];
 #pragma unroll
