@@ -1,6 +1,8 @@
 // tc_gemv_f32 / tc_gemv_f32_gated (ops_tc_gemv.h): generated tokens' dense projections on
 // mma.sync. The arithmetic (block-128 P scaling, f16 hi/lo split, k permutation, slices) is in
-// the header; every kernel form here computes exactly it.
+// the header; every kernel form here computes exactly it. The launcher (launch below) hands the
+// 9-256-token launches to the wgmma form on sm_90 GPUs (ops_tc_gemv_wgmma.h), with this file's
+// planes workspace; ops_tc_gemv_piece.cuh holds what both files' kernels share.
 //
 // Layout. x f32 [M, K] (gated: g, u), 16-byte aligned rows (K % 16 == 0). W [N, K] row-major:
 // FP8 e4m3 with f32 block scales [ceil(N/128), B], INT8 with f32 row scales [N], or bf16. y f32

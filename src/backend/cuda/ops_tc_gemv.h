@@ -41,7 +41,8 @@
 // Kernel forms (chosen by M and the launch's rows; all give the same bits): ops_tc_gemv.cu:
 // lean (M <= 8: x staged once per CTA, no barrier in the main loop), stepped with in-CTA staging,
 // stepped over planes pre-converted once per launch (9 <= M <= 256; a process-wide workspace, see
-// tc_gemv_reserve).
+// tc_gemv_reserve); on sm_90 GPUs the 9-256-token launches take the wgmma form instead
+// (ops_tc_gemv_wgmma.h: wgmma m64nNk16 with the same A registers and the planes as its B).
 #pragma once
 #include <cuda_runtime.h>
 
