@@ -30,17 +30,19 @@
 // wgmmas (hi, lo per step) into C, waits, folds C into acc_j (one FFMA per output) and releases the
 // stage (the second warpgroup to release it refills it 4 blocks ahead): the warpgroups are not in
 // lockstep, so one's conversion and fold overlap the other's MMAs. At a slice's end acc_j goes into
-// tot (ksplit 1, in shared memory) or to the partial workspace [row block, tile][S][128 rows][NT] (ksplit > 1), where the last
-// CTA of a (row block, tile) to arrive (a counter per pair, set back to 0 by it) folds the S
-// partials in order. Weights: a ring of RC 64-k chunks per thread (FP8 / INT8: 8 chunks = 4 blocks
-// ahead, 256 bytes per thread; bf16 4 chunks, the same bytes), the first requested before the PDL
-// wait.
+// tot (ksplit 1, in shared memory) or to the partial workspace [row block, tile][S][128 rows][NT]
+// (ksplit > 1), where the last CTA of a (row block, tile) to arrive (a counter per pair, set back
+// to 0 by it) folds the S partials in order. Weights: a ring of RC 64-k chunks per thread (FP8 /
+// INT8: 8 chunks = 4 blocks ahead, 256 bytes per thread; bf16 4 chunks, the same bytes), the first
+// requested before the PDL wait. One CTA per SM; 16-token launches of more CTAs than SMs run two
+// per SM with half the ring (kPair).
 //
 // Shared memory: 4 stages of 512·NT + 512 bytes (image, 2^-P) and the running slice sums (NT / 2
-// floats per thread): 164 KB at NT 64, one CTA per SM.
+// floats per thread): 164 KB at NT 64.
 // Roofline (q_proj, 16384 x 3072 FP8, 64 tokens): 50 MB of weights (~12 us at 4.3 TB/s) and
 // 2·64·16384·3072·2 = 12.9 GFLOP of f16 MMAs (~13 us at the dense f16 peak): both about equal;
-// x as planes from L2: 64·3072·4 B per CTA.
+// x as planes from L2: 64·3072·4 B per CTA. Measured (PERF.md session 13): 36 us; a CTA's 32
+// m64n64k16 wgmmas per block take ~1.5 us, ~37% of the tensor peak, the limit of this shape.
 #include "backend/cuda/ops_tc_gemv_wgmma.h"
 
 #include <algorithm>
