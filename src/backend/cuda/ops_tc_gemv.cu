@@ -141,6 +141,7 @@ struct TcShape {
 __device__ __forceinline__ int slice_begin(const TcShape& sh, int j) { return (j * sh.B) >> sh.log2S; }
 
 using tc_piece::silu_mul_value;
+using tc_piece::store_y;
 
 // The weight ring, in 64-k chunks (a chunk slot: a thread's 16-byte loads of one chunk for rows
 // g and g + 8: FP8 / INT8 one per row, 8 registers; bf16 two per row, 16 registers). RC chunks
@@ -450,9 +451,7 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
       for (int nt = 0; nt < NT; ++nt) {
         const int m = 8 * nt + 2 * t4 + (i & 1);
         if (m >= mt) continue;
-        const float v = F == kInt8 ? __fmul_rn(tot[nt][i], rs) : tot[nt][i];
-        float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
-        *p = job.accumulate ? __fadd_rn(*p, v) : v;
+        store_y<F>(job.y, job.N, m0 + m, n, tot[nt][i], rs, job.accumulate);
       }
     }
   } else {
@@ -462,9 +461,7 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
       if (n >= job.N) continue;
       float v = partial[r * mt + m];
       for (int j = 1; j < sh.S; ++j) v = __fadd_rn(v, partial[(j * cta_rows + r) * mt + m]);
-      if (F == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));
-      float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
-      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+      store_y<F>(job.y, job.N, m0 + m, n, v, F == kInt8 ? __ldg(job.scale + n) : 1.0f, job.accumulate);
     }
   }
 }
@@ -659,9 +656,7 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
     for (int i = 0; i < 4; ++i) {
       const int n = n0 + g + 8 * (i >> 1), m = 2 * t4 + (i & 1);
       if (n >= job.N || m >= mt) continue;
-      const float v = F == kInt8 ? __fmul_rn(tot[i], __ldg(job.scale + n)) : tot[i];
-      float* p = job.y + size_t(m) * size_t(job.N) + n;
-      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+      store_y<F>(job.y, job.N, m, n, tot[i], F == kInt8 ? __ldg(job.scale + n) : 1.0f, job.accumulate);
     }
   } else {
     __syncthreads();  // every warp's slice partials are written
@@ -670,9 +665,7 @@ __device__ __forceinline__ void tc_cta_lean(const TcJob& job, const TcShape& sh,
       if (n >= job.N) continue;
       float v = partial[r * mt + m];
       for (int j = 1; j < sh.S; ++j) v = __fadd_rn(v, partial[(j * cta_rows + r) * mt + m]);
-      if (F == kInt8) v = __fmul_rn(v, __ldg(job.scale + n));
-      float* p = job.y + size_t(m) * size_t(job.N) + n;
-      *p = job.accumulate ? __fadd_rn(*p, v) : v;
+      store_y<F>(job.y, job.N, m, n, v, F == kInt8 ? __ldg(job.scale + n) : 1.0f, job.accumulate);
     }
   }
 }
@@ -729,20 +722,7 @@ __global__ void __launch_bounds__(kThreads)
   const int unit = int(blockIdx.x) * kWarps + int(threadIdx.x >> 5);  // b·M + m
   if (unit >= B * M) return;                                          // warp-uniform
   const int b = unit / M, m = unit - b * M;
-  const int k = b * kBlockK + 4 * lane;
-  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (k < K) {  // K % 16 == 0: a 16-byte piece is whole or past the row (zeros, as in-CTA)
-    const size_t off = size_t(m) * size_t(K) + size_t(k);
-    v = __ldcg(reinterpret_cast<const float4*>(x + off));
-    if constexpr (kGated) {
-      const float4 w = __ldcg(reinterpret_cast<const float4*>(u + off));
-      v = make_float4(silu_mul_value(v.x, w.x), silu_mul_value(v.y, w.y), silu_mul_value(v.z, w.z),
-                      silu_mul_value(v.w, w.w));
-    }
-  } else if constexpr (kGated) {
-    v = make_float4(silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f),
-                    silu_mul_value(0.0f, 0.0f));
-  }
+  const float4 v = tc_piece::load_piece<kGated>(x, u, K, m, b * kBlockK + 4 * lane);
   if constexpr (kF16) {
     uint8_t* dst = f16 + size_t(unit) * kPlaneUnitBytes;
     const float pinv = convert_piece<kFp8>(v, dst, lane);

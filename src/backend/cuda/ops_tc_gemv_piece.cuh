@@ -15,6 +15,30 @@ namespace moeserve::cuda::tc_piece {
 // ops_basic.cu's silu_mul_value, the same expression (the gated test checks the bits).
 __device__ __forceinline__ float silu_mul_value(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
+// Lane L's piece of token m's block b from global memory (planes kernels: x written by the previous
+// kernel, read through L2): x[m][k .. k + 3] at k = 128·b + 4·L, gated silu(g)·u with
+// silu_mul_value; past K (K % 16 == 0: a 16-byte piece is whole or past the row) zeros, gated
+// silu_mul_value(0, 0), as the in-CTA staging reads them.
+template <bool kGated>
+__device__ __forceinline__ float4 load_piece(const float* __restrict__ x, const float* __restrict__ u, int K, int m,
+                                             int k) {
+  if (k >= K) {
+    if constexpr (kGated) {
+      const float z = silu_mul_value(0.0f, 0.0f);
+      return make_float4(z, z, z, z);
+    }
+    return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  const size_t off = size_t(m) * size_t(K) + size_t(k);
+  float4 v = __ldcg(reinterpret_cast<const float4*>(x + off));
+  if constexpr (kGated) {
+    const float4 w = __ldcg(reinterpret_cast<const float4*>(u + off));
+    v = make_float4(silu_mul_value(v.x, w.x), silu_mul_value(v.y, w.y), silu_mul_value(v.z, w.z),
+                    silu_mul_value(v.w, w.w));
+  }
+  return v;
+}
+
 // Lane L's piece of a unit, converted for format F's MMAs: the fragment coordinates (k16 step i8
 // of the block, thread t4 of the MMA's B layout) of its four values, the hi / lo pairs (h0, l0: the
 // piece's k 4L, 4L + 1 = the B registers' logical k 2·t4, 2·t4 + 1 of step i8; h1, l1: 4L + 2, 4L
@@ -118,6 +142,16 @@ __device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4
     a[0] = tc_frag::i8x2_to_f16x2(v0, 0x5150u), a[1] = tc_frag::i8x2_to_f16x2(v8, 0x5150u);
     a[2] = tc_frag::i8x2_to_f16x2(v0, 0x5352u), a[3] = tc_frag::i8x2_to_f16x2(v8, 0x5352u);
   }
+}
+
+// The epilogue of every form: output v of token row m and weight row n (the slice fold done) into
+// y [M, N]: INT8 multiplies by its row scale rs first (one __fmul_rn; rs unused otherwise), then y
+// = v, or y = y + v with accumulate.
+template <int F>
+__device__ __forceinline__ void store_y(float* y, int N, int m, int n, float v, float rs, int accumulate) {
+  if constexpr (F == row_format::kInt8) v = __fmul_rn(v, rs);
+  float* p = y + size_t(m) * size_t(N) + n;
+  *p = accumulate ? __fadd_rn(*p, v) : v;
 }
 
 }  // namespace moeserve::cuda::tc_piece

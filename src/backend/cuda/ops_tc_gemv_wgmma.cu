@@ -45,8 +45,6 @@
 // m64n64k16 wgmmas per block take ~1.5 us, ~37% of the tensor peak, the limit of this shape.
 #include "backend/cuda/ops_tc_gemv_wgmma.h"
 
-#include <algorithm>
-#include <atomic>
 #include <climits>
 #include <string>
 
@@ -71,7 +69,7 @@ namespace {
 
 using namespace row_format;  // kFp8 / kInt8 / kBf16, with_format
 using tc_piece::a_frag;
-using tc_piece::silu_mul_value;
+using tc_piece::store_y;
 using tc_piece::Slot;
 using tc_piece::WeightFeed;
 
@@ -283,10 +281,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
       for (int j = 0; j < NB; ++j) {
         const int m = 8 * j + 2 * t4 + (i & 1);
         if (m >= mt) continue;
-        const float t = tot[(4 * j + i) * kThreads];
-        const float v = F == kInt8 ? __fmul_rn(t, rs) : t;
-        float* p = job.y + size_t(m0 + m) * size_t(job.N) + n;
-        *p = job.accumulate ? __fadd_rn(*p, v) : v;
+        store_y<F>(job.y, job.N, m0 + m, n, tot[(4 * j + i) * kThreads], rs, job.accumulate);
       }
     }
     return;
@@ -327,9 +322,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (m + c >= mt) break;
-      const float val = F == kInt8 ? __fmul_rn(o[c], rs) : o[c];
-      float* p = job.y + size_t(m0 + m + c) * size_t(job.N) + n;
-      *p = job.accumulate ? __fadd_rn(*p, val) : val;
+      store_y<F>(job.y, job.N, m0 + m + c, n, o[c], rs, job.accumulate);
     }
   }
 #else
@@ -383,22 +376,9 @@ __global__ void __launch_bounds__(kThreads)
   const int unit = int(blockIdx.x) * (kThreads / 32) + int(threadIdx.x >> 5);  // b·Mpad + m
   if (unit >= sh.B * sh.Mpad) return;                                           // warp-uniform
   const int b = unit / sh.Mpad, m = unit - b * sh.Mpad;
-  const int k = b * kBK + 4 * lane;
-  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (m < sh.M) {
-    if (k < sh.K) {  // K % 16 == 0: a 16-byte piece is whole or past the row
-      const size_t off = size_t(m) * size_t(sh.K) + size_t(k);
-      v = __ldcg(reinterpret_cast<const float4*>(x + off));
-      if constexpr (kGated) {
-        const float4 w = __ldcg(reinterpret_cast<const float4*>(u + off));
-        v = make_float4(silu_mul_value(v.x, w.x), silu_mul_value(v.y, w.y), silu_mul_value(v.z, w.z),
-                        silu_mul_value(v.w, w.w));
-      }
-    } else if constexpr (kGated) {
-      v = make_float4(silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f), silu_mul_value(0.0f, 0.0f),
-                      silu_mul_value(0.0f, 0.0f));
-    }
-  }
+  // Tokens past M (tile padding) are zeros: their MMA columns are never stored.
+  const float4 v = m < sh.M ? tc_piece::load_piece<kGated>(x, u, sh.K, m, b * kBK + 4 * lane)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const int NT = sh.ntok, tile = m / NT, r = m - tile * NT;
   const size_t image = (size_t(b) * size_t(sh.tiles) + size_t(tile)) * size_t(8 * 64) * size_t(NT);
   auto put = [&](uint8_t* base, int i8, int t4, uint32_t h0, uint32_t h1, uint32_t l0, uint32_t l1) {
