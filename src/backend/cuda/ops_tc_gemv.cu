@@ -141,6 +141,7 @@ struct TcShape {
 __device__ __forceinline__ int slice_begin(const TcShape& sh, int j) { return (j * sh.B) >> sh.log2S; }
 
 using tc_piece::silu_mul_value;
+using tc_piece::store_acc_tile;
 using tc_piece::store_y;
 
 // The weight ring, in 64-k chunks (a chunk slot: a thread's 16-byte loads of one chunk for rows
@@ -442,18 +443,7 @@ __device__ __forceinline__ void tc_cta(const TcJob& job, const TcShape& sh, cons
   // Epilogue: the INT8 row scale (once), then y (= or +=).
   if (WS == 1) {
     if (!active) return;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int n = n0 + g + 8 * (i >> 1);
-      if (n >= job.N) continue;
-      const float rs = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int m = 8 * nt + 2 * t4 + (i & 1);
-        if (m >= mt) continue;
-        store_y<F>(job.y, job.N, m0 + m, n, tot[nt][i], rs, job.accumulate);
-      }
-    }
+    store_acc_tile<F, NT>(job, n0, g, t4, m0, mt, [&](int j, int i) { return tot[j][i]; });
   } else {
     // Every warp's partials were written before the last step's barrier.
     for (int e = threadIdx.x; e < cta_rows * mt; e += kThreads) {

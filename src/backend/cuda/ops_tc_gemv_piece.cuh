@@ -154,4 +154,24 @@ __device__ __forceinline__ void store_y(float* y, int N, int m, int n, float v, 
   *p = accumulate ? __fadd_rn(*p, v) : v;
 }
 
+// Stores a warp's accumulator tile: rows n0 + g (+ 8) of the job's outputs and tokens m0 + 8·j + 2·t4
+// (+ 1) for n8 blocks j < NB, the mma.sync C layout (element i of block j: row half i >> 1, token
+// parity i & 1); acc(j, i) gives that element's value. Rows past job.N and tokens past mt are
+// skipped; the INT8 row scale is read once per row.
+template <int F, int NB, typename Job, typename Acc>
+__device__ __forceinline__ void store_acc_tile(const Job& job, int n0, int g, int t4, int m0, int mt, Acc acc) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int n = n0 + g + 8 * (i >> 1);
+    if (n >= job.N) continue;
+    const float rs = F == row_format::kInt8 ? __ldg(job.scale + n) : 1.0f;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+      const int m = 8 * j + 2 * t4 + (i & 1);
+      if (m >= mt) continue;
+      store_y<F>(job.y, job.N, m0 + m, n, acc(j, i), rs, job.accumulate);
+    }
+  }
+}
+
 }  // namespace moeserve::cuda::tc_piece

@@ -69,6 +69,7 @@ namespace {
 
 using namespace row_format;  // kFp8 / kInt8 / kBf16, with_format
 using tc_piece::a_frag;
+using tc_piece::store_acc_tile;
 using tc_piece::store_y;
 using tc_piece::Slot;
 using tc_piece::WeightFeed;
@@ -272,18 +273,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
 
   if (sh.ksplit == 1) {
     if (!wg_active) return;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int n = n0 + g + 8 * (i >> 1);
-      if (n >= job.N) continue;
-      const float rs = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
-#pragma unroll
-      for (int j = 0; j < NB; ++j) {
-        const int m = 8 * j + 2 * t4 + (i & 1);
-        if (m >= mt) continue;
-        store_y<F>(job.y, job.N, m0 + m, n, tot[(4 * j + i) * kThreads], rs, job.accumulate);
-      }
-    }
+    store_acc_tile<F, NB>(job, n0, g, t4, m0, mt, [&](int j, int i) { return tot[(4 * j + i) * kThreads]; });
     return;
   }
   // Split K: the last part to arrive folds the S slice partials in order.
