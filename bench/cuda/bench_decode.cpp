@@ -85,6 +85,9 @@ int main(int argc, char** argv) {
   std::string expert_activations = "auto";
   app.add_option("--expert-activations", expert_activations,
                  "GPTQ routed experts, as serve --expert-activations: auto (the integer form for prompt tokens), f32 or int16 (every token)");
+  std::string decode_attention = "tensor-cores";
+  app.add_option("--decode-attention", decode_attention,
+                 "generated tokens' attention, as serve --decode-attention: tensor-cores or cuda-cores");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
     o.cuda_graphs = graphs;
     cuda::set_decode_kernels(o, decode_kernels);
     cuda::set_expert_activations(o, expert_activations);
+    cuda::set_decode_attention(o, decode_attention);
     o.pdl = pdl;
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);

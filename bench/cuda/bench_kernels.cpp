@@ -333,6 +333,7 @@ struct Options {
   int iters = 100;
   double rotate_bytes = 256e6;
   bool tensor_core_gemv = false;  // --gemv-family tensor-cores: dense projections through tc_gemv
+  bool tensor_core_attention = true;  // --decode-attention: paged_attention_generated's family
 };
 
 class KernelBench {
@@ -572,8 +573,8 @@ class KernelBench {
     if (wanted("paged_attention" + suffix)) {
       const float scale = 1.0f / std::sqrt(float(as.head_dim));
       auto launch = [&](int64_t i) {
-        paged_attention(q.data(), gate.data(), as, meta.at(int(i % copies)), kv, scale, ws.data(), ws.bytes(),
-                        out.data(), s_);
+        paged_attention_generated(q.data(), gate.data(), as, meta.at(int(i % copies)), kv, scale,
+                                  o_.tensor_core_attention, ws.data(), ws.bytes(), out.data(), s_);
       };
       const Timing t = timer_.time(launch, copies);
       const double bytes = kv_read + double(b) * double(q_dim) * 3 * 4;  // + q, gate read, out written
@@ -588,7 +589,8 @@ class KernelBench {
         const StepMeta m = meta.at(int(i % copies));
         attention_prepare(qg.data(), k.data(), v.data(), qn.data(), kn.data(), inv_freq.data(), as, m, kv, q.data(),
                           gate.data(), s_);
-        paged_attention(q.data(), gate.data(), as, m, kv, scale, ws.data(), ws.bytes(), out.data(), s_);
+        paged_attention_generated(q.data(), gate.data(), as, m, kv, scale, o_.tensor_core_attention, ws.data(),
+                                  ws.bytes(), out.data(), s_);
       };
       const Timing t = timer_.time(launch, copies);
       const double bytes = kv_read + double(b) * (double(q_dim) * 2 * 4 + double(kv_dim) * 2 * 4 +  // qg, k, v
@@ -832,6 +834,9 @@ int main(int argc, char** argv) {
   app.add_option("--tc-gemv-form", tc_form,
                  "tensor-core GEMV kernel form (0 = by shape, 1 = stepped, 2 = lean where it fits, 3 = "
                  "pre-converted planes; see set_tc_gemv_form); same bits");
+  std::string decode_attention = "tensor-cores";
+  app.add_option("--decode-attention", decode_attention,
+                 "generated tokens' attention (paged_attention_generated): tensor-cores or cuda-cores");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -842,6 +847,9 @@ int main(int argc, char** argv) {
     if (gemv_family != "cuda-cores" && gemv_family != "tensor-cores")
       throw Error("unknown --gemv-family '" + gemv_family + "' (cuda-cores, tensor-cores)");
     o.tensor_core_gemv = gemv_family == "tensor-cores";
+    if (decode_attention != "tensor-cores" && decode_attention != "cuda-cores")
+      throw Error("unknown --decode-attention '" + decode_attention + "' (tensor-cores, cuda-cores)");
+    o.tensor_core_attention = decode_attention == "tensor-cores";
     set_tc_gemv_split(tc_split);
     set_tc_gemv_form(tc_form);
     o.batches = bench::parse_int_list(batches);

@@ -57,6 +57,12 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
                  "(fastest at small batches); int16: every token (fastest with many concurrent requests)")
       ->check(CLI::IsMember({"auto", "f32", "int16"}))
       ->capture_default_str();
+  app.add_option("--decode-attention", o->decode_attention,
+                 "CUDA: generated tokens' attention on tensor-cores (the 16 query heads of a KV head as one MMA "
+                 "tile; head_dim 64, 128 or 256, else CUDA cores) or cuda-cores. Either way a request's tokens do "
+                 "not depend on its batch")
+      ->check(CLI::IsMember({"tensor-cores", "cuda-cores"}))
+      ->capture_default_str();
   app.add_option("--sampling-device", o->sampling_device,
                  "auto: the GPU picks sampled tokens for requests that need no host-only processing; "
                  "host: every sampled row's logits are copied to the host and sampled there")

@@ -56,6 +56,7 @@ std::unique_ptr<CausalLM> load_causal_lm(const std::filesystem::path& model_dir,
   gpu.kv_block_size = options.kv_block_size;
   cuda::set_decode_kernels(gpu, options.decode_kernels);
   cuda::set_expert_activations(gpu, options.expert_activations);
+  cuda::set_decode_attention(gpu, options.decode_attention);
   return cuda::Qwen35CudaModel::load(model_dir, gpu);
 #else
   fail("--device cuda: this build has no CUDA backend");

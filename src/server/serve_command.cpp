@@ -204,6 +204,7 @@ int run_serve(const ServeOptions& o) {
   load.int8_lm_head = o.int8_lm_head;
   load.decode_kernels = o.decode_kernels;
   load.expert_activations = o.expert_activations;
+  load.decode_attention = o.decode_attention;
   // The GPU model sizes its step workspaces and block tables from these once, at load.
   load.max_num_batched_tokens = o.max_num_batched_tokens;
   load.max_num_seqs = o.max_num_seqs;

@@ -238,6 +238,42 @@ TEST(CudaModel, PromptKernelsAtHeadDim128AreChunkAndBatchInvariant) {
     const auto alone = greedy_batch(*m, {prompt}, 12)[0];
     EXPECT_EQ(greedy_batch(*m, prompts, 12)[0], alone) << "a request's greedy output changed with its batch";
   }
+  // Generated tokens' attention, both families (--decode-attention): every position scored as a
+  // generated token in steps of 150 (verify-like: three tensor-core launches of <= 64 tokens), of 7
+  // and one by one give the same bits; the two families agree to rounding and differ in bits (so
+  // the tensor-core kernel really ran); greedy alone == in a batch of five.
+  std::vector<float> by_family[2];
+  for (const std::string family : {"tensor-cores", "cuda-cores"}) {
+    SCOPED_TRACE(family);
+    auto o = small_options(256, /*graphs=*/true);
+    o.dummy = true;
+    o.dummy_weights = "hybrid-int4-fp8";
+    cuda::set_decode_attention(o, family);
+    EXPECT_EQ(o.tensor_core_attention, family == "tensor-cores");
+    auto m = cuda::Qwen35CudaModel::load(dir / "config.json", o);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 150; ++i) ids.push_back(int32_t((i * 37 + 11) % int(m->config().vocab_size)));
+    const auto one_step = score(*m, ids, 150, /*prompt_len=*/0);
+    for (float v : one_step) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(score(*m, ids, 7, 0), one_step) << "generated tokens in steps of 7 differ from one step of 150";
+    EXPECT_EQ(score(*m, ids, 1, 0), one_step) << "generated tokens one by one differ from one step of 150";
+    const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 40);
+    std::vector<std::vector<int32_t>> prompts{prompt};
+    for (int i = 1; i < 5; ++i) {
+      auto p = prompt;
+      std::rotate(p.begin(), p.begin() + i * 3, p.end());
+      prompts.push_back(p);
+    }
+    EXPECT_EQ(greedy_batch(*m, prompts, 12)[0], greedy_batch(*m, {prompt}, 12)[0])
+        << "a request's greedy output changed with its batch";
+    by_family[family == "tensor-cores" ? 0 : 1] = one_step;
+  }
+  const double fam = rel_diff(by_family[0], by_family[1]);
+  std::printf("[gpu-hd128] generated-token attention: tensor cores vs CUDA cores %.3e (rel)\n", fam);
+  EXPECT_NE(by_family[0], by_family[1]) << "the tensor-core attention did not run";
+  EXPECT_LT(fam, 2e-3);
+  auto o = small_options();
+  EXPECT_THROW(cuda::set_decode_attention(o, "fast"), Error);
 }
 
 TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {

@@ -532,7 +532,8 @@ namespace {
 
 // attention_prepare then paged_attention on one stream without a synchronisation, 20 times,
 // against the same two calls with one; lens: the decode tokens' contexts (their positions + 1).
-void check_decode_after_prepare(const std::vector<int>& lens) {
+// tensor_cores: through paged_attention_generated's tensor-core kernel instead.
+void check_decode_after_prepare(const std::vector<int>& lens, bool tensor_cores = false) {
   const AttnCase c{32, 2, 256, 64};
   Rng rng(25);
   std::vector<SeqSpec> seqs;
@@ -586,8 +587,8 @@ void check_decode_after_prepare(const std::vector<int>& lens) {
     cuda::attention_prepare(d_qg.data(), d_kk.data(), d_vv.data(), d_qn.data(), d_kn.data(), d_freq.data(), shape,
                             meta.meta(), view, d_q.data(), d_gate.data(), st);
     if (sync) EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    cuda::paged_attention(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, ws.data(), ws_bytes,
-                          d_out.data(), st);
+    cuda::paged_attention_generated(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, tensor_cores,
+                                    ws.data(), ws_bytes, d_out.data(), st);
     EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     return to_host(d_out);
   };
@@ -619,6 +620,14 @@ TEST(GpuOpsAttention, DecodeAfterPrepareMatchesSynchronised) {
   MOESERVE_REQUIRE_GPU();
   // 9 tokens: the work-item decode kernel.
   check_decode_after_prepare({1, 17, 33, 64, 65, 512, 513, 1000, 4100});
+}
+
+// The tensor-core decode kernel (paged_attention_generated): it prefetches the first item's K / V
+// rows into L2 before the wait, the new token's included. 9 tokens, and a lone decode.
+TEST(GpuOpsAttention, DecodeTensorCoresAfterPrepareMatchesSynchronised) {
+  MOESERVE_REQUIRE_GPU();
+  check_decode_after_prepare({1, 17, 33, 64, 65, 512, 513, 1000, 4100}, true);
+  check_decode_after_prepare({513}, true);
 }
 
 // The same with 8 tokens (the tile-parallel kernel): the new token in the first, second or

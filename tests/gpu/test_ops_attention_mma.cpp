@@ -27,6 +27,7 @@
 #include "backend/cpu/paged_kv_cache.h"
 #include "backend/cuda/ops_attention.h"
 #include "core/thread_pool.h"
+#include "attention_mma_test_util.h"
 #include "gpu_test_util.h"
 
 using namespace moeserve;
@@ -34,55 +35,9 @@ using namespace moeserve::gputest;
 
 namespace {
 
-constexpr int kBlock = 16;
-
-ThreadPool& mma_pool() {
-  static ThreadPool p(0);
-  return p;
-}
-
-struct MmaCase {
-  int nq, nkv, hd;
-  std::string name() const {
-    return "nq=" + std::to_string(nq) + " nkv=" + std::to_string(nkv) + " hd=" + std::to_string(hd);
-  }
-};
+constexpr int kBlock = kMmaBlock;
 
 const MmaCase kMmaCases[] = {{32, 2, 256}, {16, 4, 128}, {6, 2, 64}};
-
-// A bf16 KV pool on the GPU (garbage of size ~1000 everywhere no sequence wrote, so a wrong block
-// or slot shows up) and the same contents in fp32 on the CPU.
-struct KvPools {
-  MmaCase c;
-  int blocks;
-  std::vector<float> k_host, v_host;  // [blocks][nkv][kBlock][hd]
-  cpu::PagedKvCache cpu;
-  KvPools(Rng& rng, const MmaCase& cs, int nblocks)
-      : c(cs),
-        blocks(nblocks),
-        k_host(random_bf16(rng, size_t(nblocks) * cs.nkv * kBlock * cs.hd, 1000.0f)),
-        v_host(random_bf16(rng, size_t(nblocks) * cs.nkv * kBlock * cs.hd, 1000.0f)),
-        cpu(cpu::KvGeometry{cs.nkv, cs.hd, kBlock}, nblocks) {}
-  // Random K and V (bf16 values of size ~1) at positions [0, len) of a sequence.
-  void fill(Rng& rng, const std::vector<int32_t>& table, int len) {
-    const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
-    const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
-    cpu.write(table, 0, len, kk.data(), vv.data());
-    for (int p = 0; p < len; ++p)
-      for (int h = 0; h < c.nkv; ++h) {
-        const size_t dst = ((size_t(table[size_t(p / kBlock)]) * c.nkv + h) * kBlock + p % kBlock) * size_t(c.hd);
-        const size_t src = (size_t(p) * c.nkv + h) * c.hd;
-        std::copy_n(kk.begin() + long(src), c.hd, k_host.begin() + long(dst));
-        std::copy_n(vv.begin() + long(src), c.hd, v_host.begin() + long(dst));
-      }
-  }
-};
-
-int max_table(const std::vector<SeqSpec>& seqs) {
-  int m = 0;
-  for (const auto& s : seqs) m = std::max(m, int(s.blocks.size()));
-  return m;
-}
 
 }  // namespace
 

@@ -98,13 +98,19 @@
 #include <string>
 
 #include "backend/cuda/act_types.cuh"
+#include "backend/cuda/attention_chunks.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_attention.h"
+#include "backend/cuda/ops_attention_decode_tc.h"
 #include "backend/cuda/pdl.cuh"
 
 namespace moeserve::cuda {
 namespace {
+
+using attn_chunks::chunk_size;
+using attn_chunks::kChunk0;
+using attn_chunks::kMaxChunks;
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
@@ -221,25 +227,12 @@ constexpr int kTile = 16;           // KV positions per shared-memory tile (redu
 constexpr int kStages = 3;          // cp.async pipeline depth
 constexpr int kRowsPerWarp = 2;     // (token, q head) rows per warp; they share each K/V load
 constexpr int kLaneDims = 8;        // dims per lane: one 16-byte bf16 vector
-constexpr int kChunk0 = 64;         // smallest split-KV chunk, a multiple of kTile (64: decode at
-                                    // context 512 spreads over 8 chunks per kv head, not 2)
-constexpr int kMaxChunks = 64;      // chunks per query at most; the chunk size doubles beyond
 constexpr int kSplitMaxTokens = 64;  // steps of at most this many tokens may split over CTAs
 constexpr int kMergeWarps = 4;
 constexpr size_t kMaxSmem = size_t(kStages) * 2 * kTile * 32 * kLaneDims * sizeof(bf16);
 static_assert(kMaxSmem <= 48 * 1024, "attention tile pipeline must fit the default 48 KB of shared memory");
 static_assert(kChunk0 % kTile == 0, "chunks are whole tiles");
 static_assert(kTile == 16, "reduce_scatter16 and the half-warp reductions assume 16-position tiles");
-
-// Chunk size of a query whose visible range has len = pos + 1 positions: a function of the
-// position only (see the file comment). Powers of two times kChunk0, so a smaller chunk
-// size always divides a larger one.
-__host__ __device__ __forceinline__ int chunk_size(int len) {
-  int c = kChunk0;
-  // (len - 1) / c + 1 > kMaxChunks, without a division
-  while ((long long)(len - 1) >= (long long)kMaxChunks * c) c <<= 1;
-  return c;
-}
 
 // log2 of a power of two.
 __device__ __forceinline__ int log2_pow2(int x) { return __ffs(x) - 1; }
@@ -1445,7 +1438,8 @@ void attention_prepare(const float* qg, const float* k, const float* v, const fl
 
 size_t paged_attention_workspace_bytes(const AttentionShape& shape, int max_tokens, int max_context) {
   try {
-    decode2_ctas_per_sm();  // the decode kernel's set-up, here outside any graph capture
+    decode2_ctas_per_sm();  // the decode kernels' set-up, here outside any graph capture
+    detail::attention_decode_tc_prepare();
   } catch (const std::exception&) {
     cudaGetLastError();  // no usable device now: the first launch tries again
   }
@@ -1464,6 +1458,74 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream) {
   launch_attention(q, gate, shape, meta, cache, scale, workspace, workspace_bytes, out, stream);
+}
+
+bool paged_attention_generated_tc_supported(const AttentionShape& shape) {
+  return detail::attention_decode_tc_supported(shape);
+}
+
+void paged_attention_generated(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
+                               KvCacheView cache, float scale, bool tensor_cores, void* workspace,
+                               size_t workspace_bytes, float* out, cudaStream_t stream) {
+  if (!tensor_cores || !detail::attention_decode_tc_supported(shape)) {
+    launch_attention(q, gate, shape, meta, cache, scale, workspace, workspace_bytes, out, stream);
+    return;
+  }
+  const int M = meta.num_tokens;
+  if (M == 0) return;
+  check_shape(shape);
+  if (cache.head_dim != shape.head_dim || cache.num_kv_heads != shape.num_kv_heads)
+    throw Error("attention: the KV cache geometry does not match the attention shape");
+  if ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(out)) % 16)
+    throw Error("attention (tensor-core decode): q, gate and out must be 16-byte aligned");
+  const int nq = shape.num_q_heads, hd = shape.head_dim;
+  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
+  const size_t per_token = split_bytes_per_token(shape, slots);
+  // Tokens per launch: at most kDecodeTcMaxTokens, and as many as the workspace holds partials for.
+  int group = detail::kDecodeTcMaxTokens;
+  if (slots > 1) {
+    const size_t fit = workspace != nullptr ? workspace_bytes / per_token : 0;
+    if (fit == 0)
+      throw Error("attention (tensor-core decode): the workspace holds no token's chunk partials (" +
+                  std::to_string(workspace_bytes) + " bytes, " + std::to_string(per_token) + " per token)");
+    group = int(std::min<size_t>(size_t(group), fit));
+  }
+  detail::DecodeTcArgs a;
+  a.cache = cache;
+  a.nq = nq;
+  a.nkv = shape.num_kv_heads;
+  a.group = nq / shape.num_kv_heads;
+  a.head_blocks = (a.group + 15) / 16;
+  a.scale_log2 = scale * kLog2e;
+  a.chunk_stride = int(slots);
+  AttnLaunch L{};  // the merge kernel's view of the same workspace
+  L.chunk_stride = int(slots);
+  // Groups of tokens, each a launch (and a merge) of its own: a token's arithmetic does not depend
+  // on its group, so a step of any size gives every token the bits it gets alone.
+  for (int r0 = 0; r0 < M; r0 += group) {
+    const int n = std::min(group, M - r0);
+    StepMeta sub = meta;
+    sub.num_tokens = n;
+    sub.token_pos = meta.token_pos + r0;
+    sub.token_seq = meta.token_seq + r0;
+    const size_t row = size_t(r0) * nq * hd;
+    a.meta = sub;
+    a.q = q + row;
+    a.gate = gate + row;
+    a.out = out + row;
+    if (slots > 1) {
+      a.ws_acc = static_cast<float*>(workspace);
+      a.ws_ml = a.ws_acc + size_t(n) * nq * slots * hd;
+    }
+    detail::attention_decode_tc(a, hd, size_t(n) * a.nkv * a.head_blocks * slots, stream);
+    if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
+      L.ws_acc = a.ws_acc;
+      L.ws_ml = a.ws_ml;
+      const dim3 mgrid(unsigned(n), unsigned((nq + kMergeWarps - 1) / kMergeWarps));
+      launch_pdl(true, attention_merge_kernel<float>, mgrid, dim3(kMergeWarps * 32), 0, stream, a.gate, shape, sub, L,
+                 a.out);
+    }
+  }
 }
 
 }  // namespace moeserve::cuda

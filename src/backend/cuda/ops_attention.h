@@ -72,6 +72,21 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream);
 
+// Generated tokens' attention (the model's entry point for every generated token: decode steps of
+// any size and verify batches). tensor_cores = false: paged_attention. true: the tensor-core decode
+// kernel (ops_attention_decode_tc.cu) where paged_attention_generated_tc_supported (head_dim 64, 128
+// or 256), else paged_attention: a CTA per (token, KV chunk, kv head, 16 q heads), the 16 q heads as
+// one m16 MMA tile, q and P split bf16 hi + lo; steps of more than 64 tokens (or more than the
+// workspace holds) in launches of at most that many, each followed by the merge kernel. Same math,
+// other bits than paged_attention; a token's bits depend only on its position and data (alone, in
+// any batch, in a verify batch, in any launch group). q, gate and out 16-byte aligned. Split queries
+// (contexts past 64 positions) need paged_attention_workspace_bytes of workspace for at least one
+// token (throws otherwise); that call also does the kernel's one-time set-up outside graph capture.
+void paged_attention_generated(const float* q, const float* gate, const AttentionShape& shape, const StepMeta& meta,
+                               KvCacheView cache, float scale, bool tensor_cores, void* workspace,
+                               size_t workspace_bytes, float* out, cudaStream_t stream);
+bool paged_attention_generated_tc_supported(const AttentionShape& shape);
+
 // Which kernel runs decode steps (one token per sequence) of at most 64 tokens; a process-wide
 // switch for A/B measurements: every choice gives the same bits. 1 (the default): steps of at
 // most 2 tokens take the tile-parallel kernel (a CTA per (token, KV chunk, kv head, block of 4

@@ -34,6 +34,12 @@ void set_expert_activations(CudaModelOptions& o, const std::string& name) {
   o.int_experts_prompt = name != "f32";
 }
 
+void set_decode_attention(CudaModelOptions& o, const std::string& name) {
+  if (name != "tensor-cores" && name != "cuda-cores")
+    throw Error(fmt::format("--decode-attention must be tensor-cores or cuda-cores, got '{}'", name));
+  o.tensor_core_attention = name == "tensor-cores";
+}
+
 namespace {
 
 // Padded decode batch sizes that get their own CUDA graph.
@@ -731,12 +737,12 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       if (!paged_attention_prefill_supported(as)) {  // e.g. head_dim 24: every token on CUDA cores
         paged_attention(q_.data(), gate_.data(), as, meta_, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
                         attn_out_.data(), s);
-      } else if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention on CUDA cores
+      } else if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention
         StepMeta gen = meta_;          // their sequences and rows are the step's first ones
         gen.num_tokens = split.generated_rows;
         gen.num_seqs = split.generated_seqs;
-        paged_attention(q_.data(), gate_.data(), as, gen, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
-                        attn_out_.data(), s);
+        paged_attention_generated(q_.data(), gate_.data(), as, gen, kv, scale, options_.tensor_core_attention,
+                                  attn_ws_.data(), attn_ws_.bytes(), attn_out_.data(), s);
       }
       if (paged_attention_prefill_supported(as) && split.generated_rows < M)  // prompt tokens: tensor cores
         paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,

@@ -1,0 +1,64 @@
+// Shared by the tensor-core attention tests (test_ops_attention_mma.cpp: prompt tokens;
+// test_ops_attention_decode_tc.cpp: generated tokens): the test shapes, a paged bf16 KV pool on the
+// GPU with its fp32 copy on the CPU, and a thread pool for the CPU reference.
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/paged_kv_cache.h"
+#include "core/thread_pool.h"
+#include "gpu_test_util.h"
+
+namespace moeserve::gputest {
+
+constexpr int kMmaBlock = 16;  // cache positions per block
+
+inline ThreadPool& mma_pool() {
+  static ThreadPool p(0);
+  return p;
+}
+
+struct MmaCase {
+  int nq, nkv, hd;
+  std::string name() const {
+    return "nq=" + std::to_string(nq) + " nkv=" + std::to_string(nkv) + " hd=" + std::to_string(hd);
+  }
+};
+
+// A bf16 KV pool on the GPU (garbage of size ~1000 everywhere no sequence wrote, so a wrong block
+// or slot shows up) and the same contents in fp32 on the CPU.
+struct KvPools {
+  MmaCase c;
+  int blocks;
+  std::vector<float> k_host, v_host;  // [blocks][nkv][kMmaBlock][hd]
+  cpu::PagedKvCache cpu;
+  KvPools(Rng& rng, const MmaCase& cs, int nblocks)
+      : c(cs),
+        blocks(nblocks),
+        k_host(random_bf16(rng, size_t(nblocks) * cs.nkv * kMmaBlock * cs.hd, 1000.0f)),
+        v_host(random_bf16(rng, size_t(nblocks) * cs.nkv * kMmaBlock * cs.hd, 1000.0f)),
+        cpu(cpu::KvGeometry{cs.nkv, cs.hd, kMmaBlock}, nblocks) {}
+  // Random K and V (bf16 values of size ~1) at positions [0, len) of a sequence.
+  void fill(Rng& rng, const std::vector<int32_t>& table, int len) {
+    const auto kk = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+    const auto vv = random_bf16(rng, size_t(len) * c.nkv * c.hd, 1.0f);
+    cpu.write(table, 0, len, kk.data(), vv.data());
+    for (int p = 0; p < len; ++p)
+      for (int h = 0; h < c.nkv; ++h) {
+        const size_t dst =
+            ((size_t(table[size_t(p / kMmaBlock)]) * c.nkv + h) * kMmaBlock + p % kMmaBlock) * size_t(c.hd);
+        const size_t src = (size_t(p) * c.nkv + h) * c.hd;
+        std::copy_n(kk.begin() + long(src), c.hd, k_host.begin() + long(dst));
+        std::copy_n(vv.begin() + long(src), c.hd, v_host.begin() + long(dst));
+      }
+  }
+};
+
+inline int max_table(const std::vector<SeqSpec>& seqs) {
+  int m = 0;
+  for (const auto& s : seqs) m = std::max(m, int(s.blocks.size()));
+  return m;
+}
+
+}  // namespace moeserve::gputest
