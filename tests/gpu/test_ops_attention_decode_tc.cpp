@@ -4,7 +4,7 @@
 //     into 64- and 256-position chunks) and two verify batches (4 tokens at 2047, 5 tokens across the
 //     first chunk boundary at 61), over shuffled block tables in a pool of garbage, at the 122B shape
 //     (32 q heads, 2 kv heads, head_dim 256), groups of 4 (hd 128), 24 (two head blocks, the second
-//     half empty) and 3 (hd 64); max |got − ref| / max |ref| < 2e-3 per sequence (printed);
+//     half empty) and 3 (hd 64); max |got − ref| / max |ref| < 1e-4 per sequence (printed; ~6e-6 measured);
 //   BatchInvariant: six target queries (contexts 1, 64, 65, 512, 4097, 8200) give the same bits alone,
 //     in a decode batch of 64, in a step of 100 decode tokens (two launches), in that step with a
 //     workspace for 5 tokens (20 launches), and as the last token of a 3-token verify batch;
@@ -87,12 +87,12 @@ TEST(GpuOpsAttentionDecodeTc, MatchesCpu) {
                                   std::vector<float>(ref.begin() + long(b), ref.begin() + long(e)));
       std::printf("  [%s] seq %zu: start %d, %d tokens: max abs err / max |ref| = %.3e (rms rel %.3e)\n",
                   c.name().c_str(), i, seqs[i].start_pos, seqs[i].num_tokens, es.rel, es.rms_rel);
-      EXPECT_LT(es.rel, 2e-3) << "sequence " << i << " (start " << seqs[i].start_pos << ", " << seqs[i].num_tokens
+      EXPECT_LT(es.rel, 1e-4) << "sequence " << i << " (start " << seqs[i].start_pos << ", " << seqs[i].num_tokens
                               << " tokens)";
     }
     // The CUDA-core family through the same entry point is paged_attention, and agrees to rounding.
     const auto cores = run_generated(c, view, seqs, max_table(seqs), q, gate, false, size_t(M));
-    EXPECT_LT(error_stats(cores, ref).rel, 2e-3);
+    EXPECT_LT(error_stats(cores, ref).rel, 1e-4);
   }
 }
 

@@ -1481,15 +1481,6 @@ void paged_attention_generated(const float* q, const float* gate, const Attentio
   const int nq = shape.num_q_heads, hd = shape.head_dim;
   const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
   const size_t per_token = split_bytes_per_token(shape, slots);
-  // Tokens per launch: at most kDecodeTcMaxTokens, and as many as the workspace holds partials for.
-  int group = detail::kDecodeTcMaxTokens;
-  if (slots > 1) {
-    const size_t fit = workspace != nullptr ? workspace_bytes / per_token : 0;
-    if (fit == 0)
-      throw Error("attention (tensor-core decode): the workspace holds no token's chunk partials (" +
-                  std::to_string(workspace_bytes) + " bytes, " + std::to_string(per_token) + " per token)");
-    group = int(std::min<size_t>(size_t(group), fit));
-  }
   detail::DecodeTcArgs a;
   a.cache = cache;
   a.nq = nq;
@@ -1498,6 +1489,27 @@ void paged_attention_generated(const float* q, const float* gate, const Attentio
   a.head_blocks = (a.group + 15) / 16;
   a.scale_log2 = scale * kLog2e;
   a.chunk_stride = int(slots);
+  a.meta = meta;
+  a.q = q;
+  a.gate = gate;
+  a.out = out;
+  // Enough (token, kv head, head block) triples to fill the GPU: a CTA per triple walks the whole
+  // range and folds its chunks itself, in one launch.
+  if (slots == 1 || detail::attention_decode_tc_whole_ranges(M, a.nkv, a.head_blocks)) {
+    a.whole_range = true;
+    detail::attention_decode_tc(a, hd, size_t(M) * a.nkv * a.head_blocks, stream);
+    return;
+  }
+  // Otherwise a CTA per chunk. Tokens per launch: at most kDecodeTcMaxTokens, and as many as the
+  // workspace holds partials for.
+  int group = detail::kDecodeTcMaxTokens;
+  {
+    const size_t fit = workspace != nullptr ? workspace_bytes / per_token : 0;
+    if (fit == 0)
+      throw Error("attention (tensor-core decode): the workspace holds no token's chunk partials (" +
+                  std::to_string(workspace_bytes) + " bytes, " + std::to_string(per_token) + " per token)");
+    group = int(std::min<size_t>(size_t(group), fit));
+  }
   AttnLaunch L{};  // the merge kernel's view of the same workspace
   L.chunk_stride = int(slots);
   // Groups of tokens, each a launch (and a merge) of its own: a token's arithmetic does not depend
@@ -1513,12 +1525,10 @@ void paged_attention_generated(const float* q, const float* gate, const Attentio
     a.q = q + row;
     a.gate = gate + row;
     a.out = out + row;
-    if (slots > 1) {
-      a.ws_acc = static_cast<float*>(workspace);
-      a.ws_ml = a.ws_acc + size_t(n) * nq * slots * hd;
-    }
+    a.ws_acc = static_cast<float*>(workspace);
+    a.ws_ml = a.ws_acc + size_t(n) * nq * slots * hd;
     detail::attention_decode_tc(a, hd, size_t(n) * a.nkv * a.head_blocks * slots, stream);
-    if (slots > 1) {  // tokens with several chunks: fold the partials (waits for the decode grid)
+    {  // tokens with several chunks: fold the partials (waits for the decode grid)
       L.ws_acc = a.ws_acc;
       L.ws_ml = a.ws_ml;
       const dim3 mgrid(unsigned(n), unsigned((nq + kMergeWarps - 1) / kMergeWarps));

@@ -8,8 +8,8 @@
 
 namespace moeserve::cuda::detail {
 
-// One launch: the tokens of `meta` (at most kDecodeTcMaxTokens; any mix of sequences, several
-// tokens of one sequence included), q / gate / out pointing at the first of them.
+// One launch: the tokens of `meta` (any mix of sequences, several tokens of one sequence included;
+// at most kDecodeTcMaxTokens unless whole_range), q / gate / out pointing at the first of them.
 constexpr int kDecodeTcMaxTokens = 64;
 
 struct DecodeTcArgs {
@@ -23,12 +23,18 @@ struct DecodeTcArgs {
   float* ws_acc = nullptr;      // [M][nq][chunk_stride][hd] unnormalised chunk outputs
   float* ws_ml = nullptr;       // [M][nq][chunk_stride][2] chunk (max, sum), exp2 domain
   int chunk_stride = 0;         // chunk slots per (token, q head); 1: no split (no workspace)
+  // A CTA per (token, kv head, head block) walking all of the token's chunks and folding them in
+  // order itself (no workspace, no merge, any number of tokens), instead of a CTA per chunk.
+  bool whole_range = false;
 };
 
 // head_dim 64, 128 or 256 with a whole number of q heads per kv head.
 bool attention_decode_tc_supported(const AttentionShape& shape);
 // Upper bound of work items (token, chunk, kv head, head block) of a launch, for its grid.
 void attention_decode_tc(const DecodeTcArgs& args, int head_dim, size_t max_items, cudaStream_t stream);
+// Whether a launch of `tokens` tokens takes whole ranges: when its (token, kv head, head block)
+// CTAs would fill at least half of the SMs (same bits either way).
+bool attention_decode_tc_whole_ranges(int tokens, int kv_heads, int head_blocks);
 // The shared-memory opt-in and the resident-CTA query for the current device (outside graph capture).
 void attention_decode_tc_prepare();
 
