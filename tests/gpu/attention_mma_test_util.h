@@ -3,9 +3,12 @@
 // GPU with its fp32 copy on the CPU, and a thread pool for the CPU reference.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/activations.h"
+#include "backend/cpu/attention.h"
 #include "backend/cpu/paged_kv_cache.h"
 #include "core/thread_pool.h"
 #include "gpu_test_util.h"
@@ -59,6 +62,24 @@ inline int max_table(const std::vector<SeqSpec>& seqs) {
   int m = 0;
   for (const auto& s : seqs) m = std::max(m, int(s.blocks.size()));
   return m;
+}
+
+// The CPU reference of a step's gated attention: softmax(q·Kᵀ·scale)·V ⊙ sigmoid(gate) for the
+// tokens of `seqs` (rows in sequence order, meta's seq_token_start), from the pool's CPU copy.
+inline std::vector<float> cpu_gated_attention(const KvPools& pools, const std::vector<SeqSpec>& seqs,
+                                              const DeviceStepMeta& meta, const std::vector<float>& q,
+                                              const std::vector<float>& gate) {
+  const size_t row = size_t(pools.c.nq) * pools.c.hd;
+  std::vector<float> o(q.size());
+  std::vector<cpu::AttentionChunk> chunks;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const size_t r = size_t(meta.seq_token_start[i]) * row;
+    chunks.push_back({q.data() + r, o.data() + r, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].blocks});
+  }
+  cpu::paged_attention(mma_pool(), pools.cpu, pools.c.nq, 1.0f / std::sqrt(float(pools.c.hd)), chunks);
+  std::vector<float> ref(o.size());
+  for (size_t i = 0; i < o.size(); ++i) ref[i] = o[i] * cpu::sigmoid(gate[i]);
+  return ref;
 }
 
 }  // namespace moeserve::gputest

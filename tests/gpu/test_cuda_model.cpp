@@ -81,6 +81,17 @@ double top1_agreement(const std::vector<float>& a, const std::vector<float>& b, 
   return rows ? double(agree) / double(rows) : 0.0;
 }
 
+// The prompt and four rotations of it (by 3, 6, 9, 12 tokens): a batch of five for invariance checks.
+std::vector<std::vector<int32_t>> with_rotations(const std::vector<int32_t>& prompt) {
+  std::vector<std::vector<int32_t>> prompts{prompt};
+  for (int i = 1; i < 5; ++i) {
+    auto p = prompt;
+    std::rotate(p.begin(), p.begin() + i * 3, p.end());
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
 // Greedy decode of `n` tokens after `prompt` for several sequences decoded together.
 std::vector<std::vector<int32_t>> greedy_batch(model::CausalLM& m, const std::vector<std::vector<int32_t>>& prompts,
                                                int n) {
@@ -229,12 +240,7 @@ TEST(CudaModel, PromptKernelsAtHeadDim128AreChunkAndBatchInvariant) {
     EXPECT_LT(e7, 2e-3);
     EXPECT_LT(e1, 2e-3);
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 40);
-    std::vector<std::vector<int32_t>> prompts{prompt};
-    for (int i = 1; i < 5; ++i) {
-      auto p = prompt;
-      std::rotate(p.begin(), p.begin() + i * 3, p.end());
-      prompts.push_back(p);
-    }
+    const auto prompts = with_rotations(prompt);
     const auto alone = greedy_batch(*m, {prompt}, 12)[0];
     EXPECT_EQ(greedy_batch(*m, prompts, 12)[0], alone) << "a request's greedy output changed with its batch";
   }
@@ -258,12 +264,7 @@ TEST(CudaModel, PromptKernelsAtHeadDim128AreChunkAndBatchInvariant) {
     EXPECT_EQ(score(*m, ids, 7, 0), one_step) << "generated tokens in steps of 7 differ from one step of 150";
     EXPECT_EQ(score(*m, ids, 1, 0), one_step) << "generated tokens one by one differ from one step of 150";
     const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 40);
-    std::vector<std::vector<int32_t>> prompts{prompt};
-    for (int i = 1; i < 5; ++i) {
-      auto p = prompt;
-      std::rotate(p.begin(), p.begin() + i * 3, p.end());
-      prompts.push_back(p);
-    }
+    const auto prompts = with_rotations(prompt);
     EXPECT_EQ(greedy_batch(*m, prompts, 12)[0], greedy_batch(*m, {prompt}, 12)[0])
         << "a request's greedy output changed with its batch";
     by_family[family == "tensor-cores" ? 0 : 1] = one_step;

@@ -68,15 +68,7 @@ TEST(GpuOpsAttentionDecodeTc, MatchesCpu) {
     const size_t row = size_t(c.nq) * c.hd;
     const auto q = random_f32(rng, size_t(M) * row, 3.0f);  // scores with a standard deviation of ~3
     const auto gate = random_f32(rng, size_t(M) * row, 2.0f);
-    std::vector<float> o(q.size());
-    std::vector<cpu::AttentionChunk> chunks;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      const size_t r = size_t(meta.seq_token_start[i]) * row;
-      chunks.push_back({q.data() + r, o.data() + r, seqs[i].num_tokens, seqs[i].start_pos, seqs[i].blocks});
-    }
-    cpu::paged_attention(mma_pool(), pools.cpu, c.nq, 1.0f / std::sqrt(float(c.hd)), chunks);
-    std::vector<float> ref(o.size());
-    for (size_t i = 0; i < o.size(); ++i) ref[i] = o[i] * cpu::sigmoid(gate[i]);
+    const auto ref = cpu_gated_attention(pools, seqs, meta, q, gate);
 
     auto d_k = to_device_bf16(pools.k_host), d_v = to_device_bf16(pools.v_host);
     const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, kBlock, c.hd};
