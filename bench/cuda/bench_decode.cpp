@@ -85,9 +85,10 @@ int main(int argc, char** argv) {
   std::string expert_activations = "auto";
   app.add_option("--expert-activations", expert_activations,
                  "GPTQ routed experts, as serve --expert-activations: auto (the integer form for prompt tokens), f32 or int16 (every token)");
-  std::string decode_attention = "tensor-cores";
+  std::string decode_attention = "auto";
   app.add_option("--decode-attention", decode_attention,
-                 "generated tokens' attention, as serve --decode-attention: tensor-cores or cuda-cores");
+                 "generated tokens' attention, as serve --decode-attention: auto (tensor cores with --decode-kernels "
+                 "mixed / tensor-cores), tensor-cores or cuda-cores");
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);

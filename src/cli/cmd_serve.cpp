@@ -59,9 +59,10 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
       ->capture_default_str();
   app.add_option("--decode-attention", o->decode_attention,
                  "CUDA: generated tokens' attention on tensor-cores (the 16 query heads of a KV head as one MMA "
-                 "tile; head_dim 64, 128 or 256, else CUDA cores) or cuda-cores. Either way a request's tokens do "
-                 "not depend on its batch")
-      ->check(CLI::IsMember({"tensor-cores", "cuda-cores"}))
+                 "tile; head_dim 64, 128 or 256, else CUDA cores) or cuda-cores; auto: tensor-cores with "
+                 "--decode-kernels mixed or tensor-cores (many concurrent requests), cuda-cores with gemv (batch 1). "
+                 "Either way a request's tokens do not depend on its batch")
+      ->check(CLI::IsMember({"auto", "tensor-cores", "cuda-cores"}))
       ->capture_default_str();
   app.add_option("--sampling-device", o->sampling_device,
                  "auto: the GPU picks sampled tokens for requests that need no host-only processing; "

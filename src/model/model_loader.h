@@ -32,8 +32,9 @@ struct ModelLoadOptions {
   // CUDA: GPTQ INT4 routed experts in the integer form (moe_routed_experts_int) for "auto" prompt
   // tokens, "int16" every token, "f32" none.
   std::string expert_activations = "auto";
-  // CUDA: generated tokens' attention: "tensor-cores" (head_dim 64 / 128 / 256) or "cuda-cores".
-  std::string decode_attention = "tensor-cores";
+  // CUDA: generated tokens' attention: "auto" (tensor cores with decode_kernels mixed / tensor-cores),
+  // "tensor-cores" (head_dim 64 / 128 / 256) or "cuda-cores".
+  std::string decode_attention = "auto";
 };
 
 // "cpu" or "cuda" for a requested device; throws for an unknown or unavailable one.

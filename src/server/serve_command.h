@@ -37,7 +37,7 @@ struct ServeOptions {
   bool int8_lm_head = false;                    // LM head quantised to INT8 row-wise at load
   std::string decode_kernels = "gemv";          // CUDA: gemv | tensor-cores | mixed (ModelLoadOptions)
   std::string expert_activations = "auto";      // CUDA: auto | f32 | int16 (ModelLoadOptions)
-  std::string decode_attention = "tensor-cores";  // CUDA: tensor-cores | cuda-cores (ModelLoadOptions)
+  std::string decode_attention = "auto";        // CUDA: auto | tensor-cores | cuda-cores (ModelLoadOptions)
   std::string sampling_device = "auto";         // auto (on the GPU when the model can) | host
   int threads = 0;                              // CPU threads for the model (0: all)
   std::string tokenizer;                        // default: model_dir

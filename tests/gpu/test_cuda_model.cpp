@@ -275,6 +275,15 @@ TEST(CudaModel, PromptKernelsAtHeadDim128AreChunkAndBatchInvariant) {
   EXPECT_LT(fam, 2e-3);
   auto o = small_options();
   EXPECT_THROW(cuda::set_decode_attention(o, "fast"), Error);
+  // "auto" (the default): tensor cores with the tensor-core decode kernels, CUDA cores with gemv.
+  cuda::set_decode_kernels(o, "gemv");
+  cuda::set_decode_attention(o, "auto");
+  EXPECT_FALSE(o.tensor_core_attention);
+  for (const std::string kernels : {"mixed", "tensor-cores"}) {
+    cuda::set_decode_kernels(o, kernels);
+    cuda::set_decode_attention(o, "auto");
+    EXPECT_TRUE(o.tensor_core_attention) << kernels;
+  }
 }
 
 TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {

@@ -35,9 +35,9 @@ void set_expert_activations(CudaModelOptions& o, const std::string& name) {
 }
 
 void set_decode_attention(CudaModelOptions& o, const std::string& name) {
-  if (name != "tensor-cores" && name != "cuda-cores")
-    throw Error(fmt::format("--decode-attention must be tensor-cores or cuda-cores, got '{}'", name));
-  o.tensor_core_attention = name == "tensor-cores";
+  if (name != "auto" && name != "tensor-cores" && name != "cuda-cores")
+    throw Error(fmt::format("--decode-attention must be auto, tensor-cores or cuda-cores, got '{}'", name));
+  o.tensor_core_attention = name == "auto" ? o.tensor_core_decode : name == "tensor-cores";
 }
 
 namespace {

@@ -59,8 +59,9 @@ struct CudaModelOptions {
   // (paged_attention_generated, ops_attention_decode_tc.cu: the 16 q heads of a kv head as one MMA
   // tile, q and P split bf16 hi + lo) where the shape has it (head_dim 64 / 128 / 256), else the
   // CUDA-core kernels (paged_attention). Different bits, each batch invariant; every generated
-  // token of a model takes the same one. set_decode_attention() maps the serve flag's names.
-  bool tensor_core_attention = true;
+  // token of a model takes the same one. set_decode_attention() maps the serve flag's names ("auto":
+  // with the tensor-core decode kernels, as set_decode_kernels left tensor_core_decode).
+  bool tensor_core_attention = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
   // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
@@ -76,7 +77,9 @@ void set_decode_kernels(CudaModelOptions& o, const std::string& name);
 // token's routed experts on the f32 kernels) or "int16" (every token in the integer form). Throws Error
 // otherwise.
 void set_expert_activations(CudaModelOptions& o, const std::string& name);
-// `--decode-attention`: "tensor-cores" (the default) or "cuda-cores" (tensor_core_attention). Throws
+// `--decode-attention`: "auto" (the default: tensor cores when the generated tokens' dense projections
+// run on them, i.e. --decode-kernels mixed or tensor-cores; CUDA cores with gemv, the batch-1 setting:
+// call it after set_decode_kernels), "tensor-cores" or "cuda-cores" (tensor_core_attention). Throws
 // Error otherwise.
 void set_decode_attention(CudaModelOptions& o, const std::string& name);
 
