@@ -75,9 +75,10 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
 // Generated tokens' attention (the model's entry point for every generated token: decode steps of
 // any size and verify batches). tensor_cores = false: paged_attention. true: the tensor-core decode
 // kernel (ops_attention_decode_tc.cu) where paged_attention_generated_tc_supported (head_dim 64, 128
-// or 256), else paged_attention: a CTA per (token, KV chunk, kv head, 16 q heads), the 16 q heads as
-// one m16 MMA tile, q and P split bf16 hi + lo; steps of more than 64 tokens (or more than the
-// workspace holds) in launches of at most that many, each followed by the merge kernel. Same math,
+// or 256), else paged_attention: the 16 q heads of a kv head as one m16 MMA tile, q and P split bf16
+// hi + lo; steps whose (token, kv head, 16 q heads) triples fill half the SMs take a CTA per triple
+// walking the whole range (one launch, no workspace), smaller ones a CTA per KV chunk and the merge
+// kernel, in launches of at most 64 tokens (or what the workspace holds). Same math,
 // other bits than paged_attention; a token's bits depend only on its position and data (alone, in
 // any batch, in a verify batch, in any launch group). q, gate and out 16-byte aligned. Split queries
 // (contexts past 64 positions) need paged_attention_workspace_bytes of workspace for at least one

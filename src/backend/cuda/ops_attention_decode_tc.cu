@@ -12,19 +12,26 @@
 // partials acc [M][nq][chunk_stride][hd] and (max, sum) [M][nq][chunk_stride][2], the layout of
 // ops_attention.cu's merge kernel, which folds them.
 //
-// Parallelisation. Work item = (token t, chunk c of its range, kv head, block of 16 q heads),
-// numbered u·Y + y with u = Σ_{t' < t} nc(t') + c and y = kv head · head_blocks + head block; the
-// numbering is derived on the device from the tokens' positions (the host does not know them when
-// a step is a CUDA-graph replay). A grid of at most the resident CTAs walks the items. CTA = 4
-// warps; its MMA rows are the 16 q heads (rows past the group are zero padding, never stored). A
-// chunk is walked in rounds of 64 positions (two 32-position tiles): the round's K and V rows are
-// copied once into shared memory (cp.async; positions past the chunk's last visible one
-// zero-filled), warp w computes the scores of positions [16w, 16w + 16) of the round (two n8 tiles)
-// into a shared S buffer, then every warp runs the online softmax of each tile over the whole S
-// (the same operations in every warp, so the same values) and P·V for its quarter of the dims. The
-// next round's and the next item's K / V rows are prefetched into L2 while a round computes.
-// Shared memory (bf16 planes row-swizzled as attn_mma::swz): Q hi / lo [16][hd] each, K and V
-// [64][hd] each, S [16][64 + 4] f32: 84 KB at hd 256 (two CTAs per SM on the H200), 42 at hd 128.
+// Parallelisation. Two shapes of work item, the same arithmetic. Whole ranges (DecodeTcArgs::
+// whole_range, chosen when a step's (token, kv head, head block) triples fill at least half the SMs,
+// e.g. 64 decode tokens at the 122B shape): item = token·Y + y, y = kv head · head_blocks + head
+// block; the CTA walks all of the token's chunks and folds them in order itself (no workspace, no
+// merge, any number of tokens per launch). Chunks (small steps): item = (token t, chunk c, y),
+// numbered u·Y + y with u = Σ_{t' < t} nc(t') + c, derived on the device from the tokens' positions
+// (the host does not know them when a step is a CUDA-graph replay); a split query's chunk partials
+// go to the workspace for the merge kernel; at most 64 tokens per launch. A grid of at most the
+// resident CTAs walks the items. CTA = 8 warps at hd >= 128 (4 at hd 64); its MMA rows are the 16 q
+// heads (rows past the group are zero padding, never stored). A range is walked in rounds of 64
+// positions (two 32-position tiles): each warp copies its share of the round's K and V rows into
+// shared memory (cp.async, whole 128-byte lines per warp instruction; positions past the range's
+// last visible one zero-filled) and scores those positions (one or two n8 tiles) into a shared S
+// buffer; then every warp runs the online softmax of each tile over the whole S (the same operations
+// in every warp, so the same values) and P·V for its share of the dims. Whole ranges double-buffer
+// the rounds (the next round's copies run under this round's MMAs) where the shared memory allows
+// it; the round after those, and the next item's first round, are prefetched into L2.
+// Shared memory (bf16 planes row-swizzled as attn_mma::swz): Q hi / lo [16][hd] each, kStages x (K,
+// V) [64][hd], S [16][64 + 4] f32: at hd 256 84 KB with one buffer (two CTAs per SM on the H200; the
+// DGX Spark's 99 KB), 148 KB with two (the H200's whole ranges, one CTA per SM); 76 KB at hd 128.
 //
 // Arithmetic (batch invariant: a function of the token's position p, its q / gate rows and the cache):
 //   q' = q ⊗ (scale·log2 e), split hi + lo (bf16);
@@ -33,16 +40,17 @@
 //   per tile exactly the prefill kernels' tile step (ops_attention_mma_common.cuh: S by the hi / lo
 //   MMA chain over the dims in ascending k16 steps, tmax, m', corr, P = ex2.approx(S − m'), l = fma(l,
 //   corr, rowsum), O ⊗ corr, O += P·V by hi / lo MMAs), positions > p excluded by selects;
-//   a query with one chunk: out = (O ÷ l) ⊗ sigmoid(gate) here; else the chunk partial (m, l, O) goes
-//   to the workspace and the merge kernel folds the partials in chunk order (fold_partial), then the
-//   same gated output. An MMA computes each C element from its own A row, B column and old value, so
+//   the chunk results (m, l, O) folded in chunk order with fold_partial's operations (here for whole
+//   ranges and single-chunk queries, else by the merge kernel from the workspace), then out = (O ÷ l)
+//   ⊗ sigmoid(gate). An MMA computes each C element from its own A row, B column and old value, so
 //   which warp, CTA, launch or step computes a row changes no bit: a token gets the same bits alone,
 //   among 63 others, in a verify batch or in a step of more than 64 tokens (launched in groups).
 //   The bits differ from the CUDA-core kernels' (other products and tiles), so the model runs every
 //   generated token of a configuration through one family (CudaModelOptions::tensor_core_attention).
 //
 // Roofline (decode, batch 64, context 512, the 122B shapes: hd 256, 2 kv heads x 16 q heads): K and V
-// (p+1)·hd·2·2 B per (token, kv head) = 33.6 MB per layer, ~8 us at 4.3 TB/s; MMAs 2 (hi, lo) x 4·hd
+// (p+1)·hd·2·2 B per (token, kv head) = 67 MB per layer, ~16 us at 4.3 TB/s (measured 56 us, PERF.md
+// session 15: latency-bound, one CTA of 8 warps per SM); MMAs 2 (hi, lo) x 4·hd
 // FLOP per (q head, position) = 4.3 GFLOP, ~7 us at mma.sync's ~650 TFLOP/s; Q (16·hd·4 B) and the
 // partials ((hd+2)·4 B per q head and chunk, written and read once) through L2.
 #include "backend/cuda/ops_attention_decode_tc.h"
