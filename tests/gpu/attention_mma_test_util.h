@@ -64,6 +64,23 @@ inline int max_table(const std::vector<SeqSpec>& seqs) {
   return m;
 }
 
+// A step over `seqs` (their block tables drawn here from a shuffled pool): the pool with random K / V
+// at every position up to each sequence's end, the step's metadata on the device, and f32 queries
+// (scores with a standard deviation of ~3: a peaked softmax) and gates for its tokens.
+struct FilledStep {
+  int blocks;
+  KvPools pools;
+  DeviceStepMeta meta;
+  std::vector<float> q, gate;  // [M, nq·hd]
+  FilledStep(Rng& rng, const MmaCase& c, std::vector<SeqSpec>& seqs)
+      : blocks(assign_shuffled_blocks(rng, seqs, kMmaBlock)), pools(rng, c, blocks), meta(seqs, max_table(seqs)) {
+    for (const auto& s : seqs) pools.fill(rng, s.blocks, s.start_pos + s.num_tokens);
+    const size_t n = size_t(meta.num_tokens()) * c.nq * c.hd;
+    q = random_f32(rng, n, 3.0f);
+    gate = random_f32(rng, n, 2.0f);
+  }
+};
+
 // The CPU reference of a step's gated attention: softmax(q·Kᵀ·scale)·V ⊙ sigmoid(gate) for the
 // tokens of `seqs` (rows in sequence order, meta's seq_token_start), from the pool's CPU copy.
 inline std::vector<float> cpu_gated_attention(const KvPools& pools, const std::vector<SeqSpec>& seqs,

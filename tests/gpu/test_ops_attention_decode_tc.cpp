@@ -60,21 +60,16 @@ TEST(GpuOpsAttentionDecodeTc, MatchesCpu) {
     std::vector<SeqSpec> seqs{{0, 1, 0, {}},    {15, 1, 0, {}},   {16, 1, 0, {}},   {63, 1, 0, {}},
                               {64, 1, 0, {}},   {999, 1, 0, {}},  {4999, 1, 0, {}}, {16383, 1, 0, {}},
                               {2047, 4, 0, {}}, {61, 5, 0, {}}};
-    const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
-    KvPools pools(rng, c, blocks);
-    for (const auto& s : seqs) pools.fill(rng, s.blocks, s.start_pos + s.num_tokens);
-    DeviceStepMeta meta(seqs, max_table(seqs));
-    const int M = meta.num_tokens();
+    const FilledStep step(rng, c, seqs);
+    const int M = step.meta.num_tokens();
     const size_t row = size_t(c.nq) * c.hd;
-    const auto q = random_f32(rng, size_t(M) * row, 3.0f);  // scores with a standard deviation of ~3
-    const auto gate = random_f32(rng, size_t(M) * row, 2.0f);
-    const auto ref = cpu_gated_attention(pools, seqs, meta, q, gate);
+    const auto ref = cpu_gated_attention(step.pools, seqs, step.meta, step.q, step.gate);
 
-    auto d_k = to_device_bf16(pools.k_host), d_v = to_device_bf16(pools.v_host);
-    const cuda::KvCacheView view{d_k.data(), d_v.data(), blocks, c.nkv, kBlock, c.hd};
-    const auto got = run_generated(c, view, seqs, max_table(seqs), q, gate, true, size_t(M));
+    auto d_k = to_device_bf16(step.pools.k_host), d_v = to_device_bf16(step.pools.v_host);
+    const cuda::KvCacheView view{d_k.data(), d_v.data(), step.blocks, c.nkv, kBlock, c.hd};
+    const auto got = run_generated(c, view, seqs, max_table(seqs), step.q, step.gate, true, size_t(M));
     for (size_t i = 0; i < seqs.size(); ++i) {
-      const size_t b = size_t(meta.seq_token_start[i]) * row, e = size_t(meta.seq_token_start[i + 1]) * row;
+      const size_t b = size_t(step.meta.seq_token_start[i]) * row, e = size_t(step.meta.seq_token_start[i + 1]) * row;
       const auto es = error_stats(std::vector<float>(got.begin() + long(b), got.begin() + long(e)),
                                   std::vector<float>(ref.begin() + long(b), ref.begin() + long(e)));
       std::printf("  [%s] seq %zu: start %d, %d tokens: max abs err / max |ref| = %.3e (rms rel %.3e)\n",
@@ -83,7 +78,7 @@ TEST(GpuOpsAttentionDecodeTc, MatchesCpu) {
                               << " tokens)";
     }
     // The CUDA-core family through the same entry point is paged_attention, and agrees to rounding.
-    const auto cores = run_generated(c, view, seqs, max_table(seqs), q, gate, false, size_t(M));
+    const auto cores = run_generated(c, view, seqs, max_table(seqs), step.q, step.gate, false, size_t(M));
     EXPECT_LT(error_stats(cores, ref).rel, 1e-4);
   }
 }

@@ -49,15 +49,12 @@ TEST(GpuOpsAttentionMma, MatchesCpu) {
     // Prompts in one pass (1, 17, 300, 1100 tokens) and chunks continuing earlier context.
     std::vector<SeqSpec> seqs{{0, 1, 0, {}},    {0, 17, 0, {}},  {0, 300, 0, {}},
                               {0, 1100, 0, {}}, {650, 450, 0, {}}, {33, 7, 0, {}}};
-    const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
-    KvPools pools(rng, c, blocks);
-    for (const auto& s : seqs) pools.fill(rng, s.blocks, s.start_pos + s.num_tokens);
-    DeviceStepMeta meta(seqs, max_table(seqs));
-    const int M = meta.num_tokens();
+    const FilledStep step(rng, c, seqs);
+    const KvPools& pools = step.pools;
+    const DeviceStepMeta& meta = step.meta;
+    const auto &q = step.q, &gate = step.gate;
+    const int M = meta.num_tokens(), blocks = step.blocks;
     const size_t row = size_t(c.nq) * c.hd;
-    // Scores with a standard deviation of ~3 (a peaked softmax).
-    const auto q = random_f32(rng, size_t(M) * row, 3.0f);
-    const auto gate = random_f32(rng, size_t(M) * row, 2.0f);
     const float scale = 1.0f / std::sqrt(float(c.hd));
     const auto ref = cpu_gated_attention(pools, seqs, meta, q, gate);
 

@@ -20,7 +20,13 @@ __host__ __device__ __forceinline__ int chunk_size(int len) {
   return c;
 }
 
-// Chunks of the range [0, pos].
-__host__ __device__ __forceinline__ int num_chunks(int pos) { return pos / chunk_size(pos + 1) + 1; }
+// Chunks of the range [0, pos] (on the device a shift: the chunk size is a power of two).
+__host__ __device__ __forceinline__ int num_chunks(int pos) {
+#if defined(__CUDA_ARCH__)
+  return (pos >> (__ffs(chunk_size(pos + 1)) - 1)) + 1;
+#else
+  return pos / chunk_size(pos + 1) + 1;
+#endif
+}
 
 }  // namespace moeserve::cuda::attn_chunks

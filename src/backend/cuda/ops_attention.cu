@@ -111,6 +111,7 @@ namespace {
 using attn_chunks::chunk_size;
 using attn_chunks::kChunk0;
 using attn_chunks::kMaxChunks;
+using attn_chunks::num_chunks;
 
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxDimsPerLane = 8;  // head_dim <= 256
@@ -682,7 +683,6 @@ struct DecodeTokens {
   int total;           // Σ nc over the step's tokens
 };
 
-__device__ __forceinline__ int num_chunks(int pos) { return (pos >> log2_pow2(chunk_size(pos + 1))) + 1; }
 
 __device__ __forceinline__ DecodeTokens decode_tokens(const StepMeta& meta, int lane) {
   DecodeTokens d;
