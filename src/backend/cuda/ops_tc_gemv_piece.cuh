@@ -119,6 +119,20 @@ struct WeightFeed {
     wp8 += kChunkBytes<F>;
     ++next_chunk;
   }
+
+  // Prefetches 128-k block blk (relative to bb: chunks 2·blk and 2·blk + 1) of rows g and g + 8 into
+  // L2, one 128-byte line per lane: FP8 / INT8 (a block is one line of a row) lanes t4 0 / 1 rows g /
+  // g + 8; bf16 (two lines) t4 0, 1 row g's, 2, 3 row g + 8's. Rows start on 128-byte lines when K %
+  // 128 == 0 (else a line may be the neighbour's: still only a hint). Past K nothing is prefetched.
+  __device__ __forceinline__ void prefetch_block(int blk) const {
+    constexpr bool kB = F == row_format::kBf16;
+    if (!kB && t4 >= 2) return;
+    const int chunk = 2 * blk + (kB ? (t4 & 1) : 0);
+    if (!kWhole && (bb * 2 + chunk) * 64 >= K) return;
+    const bool r8 = kB ? (t4 >> 1) != 0 : t4 == 1;
+    const uint8_t* p = (r8 ? wp8 : wp0) + ptrdiff_t(chunk - next_chunk) * kChunkBytes<F>;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  }
 };
 
 // A registers of k16 step s (0..3) of the chunk held in a slot (mma.m16n8k16's A layout, which is

@@ -77,7 +77,12 @@ using tc_piece::WeightFeed;
 constexpr int kThreads = 256;
 constexpr int kRows = 128;  // rows per CTA: 2 warpgroups x 64
 constexpr int kBK = 128;
-constexpr int kStages = 4;  // = the main loop's unroll (static stage and ring slots)
+constexpr int kStages = 4;  // B stages (images) in shared memory
+// The main loop's unroll: ring slots are static register indices, so a ring turn (RC chunks, 2 per
+// block) must divide 2·kUnroll; the stage index is dynamic. Two, not kStages: each unrolled block
+// is ~500 SASS instructions (three formats per kernel), and at four the loop did not fit the
+// instruction cache (PERF.md session 16: 32% of stall samples waiting for instructions).
+constexpr int kUnroll = 2;
 constexpr int kMaxArrivals = 4096;
 __device__ unsigned g_wg_arrivals[kMaxArrivals];  // per (row block, tile) of a split launch; 0 between
 
@@ -101,9 +106,11 @@ struct Shape {
 __device__ __forceinline__ int slice_begin(const Shape& sh, int j) { return (j * sh.B) >> sh.log2S; }
 
 // The ring of weight chunks per thread (tc_piece::Slot: its 16-byte loads of one 64-k chunk for
-// rows g and g + 8).
+// rows g and g + 8): two blocks ahead (one with kPair's bf16), the blocks after that prefetched into
+// L2 kPrefetch blocks ahead (WeightFeed::prefetch_block), so the ring costs 32 registers, not 64.
 template <int F, bool kPair>
-inline constexpr int kRing = F == kBf16 ? (kPair ? 2 : 4) : (kPair ? 4 : 8);
+inline constexpr int kRing = F == kBf16 ? (kPair ? 2 : 4) : 4;
+constexpr int kPrefetch = 6;
 
 // One CTA of format F.
 template <int F, int NT, bool kWhole, bool kPair>
@@ -113,7 +120,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
 #if defined(MOESERVE_WGMMA_ENABLED)
   using C = Cfg<NT>;
   constexpr int NB = C::kNB, RC = kRing<F, kPair>;
-  static_assert((2 * kStages) % RC == 0, "the unrolled loop covers whole ring turns");
+  static_assert((2 * kUnroll) % RC == 0, "the unrolled loop covers whole ring turns");
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wi = warp & 3, g = lane >> 2, t4 = lane & 3;
   const int n_wg = row_first + 64 * wg;   // the warpgroup's first row
@@ -143,6 +150,7 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
 #pragma unroll
     for (int q = 0; q < RC; ++q)
       if (q < chunks) request(ring[q]);  // in flight while the previous kernel finishes
+    for (int b = RC / 2; b < kPrefetch && b < nb; ++b) feed.prefetch_block(b);
   }
   pdl_wait();  // the planes (and y) are written by earlier kernels; the weights never are
 
@@ -180,20 +188,22 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
   const size_t pbase = (size_t(rb) * size_t(sh.tiles) + size_t(tile)) * size_t(sh.S) * (kRows * NT);
   const int r_loc = 64 * wg + 16 * wi + g;  // this thread's first row in the CTA
 
-  for (int it0 = 0; it0 < nb; it0 += kStages) {
+  for (int it0 = 0; it0 < nb; it0 += kUnroll) {
 #pragma unroll
-    for (int d = 0; d < kStages; ++d) {
-      const int it = it0 + d;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int it = it0 + u;
       if (it >= nb) break;  // CTA-uniform
+      const int d = it % kStages;  // the block's stage
       bulk::wait_parity(bar0 + uint32_t(8 * d), uint32_t((it / kStages) & 1));  // block it's stage is full
       if (wg_active) {
         const unsigned char* stp = smem + d * C::kStageBytes;
         const uint32_t st = sbase + uint32_t(d * C::kStageBytes);
         const float fb = F == kFp8 ? __ldg(sp + it) : 1.0f;
+        if (it + kPrefetch < nb) feed.prefetch_block(it + kPrefetch);
         uint32_t af[8][4];
 #pragma unroll
         for (int ch = 0; ch < 2; ++ch) {
-          Slot<F>& slot = ring[(2 * d + ch) % RC];
+          Slot<F>& slot = ring[(2 * u + ch) % RC];  // = chunk 2·it + ch's slot (it0 even)
 #pragma unroll
           for (int s = 0; s < 4; ++s) a_frag<F>(slot, s, af[4 * ch + s]);
           if (feed.next_chunk < chunks) request(slot);  // refill the slot just converted (chunk + RC)
@@ -203,12 +213,13 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
         for (int j = 0; j < NB; ++j)
 #pragma unroll
           for (int i = 0; i < 4; ++i) c[j][i] = 0.0f;
+        const uint64_t desc = wgmma::desc_sw64(st);
         wgmma::fence();
 #pragma unroll
         for (int i8 = 0; i8 < 8; ++i8) {
           const uint32_t off = uint32_t((i8 >> 1) * C::kSub + (i8 & 1) * 32);
-          wgmma::mma_m64nNk16_f16_rs<NT, F == kBf16>(c, af[i8], wgmma::desc_sw64(st + off));
-          wgmma::mma_m64nNk16_f16_rs<NT, F == kBf16>(c, af[i8], wgmma::desc_sw64(st + uint32_t(4 * C::kSub) + off));
+          wgmma::mma_m64nNk16_f16_rs<NT, F == kBf16>(c, af[i8], wgmma::desc_advance(desc, off));
+          wgmma::mma_m64nNk16_f16_rs<NT, F == kBf16>(c, af[i8], wgmma::desc_advance(desc, uint32_t(4 * C::kSub) + off));
         }
         wgmma::commit_group();
         wgmma::wait_group<0>();

@@ -39,6 +39,12 @@ __device__ __forceinline__ uint64_t desc_sw64(uint32_t smem_addr) {
          (uint64_t(2) << 62);
 }
 
+// desc_sw64(smem_addr + bytes) from desc_sw64(smem_addr): the start address field (bits 0..13,
+// address / 16) plus bytes / 16, one 64-bit add instead of the mask-shift-or chain. Exact when
+// bytes % 16 == 0 and smem_addr + bytes < 256 KB (no carry out of the field): every shared-memory
+// address of a CTA.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + uint64_t(bytes >> 4); }
+
 __device__ __forceinline__ void fence() {
 #if defined(MOESERVE_WGMMA_ENABLED)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
