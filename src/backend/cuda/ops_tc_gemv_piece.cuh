@@ -160,12 +160,18 @@ __device__ __forceinline__ void a_frag(const Slot<F>& sl, int s, uint32_t (&a)[4
 
 // The epilogue of every form: output v of token row m and weight row n (the slice fold done) into
 // y [M, N]: INT8 multiplies by its row scale rs first (one __fmul_rn; rs unused otherwise), then y
-// = v, or y = y + v with accumulate.
+// = v, or y = y + v with accumulate. y_value is that value given y's old value (callers that read
+// it ahead of the sums); y_at the element.
+template <int F>
+__device__ __forceinline__ float y_value(float v, float rs, int accumulate, float old) {
+  if constexpr (F == row_format::kInt8) v = __fmul_rn(v, rs);
+  return accumulate ? __fadd_rn(old, v) : v;
+}
+__device__ __forceinline__ float& y_at(float* y, int N, int m, int n) { return y[size_t(m) * size_t(N) + n]; }
 template <int F>
 __device__ __forceinline__ void store_y(float* y, int N, int m, int n, float v, float rs, int accumulate) {
-  if constexpr (F == row_format::kInt8) v = __fmul_rn(v, rs);
-  float* p = y + size_t(m) * size_t(N) + n;
-  *p = accumulate ? __fadd_rn(*p, v) : v;
+  float& p = y_at(y, N, m, n);
+  p = y_value<F>(v, rs, accumulate, accumulate ? p : 0.0f);
 }
 
 // Stores a warp's accumulator tile: rows n0 + g (+ 8) of the job's outputs and tokens m0 + 8·j + 2·t4

@@ -32,17 +32,21 @@
 // lockstep, so one's conversion and fold overlap the other's MMAs. At a slice's end acc_j goes into
 // tot (ksplit 1, in shared memory) or to the partial workspace [row block, tile][S][128 rows][NT]
 // (ksplit > 1), where the last CTA of a (row block, tile) to arrive (a counter per pair, set back
-// to 0 by it) folds the S partials in order. Weights: a ring of RC 64-k chunks per thread (FP8 /
-// INT8: 8 chunks = 4 blocks ahead, 256 bytes per thread; bf16 4 chunks, the same bytes), the first
-// requested before the PDL wait. One CTA per SM; 16-token launches of more CTAs than SMs run two
-// per SM with half the ring (kPair).
+// to 0 by it) folds the S partials in order. Weights: a ring of RC 64-k chunks per thread in
+// registers (4 = 2 blocks ahead: FP8 / INT8 128 bytes per thread, bf16 256), the first requested
+// before the PDL wait, and an L2 prefetch kPrefetch blocks ahead. One CTA per SM; 16-token launches
+// of more CTAs than SMs run two per SM (kPair; bf16 with a 1-block ring).
+// The main loop is unrolled over kUnroll = 2 blocks (static ring slots, dynamic stage): unrolled
+// over the 4 stages, as first written, the loop missed the instruction cache (PERF.md session 16).
 //
 // Shared memory: 4 stages of 512·NT + 512 bytes (image, 2^-P) and the running slice sums (NT / 2
 // floats per thread): 164 KB at NT 64.
 // Roofline (q_proj, 16384 x 3072 FP8, 64 tokens): 50 MB of weights (~12 us at 4.3 TB/s) and
 // 2·64·16384·3072·2 = 12.9 GFLOP of f16 MMAs (~13 us at the dense f16 peak): both about equal;
-// x as planes from L2: 64·3072·4 B per CTA. Measured (PERF.md session 13): 36 us; a CTA's 32
-// m64n64k16 wgmmas per block take ~1.5 us, ~37% of the tensor peak, the limit of this shape.
+// x as planes from L2: 64·3072·4 B per CTA. Measured: ~35-39 us (PERF.md sessions 13, 16), ~1.4 us
+// per block and CTA where the 32 m64n64k16 wgmmas alone take 0.58 us (session 16's probe: one
+// chain of register-A wgmmas per warpgroup runs at ~960 TFLOP/s): the time is outside the MMAs;
+// halving the stage images changed nothing (not L2 bandwidth).
 #include "backend/cuda/ops_tc_gemv_wgmma.h"
 
 #include <climits>
@@ -71,6 +75,8 @@ using namespace row_format;  // kFp8 / kInt8 / kBf16, with_format
 using tc_piece::a_frag;
 using tc_piece::store_acc_tile;
 using tc_piece::store_y;
+using tc_piece::y_at;
+using tc_piece::y_value;
 using tc_piece::Slot;
 using tc_piece::WeightFeed;
 
@@ -300,30 +306,47 @@ __device__ __forceinline__ void wg_cta(const Job& job, const Shape& sh, const ui
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  // Four consecutive tokens of a row per thread and step, every slice's float4 requested before the
-  // in-order sum (the loads of two steps in flight: the fold is L2 latency, not bandwidth).
+  // Four consecutive tokens of a row per thread and quad; kU quads per thread at a time, every load
+  // of them (each slice's float4, the INT8 row scale, the y values an accumulating job adds to)
+  // requested before the in-order sums: the fold is L2 latency, so one round trip per kU quads
+  // (two steps of one quad each, loading y after the sums, took ~4x as many: PERF.md session 16).
   constexpr int kQuads = kRows * NT / 4;
+  constexpr int kU = kQuads / kThreads < 4 ? kQuads / kThreads : 4;  // 2 at NT 16 (kPair: <= 128 registers)
   const size_t sstride = size_t(kRows) * NT;
-#pragma unroll 2
-  for (int q = tid; q < kQuads; q += kThreads) {
-    const int e = 4 * q, r = e / NT, m = e - r * NT, n = row_first + r;
-    float4 v[8];
+  for (int q0 = tid; q0 < kQuads; q0 += kU * kThreads) {
+    float4 v[kU][8];
+    float old[kU][4], rs[kU];
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      if (j < sh.S) v[j] = __ldcg(reinterpret_cast<const float4*>(partial + pbase + size_t(j) * sstride + size_t(e)));
-    if (n >= job.N) continue;
-    float o[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+    for (int u = 0; u < kU; ++u) {
+      const int q = q0 + u * kThreads;
+      if (q >= kQuads) break;
+      const int e = 4 * q, r = e / NT, m = e - r * NT, n = row_first + r;
 #pragma unroll
-    for (int j = 1; j < 8; ++j)
-      if (j < sh.S) {
-        o[0] = __fadd_rn(o[0], v[j].x), o[1] = __fadd_rn(o[1], v[j].y);
-        o[2] = __fadd_rn(o[2], v[j].z), o[3] = __fadd_rn(o[3], v[j].w);
+      for (int j = 0; j < 8; ++j)
+        if (j < sh.S) v[u][j] = __ldcg(reinterpret_cast<const float4*>(partial + pbase + size_t(j) * sstride + size_t(e)));
+      rs[u] = F == kInt8 && n < job.N ? __ldg(job.scale + n) : 1.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        old[u][c] = job.accumulate && n < job.N && m + c < mt ? y_at(job.y, job.N, m0 + m + c, n) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int q = q0 + u * kThreads;
+      if (q >= kQuads) break;
+      const int e = 4 * q, r = e / NT, m = e - r * NT, n = row_first + r;
+      if (n >= job.N) continue;
+      float o[4] = {v[u][0].x, v[u][0].y, v[u][0].z, v[u][0].w};
+#pragma unroll
+      for (int j = 1; j < 8; ++j)
+        if (j < sh.S) {
+          o[0] = __fadd_rn(o[0], v[u][j].x), o[1] = __fadd_rn(o[1], v[u][j].y);
+          o[2] = __fadd_rn(o[2], v[u][j].z), o[3] = __fadd_rn(o[3], v[u][j].w);
+        }
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (m + c >= mt) break;
+        y_at(job.y, job.N, m0 + m + c, n) = y_value<F>(o[c], rs[u], job.accumulate, old[u][c]);
       }
-    const float rs = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      if (m + c >= mt) break;
-      store_y<F>(job.y, job.N, m0 + m + c, n, o[c], rs, job.accumulate);
     }
   }
 #else
