@@ -45,8 +45,8 @@
 // 2·64·16384·3072·2 = 12.9 GFLOP of f16 MMAs (~13 us at the dense f16 peak): both about equal;
 // x as planes from L2: 64·3072·4 B per CTA. Measured: ~35-39 us (PERF.md sessions 13, 16), ~1.4 us
 // per block and CTA where the 32 m64n64k16 wgmmas alone take 0.58 us (session 16's probe: one
-// chain of register-A wgmmas per warpgroup runs at ~960 TFLOP/s): the time is outside the MMAs;
-// halving the stage images changed nothing (not L2 bandwidth).
+// chain of register-A wgmmas per warpgroup runs at ~960 TFLOP/s, bench_wgmma_chain): the time is
+// outside the MMAs; halving the stage images changed 1-2% (the LM head 8%): not L2 bandwidth.
 #include "backend/cuda/ops_tc_gemv_wgmma.h"
 
 #include <climits>
