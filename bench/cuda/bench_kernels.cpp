@@ -697,6 +697,17 @@ class KernelBench {
     char shape[96];
     std::snprintf(shape, sizeof shape, "E%d k%d %dx%d, %.1f experts", E, k, I, H, distinct);
     record("moe_routed_experts", fmt_label(experts_), shape, b, calls, t, bytes);
+    // The integer form (serve --expert-activations int16) on the same experts and logits.
+    if (moe_int_supported(ms, ex)) {
+      DeviceBuffer<uint8_t> iws(std::max<size_t>(1, moe_int_workspace_bytes(ms, b)));
+      auto launch_int = [&](int64_t i) {
+        moe_routed_experts_int(x_.data(), d_logits.data() + size_t(i % kSets) * size_t(b) * size_t(E), ms, ex, b,
+                               iws.data(), iws.bytes(), residual.data(), s_);
+      };
+      const Timing ti = timer_.time(launch_int, kSets);
+      record("moe_routed_experts_int", std::string(fmt_label(experts_)) + " int16 act", shape, b, calls, ti, bytes,
+             /*in_total=*/false);
+    }
   }
 
   // The small ops, with the arguments the model passes (qwen35_cuda.cpp).

@@ -1,5 +1,6 @@
-// The integer-form dp4a expert kernels for steps of 1-8 tokens (ops_moe_int_decode.cu), through
-// cuda::moe_routed_experts_int with set_moe_int_decode_max_tokens(8) (every M <= 8 takes them):
+// The integer-form dp4a expert kernels for steps of 1-8 tokens (ops_moe_int_stream.cu, the default,
+// and the persistent ones of ops_moe_int_decode.cu), through cuda::moe_routed_experts_int with
+// set_moe_int_decode_max_tokens(8) (every M <= 8 takes them):
 //   - the routed block against the CPU reference int_form_moe (tests/gpu/moe_int_reference.h):
 //     within 1e-4 of max |routed| (the reference uses std::exp for silu and the shared gate, the
 //     kernels __expf), sym / asym zeros, groups 32 / 64 / 128, the 122B-A10B expert shape (E reduced
@@ -17,6 +18,8 @@
 //     k = 8 random routing), repeated calls on one workspace (same bits as on a fresh one), a call
 //     captured in a CUDA graph and replayed on new inputs (same bits as eager calls; the act-block
 //     arrival counters must be back at zero after every launch).
+//   - the streaming kernels (set_moe_int_decode_variant 1) and the persistent ones (0) give every
+//     output the same bits, on every shape above, M = 1, 2, 5, 8.
 // The same bits as the tensor-core form and the refusal of unsupported experts are checked once for
 // both kernel families in test_ops_moe_int.cpp; the shared helpers are in moe_int_test_util.h.
 #include <gtest/gtest.h>
@@ -402,6 +405,61 @@ TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
       cudaStreamDestroy(st);
+    }
+  }
+}
+
+// The streaming kernels (variant 1, the default: ops_moe_int_stream.cu) and the persistent ones
+// (variant 0: ops_moe_int_decode.cu) give every output the same bits (both follow moe_int_arith.h
+// exactly), on every shape of MatchesIntFormMoe, M = 1, 2, 5, 8, with and without the shared
+// expert; moe_int_decode_streams says the streaming kernels served each step (a silent fallback to
+// the persistent kernels would make the comparison empty). Bad variants are refused.
+TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard(8);
+  struct VariantGuard {
+    int saved = cuda::moe_int_decode_variant();
+    ~VariantGuard() { cuda::set_moe_int_decode_variant(saved); }
+  } variant_guard;
+  EXPECT_EQ(cuda::moe_int_decode_variant(), 1) << "the streaming kernels are the default";
+  for (int bad : {-1, 2, 3}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
+  EXPECT_EQ(cuda::moe_int_decode_variant(), 1) << "a rejected value leaves the variant as it was";
+  Rng rng(97);
+  const std::vector<IntCase> cases{{16, 8, 3072, 1024, 128, true}, {16, 8, 1024, 512, 128, false},
+                                   {16, 8, 1024, 512, 32, false},  {16, 8, 1024, 512, 64, true},
+                                   {8, 3, 256, 128, 32, false},    {6, 2, 384, 384, 64, false},
+                                   {40, 32, 256, 128, 32, true},   {5, 1, 640, 256, 128, false},
+                                   {8, 2, 128, 64, 32, true},      {5, 3, 192, 320, 64, false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(case_name(c));
+    const IntExperts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 2, 5, 8}) {
+      Inputs in = random_inputs(rng, c, M);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      for (bool with_shared : {false, true}) {
+        in.shared = with_shared ? &shared : nullptr;
+        in.gate = with_shared ? &gate : nullptr;
+        cuda::set_moe_int_decode_variant(1);
+        EXPECT_TRUE(cuda::moe_int_decode_streams(shape_of(c), d, M)) << "M=" << M;
+        bool ran = false;
+        const auto streamed = run(d, c, in, M, &ran);
+        ASSERT_TRUE(ran);
+        cuda::set_moe_int_decode_variant(0);
+        EXPECT_FALSE(cuda::moe_int_decode_streams(shape_of(c), d, M));
+        const auto persistent = run(d, c, in, M, &ran);
+        ASSERT_TRUE(ran);
+        cuda::set_moe_int_decode_variant(1);
+        int diffs = 0, changed = 0;
+        for (size_t i = 0; i < streamed.size(); ++i) {
+          diffs += !bits_equal(streamed[i], persistent[i]);
+          changed += !bits_equal(streamed[i], in.residual[i]);
+        }
+        EXPECT_GT(changed, int(streamed.size() / 2)) << "M=" << M << ": the experts added nothing";
+        EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": " << diffs << " of " << streamed.size()
+                            << " outputs differ between the streaming and the persistent kernels";
+      }
     }
   }
 }

@@ -89,13 +89,32 @@ MOESERVE_INT_HD int unit_length(int g) {
   return kXBlock % g == 0 ? g : 0;
 }
 
+// 3. in parts: a unit's two factors (computable by any thread, in any order) and the ordered step.
+MOESERVE_INT_HD float unit_value(int32_t d) {  // float(D_u), rounded to nearest
+#if defined(__CUDA_ARCH__)
+  return __int2float_rn(d);
+#else
+  return float(d);
+#endif
+}
+MOESERVE_INT_HD float unit_coef(float s_block, float scale) {  // c_u = s_b · scale, rounded to nearest
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(s_block, scale);
+#else
+  return s_block * scale;
+#endif
+}
+MOESERVE_INT_HD float fold_step(float acc, float value, float coef) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(value, coef, acc);
+#else
+  return std::fma(value, coef, acc);
+#endif
+}
+
 // 3.: one fold step.
 MOESERVE_INT_HD float fold_unit(float acc, int32_t d, float s_block, float scale) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(__int2float_rn(d), __fmul_rn(s_block, scale), acc);
-#else
-  return std::fma(float(d), s_block * scale, acc);
-#endif
+  return fold_step(acc, unit_value(d), unit_coef(s_block, scale));
 }
 
 }  // namespace moeserve::cuda::moe_int

@@ -1,0 +1,777 @@
+// The integer form of the GPTQ INT4 routed experts (moe_int_arith.h) for steps of 1 ..
+// kIntDecodeMaxTokens tokens, streaming: two dp4a kernels whose every thread copies its own weight
+// rows into its own shared-memory ring with cp.async, many rows ahead of its arithmetic (the f32
+// streaming kernels' pipeline, ops_moe_decode.cu, with the integer form's 7 instructions per
+// weight word instead of ~25). int_decode (ops_moe_int_decode.cu) sends a step here by default
+// (set_moe_int_decode_variant 1) and takes its persistent kernels where these do not fit.
+//
+// Layout: the checkpoint's own: qweight [E][K/8][N] int32 (nibble j of word (kp, n) = q[8kp + j, n]),
+// scales f16 [E][K/g][N], qzeros [E][K/g][N/8] (stored zero − 1); x f32 [M, H]; router logits f32
+// [M, E]; residual f32 [M, H]. Workspace: ops_moe_int_decode.cuh's (ids, weights, act, the act rows'
+// planes, block scales and ΣX), the same as the persistent kernels'.
+//
+// Arithmetic (moe_int_arith.h, exactly; the same bits as every kernel of the integer form, so a
+// token's output does not depend on the batch or on the kernel family): an item is one unit (U k,
+// U / 8 packed rows) of two 4-column vectors A and B that multiply the same activations: per
+// column A_c = Σ q·hi and B_c = Σ q·lo by dp4a over the unit's words (even nibbles against the hi /
+// lo bytes of the even k, odd nibbles against the odd k), then the exact D_u = 256·A + B − z·ΣX_u.
+// After a barrier one thread per output folds its units in ascending k (fold_unit, step 3).
+// gate/up: act = silu_mul_rn(g, u), then act_block_arrive (ops_moe_int_decode_common.cuh): the last
+// of a 128-column block's 4 CTAs quantises it into the workspace planes. down: y per (rank,
+// column), then combine_routed's order: acc = fmaf(w_r, y_r, acc) over r from 0, residual + acc,
+// with the shared expert o = fmaf(1 / (1 + __expf(−logit)), shared, o).
+//
+// gate/up (int_stream_gate_up_kernel): grid (I / 32, M·k): a CTA per (slot, 32 columns of I), so
+//   every 128-byte line of the slot's expert is requested by one CTA. Items it = 8·u + c: vector A
+//   = gate, B = up, columns n0 + 4c .. + 3, unit u; 8·H/U items (192 threads at H 3072, U 128).
+//   Prologue: warp 0 routes the token (route_rounds: rounds 0 .. r; the CTA of rank 0 and the
+//   first columns all k and publishes ids / weights for down) while the other warps quantise the x
+//   row into shared-memory planes (each 128-k block's 16 rows padded by one vector: the 4 units a
+//   warp reads sit on different banks).
+// down (int_stream_down_kernel): grid (H / 16, M): a CTA per (token, 16 columns of H), all k
+//   ranks (192 CTAs at M = 1 on the H200's 132 SMs, where 32 columns left 36 SMs idle). Items
+//   it = 2·(k·u + r) + c: rank r, vector A = columns n0 + 4c, B = n0 + 8 + 4c, unit u; 2·k·I/U
+//   items (128 threads at k 8, I 1024). Prologue: the token's ids / weights, the k act rows'
+//   planes (cp.async; rank rows RS vectors apart with RS ≡ 1 mod 8, blocks padded by one vector: the
+//   16 (rank, unit) vectors a warp reads spread over all banks), s_b, ΣX, residual and shared
+//   values.
+// The ring (stream_units): a thread requests its own rows with 16-byte cp.async.cg into its own
+//   ring slot (R steps of 2 rows of A and B; one commit group per step, the item's scales and
+//   zeros with its first step), R steps ahead of the step it computes, and waits with
+//   cp.async.wait_group R − 1: no register holds an in-flight word and no barrier orders the ring.
+// Occupancy (plan_up / plan_down, per device): as many CTAs per SM as the grid spreads over an SM
+//   (threads and registers permitting), each with the largest ring (<= 16 steps, <= the thread's
+//   rows) that fits. H200, 122B-A10B at M = 1: gate/up 256 CTAs x 192 threads, 2 per SM, the
+//   whole unit of 16 rows in flight per thread (96 KB per CTA) when it fits; down 192 CTAs x 128
+//   threads, 2 per SM. DGX Spark (sm_121, 99 KB per block): the same code with
+//   the rings that fit; cp.async and dp4a are sm_61-sm_80 instructions (no TMA, no wgmma).
+// PDL: both kernels are programmatic dependent launches and wait (pdl_wait) before touching any
+//   global memory (the experts to read depend on the routing, which needs the logits; down's on
+//   the ids gate/up writes); gate/up lets down launch once its CTAs have routed. g_stream_arrivals
+//   (one per (slot, 128-column block)) is zero between launches: the last arrival sets it back.
+//   gate/up launches on one device must not overlap (stream order on the model's stream).
+// Instructions per weight word: 1 LOP3, 1 SHF + 1 LOP3, 4 dp4a, plus per row of A and B two
+//   16-byte shared loads of the ring, one of x, two cp.async and the ring's bookkeeping.
+// Roofline (bytes per layer): M·k·(3·I·H/2 + 3·(H/g)·I·2) (+ zeros when asymmetric; a token's
+//   repeated expert is read again): 122B-A10B at M = 1 37.7 MB of weights + 1.2 MB of scales,
+//   9.2 us at the H200's 4.27 TB/s copy bandwidth.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/moe_int_arith.h"
+#include "backend/cuda/ops_moe_int_decode.cuh"
+#include "backend/cuda/ops_moe_int_decode_common.cuh"
+#include "backend/cuda/ops_moe_int_internal.cuh"
+#include "backend/cuda/ops_moe_internal.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "core/error.h"
+
+namespace moeserve::cuda::moe_int_detail {
+namespace {
+
+using moe_detail::ExpertView;
+using moe_detail::kMaxTopK;
+using moe_detail::silu_mul_rn;
+using moe_detail::view_of;
+
+constexpr int kUpCols = kActTileCols;  // gate/up CTA: 32 columns of I (4 per act block)
+constexpr int kDownCols = 16;          // down CTA: columns of H
+constexpr int kMaxThreads = 256;
+constexpr int kMaxRing = 16;      // ring steps in flight per thread (cp.async groups; wait_group <= 15)
+constexpr int kCoResidentRing = 4;  // down's ring beside a wave of gate/up CTAs (plan_for)
+constexpr int kStepRows = 2;      // packed rows per ring step (a unit has 4, 8 or 16)
+constexpr int kSlotBytes = 32;    // per thread and item: scales A, B (8 B each), zero words A, B (4 B each)
+constexpr int kArrivalSlots = 1 << 15;
+__device__ unsigned g_stream_arrivals[kArrivalSlots];
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+// Waits until at most n (0..kMaxRing − 1, uniform over the CTA) of this thread's groups are pending.
+__device__ __forceinline__ void wait_pending(int n) {
+  using async_copy::cp_async_wait;
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    case 7: cp_async_wait<7>(); break;
+    case 8: cp_async_wait<8>(); break;
+    case 9: cp_async_wait<9>(); break;
+    case 10: cp_async_wait<10>(); break;
+    case 11: cp_async_wait<11>(); break;
+    case 12: cp_async_wait<12>(); break;
+    case 13: cp_async_wait<13>(); break;
+    case 14: cp_async_wait<14>(); break;
+    default: cp_async_wait<15>(); break;
+  }
+}
+
+__host__ __device__ constexpr size_t round16(size_t b) { return (b + 15) / 16 * 16; }
+// Activation planes in shared memory: each 128-k block's 16 vectors (one per packed row) padded to
+// kPadBlock, so the rows of different blocks that one warp reads sit on different banks.
+constexpr int kPadBlock = 17;
+__host__ __device__ constexpr int plane_index(int kp) { return (kp >> 4) * kPadBlock + (kp & 15); }
+// Ring bytes: [R][kStepRows][A, B][threads] x 16 B.
+__host__ __device__ constexpr size_t ring_bytes(int R, int nthr) { return size_t(R) * kStepRows * 2 * nthr * 16; }
+// Item slots a thread needs: the producer runs R steps ahead, so the item being consumed is
+// rewritten no earlier than ceil(R / steps per item) + 1 items later; never more than its items.
+__host__ __device__ constexpr int item_slots(int R, int rows, int per_thread) {
+  return (R + rows / kStepRows - 1) / (rows / kStepRows) + 1 < per_thread ? (R + rows / kStepRows - 1) / (rows / kStepRows) + 1
+                                                                           : per_thread;
+}
+
+// One item: one unit (rows packed rows from wa / wb) of two 4-column vectors A and B.
+struct UnitItem {
+  const int32_t* wa;  // packed row u·rows, the vector's first column (16-byte aligned)
+  const int32_t* wb;
+  const __half* sa;   // the unit's group scales at the vector's first column (8-byte aligned)
+  const __half* sb;
+  const int32_t* za;  // the group's zero words (asymmetric)
+  const int32_t* zb;
+  int zshift;         // 4·(n % 8): the vector's first nibble in its zero word (A and B alike)
+  const uint4* xp;    // the activation planes of packed row u·rows (shared memory)
+  int sxu;            // ΣX over the unit
+  float xscale;       // the activation block scale s_b of the unit
+  int oa, ob;         // dsm / scm index of the vector's first column
+};
+
+// Streams this thread's items it = tid, tid + nthr, ... < items (see the header): per item the
+// fold's factors of A's and B's 4 columns (moe_int_arith.h step 3): float(D_u) -> dsm[o + 0..3],
+// c_u = s_b · scale -> scm[o + 0..3]; the fold itself is then one FMA per unit.
+// after_issue(): called by every thread once the first R ring steps are requested and before any
+// is read: the activations are staged there (and published by a barrier in it), so their latency
+// overlaps the weights'. Src::get's xp and sxu are read only after it.
+template <bool kSym, class Src, class AfterIssue>
+__device__ __forceinline__ void stream_units(const Src& src, int items, int rows, int N, int R, int IR, char* ring,
+                                             char* islots, float* dsm, float* scm, AfterIssue&& after_issue) {
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const size_t vstride = size_t(nthr) * 16;     // A plane -> B plane of a row
+  const size_t rowstride = 2 * vstride;         // row -> next row of a step
+  const size_t rstride = kStepRows * rowstride;  // ring slot -> next
+  const size_t istride = size_t(nthr) * kSlotBytes;
+  char* my_ring = ring + size_t(tid) * 16;
+  char* my_items = islots + size_t(tid) * kSlotBytes;
+
+  int p_it = tid, p_u = 0, p_slot = 0, p_islot = 0;  // the producer's next step
+  UnitItem p{};
+  if (p_it < items) p = src.get(p_it);
+  auto issue = [&]() {
+    if (p_it < items) {
+      char* rs = my_ring + size_t(p_slot) * rstride;
+      if (p_u == 0) {
+        char* is = my_items + size_t(p_islot) * istride;
+        cp_async8(is, p.sa);
+        cp_async8(is + 8, p.sb);
+        if constexpr (!kSym) {
+          cp_async4(is + 16, p.za);
+          cp_async4(is + 20, p.zb);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kStepRows; ++j) {
+        async_copy::cp_async16(rs + j * rowstride, p.wa + size_t(j) * N);
+        async_copy::cp_async16(rs + j * rowstride + vstride, p.wb + size_t(j) * N);
+      }
+      p.wa += size_t(kStepRows) * N;
+      p.wb += size_t(kStepRows) * N;
+      if (++p_slot == R) p_slot = 0;
+      p_u += kStepRows;
+      if (p_u == rows) {
+        p_u = 0;
+        if (++p_islot == IR) p_islot = 0;
+        p_it += nthr;
+        if (p_it < items) p = src.get(p_it);
+      }
+    }
+    async_copy::cp_async_commit();  // empty past the last step: every step commits one group
+  };
+  for (int i = 0; i < R; ++i) issue();
+  after_issue();
+
+  int c_slot = 0, c_islot = 0;
+  for (int it = tid; it < items; it += nthr) {
+    const UnitItem q = src.get(it);
+    const char* is = my_items + size_t(c_islot) * istride;
+    if (++c_islot == IR) c_islot = 0;
+    int ah[4] = {0, 0, 0, 0}, bh[4] = {0, 0, 0, 0};               // Σ q·hi (s8 hi x u8-valued q)
+    unsigned al[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};  // Σ q·lo (u8 x u8)
+    for (int u = 0; u < rows; u += kStepRows) {
+      wait_pending(R - 1);  // committed: R + steps consumed; this step's group is the oldest pending
+      const char* rs = my_ring + size_t(c_slot) * rstride;
+      if (++c_slot == R) c_slot = 0;
+#pragma unroll
+      for (int j = 0; j < kStepRows; ++j) {
+        const uint4 wa = *reinterpret_cast<const uint4*>(rs + j * rowstride);
+        const uint4 wb = *reinterpret_cast<const uint4*>(rs + j * rowstride + vstride);
+        const uint4 xv = q.xp[u + j];  // {hi even k, hi odd k, lo even k, lo odd k}
+        const uint32_t wca[4] = {wa.x, wa.y, wa.z, wa.w}, wcb[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint32_t ea = wca[c] & 0x0F0F0F0Fu, oa = (wca[c] >> 4) & 0x0F0F0F0Fu;  // q of k 0,2,4,6 / 1,3,5,7
+          const uint32_t eb = wcb[c] & 0x0F0F0F0Fu, ob = (wcb[c] >> 4) & 0x0F0F0F0Fu;
+          ah[c] = __dp4a(int(ea), int(xv.x), ah[c]);
+          ah[c] = __dp4a(int(oa), int(xv.y), ah[c]);
+          al[c] = __dp4a(ea, xv.z, al[c]);
+          al[c] = __dp4a(oa, xv.w, al[c]);
+          bh[c] = __dp4a(int(eb), int(xv.x), bh[c]);
+          bh[c] = __dp4a(int(ob), int(xv.y), bh[c]);
+          bl[c] = __dp4a(eb, xv.z, bl[c]);
+          bl[c] = __dp4a(ob, xv.w, bl[c]);
+        }
+      }
+      issue();  // the step R ahead, into the slot just read (this thread's own)
+    }
+    // The item's scales and zeros came with its first step (complete: its last step's wait).
+    const uint2 sra = *reinterpret_cast<const uint2*>(is), srb = *reinterpret_cast<const uint2*>(is + 8);
+    uint32_t zwa = 0, zwb = 0;
+    if constexpr (!kSym) {
+      zwa = *reinterpret_cast<const uint32_t*>(is + 16);
+      zwb = *reinterpret_cast<const uint32_t*>(is + 20);
+    }
+    int da[4], db[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int za = kSym ? 8 : int((zwa >> (q.zshift + 4 * c)) & 0xFu) + 1;
+      const int zb = kSym ? 8 : int((zwb >> (q.zshift + 4 * c)) & 0xFu) + 1;
+      da[c] = ah[c] * 256 + int(al[c]) - za * q.sxu;  // exact: |D_u| < 2^26
+      db[c] = bh[c] * 256 + int(bl[c]) - zb * q.sxu;
+    }
+    const __half2* sha = reinterpret_cast<const __half2*>(&sra);
+    const __half2* shb = reinterpret_cast<const __half2*>(&srb);
+    const float sa[4] = {__low2float(sha[0]), __high2float(sha[0]), __low2float(sha[1]), __high2float(sha[1])};
+    const float sb[4] = {__low2float(shb[0]), __high2float(shb[0]), __low2float(shb[1]), __high2float(shb[1])};
+    float va[4], vb[4], ca[4], cb[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      va[c] = mi::unit_value(da[c]);
+      vb[c] = mi::unit_value(db[c]);
+      ca[c] = mi::unit_coef(q.xscale, sa[c]);
+      cb[c] = mi::unit_coef(q.xscale, sb[c]);
+    }
+    *reinterpret_cast<float4*>(dsm + q.oa) = make_float4(va[0], va[1], va[2], va[3]);
+    *reinterpret_cast<float4*>(dsm + q.ob) = make_float4(vb[0], vb[1], vb[2], vb[3]);
+    *reinterpret_cast<float4*>(scm + q.oa) = make_float4(ca[0], ca[1], ca[2], ca[3]);
+    *reinterpret_cast<float4*>(scm + q.ob) = make_float4(cb[0], cb[1], cb[2], cb[3]);
+  }
+  async_copy::cp_async_wait<0>();  // nothing of this thread's lands later
+}
+
+// Step 3 of one output: acc = fold_step(acc, float(D_u), c_u) over its nu units from 0 (fold_unit's
+// bits). v / c: the output's factors (stride `stride` per unit, stream_units' dsm / scm).
+__device__ __forceinline__ float fold_units(const float* v, const float* c, int stride, int nu) {
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int u = 0; u < nu; ++u) acc = mi::fold_step(acc, v[u * stride], c[u * stride]);
+  return acc;
+}
+
+// ---- gate/up ---------------------------------------------------------------------------------
+
+struct UpArgs {
+  const float* x;       // [M, H]
+  bool x_vec;           // x is 16-byte aligned
+  const float* logits;  // [M, E]
+  int E, k, U, R, IR;   // experts, top-k, unit length, ring steps, item slots
+  int32_t* ids;         // [M·k] (the publishing CTA)
+  float* weights;       // [M·k]
+  float* act;           // [M·k, I]
+  uint4* aplanes;       // [M·k, I/8] (the last arrival of each 128-column block)
+  float* asblk;         // [M·k, nbs]
+  int* asx;             // [M·k, sxs]
+  int nbs, sxs;
+};
+
+// Shared-memory layout of a gate/up CTA (bytes): ring | item slots | planes [blocks][kPadBlock] | sblk
+// [nbH] | sx [H/32] | dsm, scm [2][nu][32].
+struct UpSmem {
+  size_t slots, planes, sblk, sx, dsm, scm, bytes;
+};
+__host__ __device__ constexpr UpSmem up_smem(int H, int U, int R, int IR, int nthr) {
+  const int nu = H / U;
+  UpSmem L{};
+  L.slots = ring_bytes(R, nthr);
+  L.planes = L.slots + size_t(IR) * nthr * kSlotBytes;
+  L.sblk = L.planes + size_t(blocks_of(H)) * kPadBlock * 16;
+  L.sx = L.sblk + round16(size_t(blocks_of(H)) * 4);
+  L.dsm = L.sx + round16(size_t(H / 32) * 4);
+  L.scm = L.dsm + size_t(2) * nu * kUpCols * 4;
+  L.bytes = L.scm + size_t(2) * nu * kUpCols * 4;
+  return L;
+}
+
+// gate/up items: it = 8·u + c; A = gate, B = up, columns n0 + 4c .. + 3.
+struct UpSrc {
+  const int32_t *gq, *uq;
+  const __half *gs, *us;
+  const int32_t *gz, *uz;
+  const uint4* planes;  // [blocks][kPadBlock] (plane_index)
+  const int* sx;        // ΣX per 32 k
+  const float* sblk;    // s_b per 128 k
+  int I, n0, U, rows, g, nu;
+  __device__ __forceinline__ UnitItem get(int it) const {
+    const int c = it & 7, u = it >> 3, n = n0 + 4 * c, kp = u * rows, grp = u * U / g;
+    const size_t wo = size_t(kp) * I + n, so = size_t(grp) * I + n, zo = size_t(grp) * (I / 8) + n / 8;
+    UnitItem s;
+    s.wa = gq + wo;
+    s.wb = uq + wo;
+    s.sa = gs + so;
+    s.sb = us + so;
+    s.za = gz + zo;
+    s.zb = uz + zo;
+    s.zshift = 4 * (n % 8);
+    s.xp = planes + plane_index(kp);
+    int t = 0;
+    for (int i = 0; i < U / 32; ++i) t += sx[u * (U / 32) + i];
+    s.sxu = t;
+    s.xscale = sblk[u * U / mi::kXBlock];
+    s.oa = u * kUpCols + 4 * c;
+    s.ob = (nu + u) * kUpCols + 4 * c;
+    return s;
+  }
+};
+
+template <bool kSym>
+__global__ void __launch_bounds__(kMaxThreads) int_stream_gate_up_kernel(UpArgs a, ExpertView gate, ExpertView up) {
+  extern __shared__ uint4 smem_su[];
+  __shared__ int32_t s_ids[kMaxTopK];
+  __shared__ float s_p[kMaxTopK];
+  const int H = gate.K, I = gate.N, U = a.U, rows = U / 8, nu = H / U, k = a.k, E = a.E;
+  const int tid = threadIdx.x, nthr = blockDim.x, lane = tid & 31;
+  const UpSmem L = up_smem(H, U, a.R, a.IR, nthr);
+  char* base = reinterpret_cast<char*>(smem_su);
+  uint4* planes = reinterpret_cast<uint4*>(base + L.planes);
+  float* sblk = reinterpret_cast<float*>(base + L.sblk);
+  int* sx = reinterpret_cast<int*>(base + L.sx);
+  float* dsm = reinterpret_cast<float*>(base + L.dsm);
+  float* scm = reinterpret_cast<float*>(base + L.scm);
+  const int slot = blockIdx.y, m = slot / k, r = slot - m * k, n0 = blockIdx.x * kUpCols;
+  const bool publisher = blockIdx.x == 0 && r == 0;
+  pdl_wait();
+  if (tid < 32) {  // warp 0 routes the token: rank r's expert needs rounds 0..r, the publisher all k
+    const float psum = route_rounds(a.logits + size_t(m) * E, E, publisher ? k : r + 1, s_ids, s_p);
+    if (publisher) {
+      __syncwarp();
+      if (lane < k) {
+        a.ids[size_t(m) * k + lane] = min(max(s_ids[lane], 0), E - 1);  // in range for any logits
+        a.weights[size_t(m) * k + lane] = s_p[lane] / psum;
+      }
+    }
+  }
+  __syncthreads();
+  pdl_launch_dependents();
+  const int e = min(max(s_ids[r], 0), E - 1);
+  const int ng = H / gate.group;
+  const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * ng * I, zoff = size_t(e) * ng * (I / 8);
+  const UpSrc src{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
+                  kSym ? nullptr : gate.qzeros + zoff, kSym ? nullptr : up.qzeros + zoff,
+                  planes, sx, sblk, I, n0, U, rows, gate.group, nu};
+  // The weight requests go out first; every warp then quantises its share of the x row while they fly.
+  stream_units<kSym>(src, 8 * nu, rows, I, a.R, a.IR, base, base + L.slots, dsm, scm, [&] {
+    quantize_rows(a.x + size_t(m) * H, 1, H, a.x_vec, planes, 0, kPadBlock, sblk, sx, 0);
+    __syncthreads();
+  });
+  __syncthreads();
+  if (tid < 32) {  // lane c: gate and up of column n0 + c, act, the block arrival
+    const float gv = fold_units(dsm + lane, scm + lane, kUpCols, nu);
+    const float uv = fold_units(dsm + nu * kUpCols + lane, scm + nu * kUpCols + lane, kUpCols, nu);
+    a.act[size_t(slot) * I + n0 + lane] = silu_mul_rn(gv, uv);
+    act_block_arrive(a, g_stream_arrivals, slot, n0 / kUpCols, I);
+  }
+}
+
+// ---- down + combine --------------------------------------------------------------------------
+
+struct DownArgs {
+  const uint4* aplanes;  // [M·k, I/8] (gate/up)
+  const float* asblk;    // [M·k, nbs]
+  const int* asx;        // [M·k, sxs]
+  int nbs, sxs;
+  const float* logits;   // [M, E]: with self_route, down routes its token itself
+  const int32_t* ids;    // [M·k] (gate/up's publisher), without self_route
+  const float* weights;  // [M·k]
+  bool self_route;       // route before the wait (beside a wave of gate/up CTAs) or read ids / weights after it
+  int E, k, U, R, IR;    // experts, top-k, unit length, ring steps, item slots
+  float* residual;       // [M, H]
+  const float* shared;   // [M, H] or null
+  const float* gate_logit;  // [M]
+};
+
+// The rank-row stride of down's staged planes (vectors): its blocks of kPadBlock, made ≡ 1 mod 8
+// so that 8 ranks' vectors of one packed row fall on 8 different 16-byte bank groups.
+__host__ __device__ constexpr int down_row_stride(int I) {
+  return blocks_of(I) * kPadBlock + (9 - (blocks_of(I) * kPadBlock) % 8) % 8;
+}
+// Shared-memory layout of a down CTA (bytes): ring | item slots | planes [k][RS] | sblk [k][nbs] |
+// sx [k][sxs] | dsm, scm [k][nu][16] | ys [k][16].
+struct DownSmem {
+  size_t slots, planes, sblk, sx, dsm, scm, ys, bytes;
+};
+__host__ __device__ constexpr DownSmem down_smem(int I, int U, int k, int nbs, int sxs, int R, int IR, int nthr) {
+  const int nu = I / U;
+  DownSmem L{};
+  L.slots = ring_bytes(R, nthr);
+  L.planes = L.slots + size_t(IR) * nthr * kSlotBytes;
+  L.sblk = L.planes + size_t(k) * down_row_stride(I) * 16;
+  L.sx = L.sblk + size_t(k) * nbs * 4;
+  L.dsm = L.sx + size_t(k) * sxs * 4;
+  L.scm = L.dsm + size_t(k) * nu * kDownCols * 4;
+  L.ys = L.scm + size_t(k) * nu * kDownCols * 4;
+  L.bytes = L.ys + size_t(k) * kDownCols * 4;
+  return L;
+}
+
+// down items: it = 2·(k·u + r) + c; rank r's expert; A = columns n0 + 4c .., B = n0 + 8 + 4c ..
+struct DownSrc {
+  const int32_t* q;
+  const __half* s;
+  const int32_t* z;
+  const int32_t* ids;   // shared memory: the token's k expert ids
+  const uint4* planes;  // [k][RS]
+  const int* sx;        // [k][sxs]
+  const float* sblk;    // [k][nbs]
+  int H, I, k, n0, U, rows, g, nu, ng, RS, sxs, nbs;
+  __device__ __forceinline__ UnitItem get(int it) const {
+    const int c = it & 1, qq = it >> 1, u = qq / k, r = qq - u * k;
+    const int e = ids[r], n = n0 + 4 * c, kp = u * rows, grp = u * U / g;
+    UnitItem t;
+    t.wa = q + (size_t(e) * (I / 8) + kp) * H + n;
+    t.wb = t.wa + 8;
+    t.sa = s + (size_t(e) * ng + grp) * H + n;
+    t.sb = t.sa + 8;
+    t.za = z + (size_t(e) * ng + grp) * (H / 8) + n / 8;
+    t.zb = t.za + 1;
+    t.zshift = 4 * (n % 8);
+    t.xp = planes + r * RS + plane_index(kp);
+    int v = 0;
+    for (int i = 0; i < U / 32; ++i) v += sx[r * sxs + u * (U / 32) + i];
+    t.sxu = v;
+    t.xscale = sblk[r * nbs + u * U / mi::kXBlock];
+    t.oa = (r * nu + u) * kDownCols + 4 * c;
+    t.ob = t.oa + 8;
+    return t;
+  }
+};
+
+template <bool kSym>
+__global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a, ExpertView down) {
+  extern __shared__ uint4 smem_sd[];
+  __shared__ int32_t s_ids[kMaxTopK];
+  __shared__ float s_p[kMaxTopK];
+  __shared__ float s_w[kMaxTopK];
+  const int H = down.N, I = down.K, U = a.U, rows = U / 8, nu = I / U, k = a.k, nv = I / 8;
+  const int RS = down_row_stride(I);
+  const int tid = threadIdx.x, nthr = blockDim.x;
+  const DownSmem L = down_smem(I, U, k, a.nbs, a.sxs, a.R, a.IR, nthr);
+  char* base = reinterpret_cast<char*>(smem_sd);
+  uint4* planes = reinterpret_cast<uint4*>(base + L.planes);
+  float* sblk = reinterpret_cast<float*>(base + L.sblk);
+  int* sx = reinterpret_cast<int*>(base + L.sx);
+  float* dsm = reinterpret_cast<float*>(base + L.dsm);
+  float* scm = reinterpret_cast<float*>(base + L.scm);
+  float* ys = reinterpret_cast<float*>(base + L.ys);
+  const int m = blockIdx.y, n0 = blockIdx.x * kDownCols, col = n0 + tid, lane = tid & 31;
+  const bool fin = tid < kDownCols;  // the threads that write the residual (H % 16 == 0)
+  // self_route (down CTAs resident beside a wave of gate/up CTAs): before the wait, warp 0 routes the
+  // token (gate/up's publisher's code and inputs: the same ids and weights), so the weight requests
+  // go out while gate/up still runs. The router logits were written by a kernel that completed
+  // before gate/up's wait returned, and gate/up triggers this launch only after that wait (pdl.cuh's
+  // rule, transitively); the weights are never written. Otherwise (many CTAs per SM: routing in
+  // every CTA would cost more than it hides) the ids and weights gate/up published, after the wait.
+  if (a.self_route) {
+    if (tid < 32) {
+      const float psum = route_rounds(a.logits + size_t(m) * a.E, a.E, k, s_ids, s_p);
+      __syncwarp();
+      if (lane < k) {
+        s_ids[lane] = min(max(s_ids[lane], 0), a.E - 1);  // in range for any logits
+        s_w[lane] = s_p[lane] / psum;
+      }
+    }
+  } else {
+    pdl_wait();
+    if (tid < k) {
+      s_ids[tid] = __ldcg(a.ids + size_t(m) * k + tid);  // in range (clamped by gate/up)
+      s_w[tid] = __ldcg(a.weights + size_t(m) * k + tid);
+    }
+  }
+  __syncthreads();
+  const DownSrc src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, planes, sx, sblk, H, I, k, n0,
+                    U, rows, down.group, nu, I / down.group, RS, a.sxs, a.nbs};
+  float res = 0.0f, sh = 0.0f, sig = 0.0f;
+  stream_units<kSym>(src, 2 * k * nu, rows, H, a.R, a.IR, base, base + L.slots, dsm, scm, [&] {
+    if (a.self_route) pdl_wait();  // gate/up's act planes, s_b and ΣX; the residual and shared values
+    const uint4* gp = a.aplanes + size_t(m) * k * nv;  // the token's k act rows: slots m·k .. m·k + k − 1
+    constexpr int kBatch = 8;
+    for (int b0 = 0; b0 < k * nv; b0 += kBatch * nthr) {  // one L2 round trip per kBatch vectors
+      uint4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = b0 + j * nthr + tid;
+        if (i < k * nv) v[j] = __ldcg(gp + i);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = b0 + j * nthr + tid;
+        if (i < k * nv) {
+          const int r = i / nv;
+          planes[r * RS + plane_index(i - r * nv)] = v[j];
+        }
+      }
+    }
+    for (int i = tid; i < k * a.nbs; i += nthr) sblk[i] = __ldcg(a.asblk + size_t(m) * k * a.nbs + i);
+    for (int i = tid; i < k * a.sxs; i += nthr) sx[i] = __ldcg(a.asx + size_t(m) * k * a.sxs + i);
+    if (fin) {
+      res = __ldcg(a.residual + size_t(m) * H + col);
+      if (a.shared) {
+        sh = __ldcg(a.shared + size_t(m) * H + col);
+        sig = 1.0f / (1.0f + __expf(-__ldcg(a.gate_logit + m)));  // combine_kernel's shared_scale
+      }
+    }
+    __syncthreads();
+  });
+  __syncthreads();
+  pdl_launch_dependents();
+  for (int o = tid; o < k * kDownCols; o += nthr) {  // y of (rank o / 16, column o % 16)
+    const int rr = o / kDownCols, c = o - rr * kDownCols;
+    ys[o] = fold_units(dsm + rr * nu * kDownCols + c, scm + rr * nu * kDownCols + c, kDownCols, nu);
+  }
+  __syncthreads();
+  if (fin) {
+    float acc = 0.0f;
+    for (int rr = 0; rr < k; ++rr) acc = fmaf(s_w[rr], ys[rr * kDownCols + tid], acc);
+    float o = res + acc;
+    if (a.shared) o = fmaf(sig, sh, o);
+    a.residual[size_t(m) * H + col] = o;
+  }
+}
+
+// ---- host ------------------------------------------------------------------------------------
+
+using UpKernel = void (*)(UpArgs, ExpertView, ExpertView);
+using DownKernel = void (*)(DownArgs, ExpertView);
+UpKernel up_kernel(bool sym) { return sym ? int_stream_gate_up_kernel<true> : int_stream_gate_up_kernel<false>; }
+DownKernel down_kernel(bool sym) { return sym ? int_stream_down_kernel<true> : int_stream_down_kernel<false>; }
+
+// Device limits and the kernels' registers, queried once per device; the first query also opts the
+// kernels in to the device's largest dynamic shared memory per block and carveout (not a stream
+// operation, so legal inside graph capture).
+struct Caps {
+  int sms = 0, smem_sm = 0, optin = 0, reserved = 0, regs_sm = 0, threads_sm = 0;
+  int regs_up = 0, regs_down = 0, static_up = 0, static_down = 0;
+};
+
+const Caps& device_caps() {
+  constexpr int kMaxDevices = 64;
+  static std::mutex mu;
+  static Caps caps[kMaxDevices];
+  static bool have[kMaxDevices] = {};
+  int dev = 0;
+  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices) throw Error("moe_int: device index out of range");
+  std::lock_guard<std::mutex> lock(mu);
+  if (!have[dev]) {
+    Caps c;
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+    auto opt_in = [&](auto kernel, int& regs, int& static_bytes) {
+      cudaFuncAttributes fa{};
+      MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+      regs = std::max(regs, fa.numRegs);
+      static_bytes = std::max(static_bytes, int(fa.sharedSizeBytes));
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               c.optin - int(fa.sharedSizeBytes)));
+      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                               int(cudaSharedmemCarveoutMaxShared)));
+    };
+    for (bool sym : {true, false}) {
+      opt_in(up_kernel(sym), c.regs_up, c.static_up);
+      opt_in(down_kernel(sym), c.regs_down, c.static_down);
+    }
+    caps[dev] = c;
+    have[dev] = true;
+  }
+  return caps[dev];
+}
+
+struct StreamPlan {
+  bool ok = false;
+  int threads = 0, R = 0, IR = 0;
+  size_t smem = 0;
+};
+
+// The largest ring (steps of 2 rows in flight per thread, <= kMaxRing and at most the thread's
+// steps) whose CTA fits `want` CTAs per SM and the per-block limit. want starts at the CTAs the
+// grid puts on an SM (ceil(ctas / SMs)), capped by the registers and threads of an SM, and drops
+// while the rings of `want` CTAs would hold less than a quarter of the SM's shared memory or do
+// not fit. bytes(R, IR, threads): the CTA's dynamic shared memory; ring_cap: the most steps to
+// plan; reserve: shared memory per SM kept free for another kernel's CTA. The ring only groups
+// loads, never a sum: choosing it by M or by device keeps every bit.
+template <class Bytes>
+StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, int ring_cap, size_t reserve,
+                       const Caps& c, Bytes bytes) {
+  StreamPlan P;
+  P.threads = std::min(kMaxThreads, std::max(64, (items + 31) / 32 * 32));  // >= 2 warps: gate/up's x staging
+  const int per_thread = (items + P.threads - 1) / P.threads;
+  const int reg_max = c.regs_sm / (P.threads * std::max(regs, 1)), thread_max = c.threads_sm / P.threads;
+  const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
+  const int max_ring = std::min(ring_cap, per_thread * rows / kStepRows);
+  const long smem_sm = long(c.smem_sm) - long(reserve);
+  for (int want = want_max; want >= 1; --want) {
+    const long budget = std::min<long>(c.optin, smem_sm / want - c.reserved) - long(static_bytes);
+    for (int R = max_ring; R >= 1; --R) {
+      const int ir = item_slots(R, rows, per_thread);
+      const size_t smem = bytes(R, ir, P.threads);
+      if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring_bytes(R, P.threads) >= size_t(c.smem_sm) / 4)) {
+        P.ok = true;
+        P.R = R;
+        P.IR = ir;
+        P.smem = smem;
+        return P;
+      }
+    }
+  }
+  return P;
+}
+
+std::atomic<int> g_variant{1};
+
+// Both kernels' plans for a step of M tokens (ok false: the shape or the device does not fit them).
+struct Plans {
+  bool ok = false;
+  int u_up = 0, u_down = 0;
+  StreamPlan up, down;
+  dim3 grid_up, grid_down;
+  bool self_route = false;  // down routes its tokens before its wait (DownArgs::self_route)
+};
+
+Plans plan_for(const MoeShape& s, const DeviceExperts& ex, int M) {
+  Plans P;
+  const int H = s.hidden, I = s.intermediate, k = s.top_k, E = s.num_experts;
+  P.u_up = mi::unit_length(int(ex.gate.group_size));
+  P.u_down = mi::unit_length(int(ex.down.group_size));
+  if (M < 1 || M > kIntDecodeMaxTokens || k < 1 || k > kMaxTopK || E < 1 || E > 256) return P;
+  if (ex.gate.group_size != ex.up.group_size || P.u_up < 32 || P.u_down < 32) return P;
+  if (H % P.u_up != 0 || I % P.u_down != 0 || I % kUpCols != 0 || H % kDownCols != 0 || H % 64 != 0) return P;
+  if (long(M) * k * blocks_of(I) > kArrivalSlots || long(M) * k > 65535) return P;
+  const IntDecodeLayout lay = int_decode_layout(s, M);
+  const Caps& c = device_caps();
+  P.grid_up = dim3(unsigned(I / kUpCols), unsigned(M * k));
+  P.grid_down = dim3(unsigned(H / kDownCols), unsigned(M));
+  const int uu = P.u_up, ud = P.u_down;
+  // One wave of gate/up CTAs (M = 1 at the 122B shape): a down CTA per SM becomes resident beside
+  // them (PDL) and requests the first kCoResidentRing steps of its weights while gate/up streams,
+  // so gate/up's rings leave room for it.
+  const int up_ctas = int(P.grid_up.x * P.grid_up.y);
+  const bool co_resident = up_ctas <= 2 * c.sms;
+  P.down = plan_stream(2 * k * (I / ud), ud / 8, int(P.grid_down.x * P.grid_down.y), c.regs_down, c.static_down,
+                       co_resident ? kCoResidentRing : kMaxRing, 0, c,
+                       [&](int R, int IR, int nt) { return down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes; });
+  const size_t reserve = co_resident && P.down.ok ? P.down.smem + size_t(c.static_down + c.reserved) : 0;
+  P.up = plan_stream(8 * (H / uu), uu / 8, up_ctas, c.regs_up, c.static_up, kMaxRing, reserve, c,
+                     [&](int R, int IR, int nt) { return up_smem(H, uu, R, IR, nt).bytes; });
+  P.ok = P.up.ok && P.down.ok;
+  P.self_route = co_resident;
+  return P;
+}
+
+}  // namespace
+
+bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M) {
+  return g_variant.load() == 1 && plan_for(s, ex, M).ok;
+}
+
+bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
+                       void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
+                       const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready) {
+  if (g_variant.load() != 1) return false;
+  const Plans P = plan_for(s, ex, M);
+  const IntDecodeLayout lay = int_decode_layout(s, M);
+  if (!P.ok || workspace_bytes < lay.bytes || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return false;
+  const StreamPlan& pu = P.up;
+  const StreamPlan& pd = P.down;
+  const int k = s.top_k, u_up = P.u_up, u_down = P.u_down;
+  const dim3 grid_up = P.grid_up, grid_down = P.grid_down;
+  char* ws = static_cast<char*>(workspace);
+  UpArgs ua{};
+  ua.x = x;
+  ua.x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  ua.logits = router_logits;
+  ua.E = s.num_experts;
+  ua.k = k;
+  ua.U = u_up;
+  ua.R = pu.R;
+  ua.IR = pu.IR;
+  ua.ids = reinterpret_cast<int32_t*>(ws + lay.ids);
+  ua.weights = reinterpret_cast<float*>(ws + lay.weights);
+  ua.act = reinterpret_cast<float*>(ws + lay.act);
+  ua.aplanes = reinterpret_cast<uint4*>(ws + lay.planes);
+  ua.asblk = reinterpret_cast<float*>(ws + lay.sblk);
+  ua.asx = reinterpret_cast<int*>(ws + lay.sx);
+  ua.nbs = lay.nbs;
+  ua.sxs = lay.sxs;
+  // Symmetric: zero 8 (also an asymmetric weight stored without zeros, as int_form_linear).
+  const bool sym_up = ex.gate.sym || ex.gate.qzeros.size() == 0 || ex.up.qzeros.size() == 0;
+  const bool sym_down = ex.down.sym || ex.down.qzeros.size() == 0;
+  launch_pdl(true, up_kernel(sym_up), grid_up, dim3(unsigned(pu.threads)), pu.smem, stream, ua, view_of(ex.gate),
+             view_of(ex.up));
+  if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
+  DownArgs da{};
+  da.aplanes = ua.aplanes;
+  da.asblk = ua.asblk;
+  da.asx = ua.asx;
+  da.nbs = lay.nbs;
+  da.sxs = lay.sxs;
+  da.logits = router_logits;
+  da.ids = ua.ids;
+  da.weights = ua.weights;
+  da.self_route = P.self_route;
+  da.E = s.num_experts;
+  da.k = k;
+  da.U = u_down;
+  da.R = pd.R;
+  da.IR = pd.IR;
+  da.residual = residual;
+  da.shared = shared_out;
+  da.gate_logit = shared_gate_logit;
+  launch_pdl(true, down_kernel(sym_down), grid_down, dim3(unsigned(pd.threads)), pd.smem, stream, da,
+             view_of(ex.down));
+  return true;
+}
+
+}  // namespace moeserve::cuda::moe_int_detail
+
+namespace moeserve::cuda {
+
+void set_moe_int_decode_variant(int variant) {
+  if (variant != 0 && variant != 1)
+    throw Error("set_moe_int_decode_variant: " + std::to_string(variant) +
+                " (0: the persistent dp4a kernels, 1: the streaming ones)");
+  moe_int_detail::g_variant.store(variant);
+}
+
+int moe_int_decode_variant() { return moe_int_detail::g_variant.load(); }
+
+bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M) {
+  return moe_int_detail::int_form_supported(shape, experts) && M >= 1 && M <= moe_int_decode_max_tokens() &&
+         moe_int_detail::int_stream_serves(shape, experts, M);
+}
+
+}  // namespace moeserve::cuda
