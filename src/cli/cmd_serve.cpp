@@ -53,8 +53,8 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
   app.add_option("--expert-activations", o->expert_activations,
                  "CUDA, GPTQ INT4 routed experts: int16 quantises their activations to 16-bit integers per 128-k "
                  "block and sums each weight group exactly (dp4a kernels up to 8 tokens, int8 tensor cores above), f32 "
-                 "keeps f32 activations; auto: int16 for prompt tokens (faster prefill), f32 for generated ones "
-                 "(fastest at small batches); int16: every token (fastest with many concurrent requests)")
+                 "keeps f32 activations and exact f32 products; auto (the fastest mapping, now int16 for every "
+                 "token) and int16: every token")
       ->check(CLI::IsMember({"auto", "f32", "int16"}))
       ->capture_default_str();
   app.add_option("--decode-attention", o->decode_attention,

@@ -263,7 +263,8 @@ void EmulatedForward::moe(size_t layer, const std::vector<float>& xn, const std:
     cpu::route_top_k(logits.data() + r * E, E, k, ids.data(), weights.data());
     routing_[layer].insert(routing_[layer].end(), ids.begin(), ids.end());
     std::vector<float> xr(xb.begin() + r * H, xb.begin() + (r + 1) * H);
-    const bool int16 = prompt && points_.expert_int16_prompt && int_form_covers(w.experts[0]);
+    const bool int16 =
+        (prompt ? points_.expert_int16_prompt : points_.expert_int16_generated) && int_form_covers(w.experts[0]);
     if (int16) quantise_int16(xr);
     std::vector<float> routed(size_t(H), 0.0f);
     for (int64_t j = 0; j < k; ++j) {

@@ -33,10 +33,11 @@ struct Bf16Points {
   bool expert_act = false;       // the routed experts' SiLU(gate)·up
   bool shared_expert = false;    // shared_g_, shared_u_, shared_act_
   bool final_norm_out = false;   // x_ after the final norm (LM head input, StepOutput::hidden)
-  // Not a bf16 point: prompt tokens' routed GPTQ experts in the integer form (moe_int_arith.h, the
-  // default --expert-activations auto): x and SiLU(gate)·up quantised to 16-bit integers per 128-k block
-  // before the expert matmuls, where the form covers the experts.
+  // Not bf16 points: prompt / generated tokens' routed GPTQ experts in the integer form (moe_int_arith.h,
+  // both under the default --expert-activations auto): x and SiLU(gate)·up quantised to 16-bit integers
+  // per 128-k block before the expert matmuls, where the form covers the experts.
   bool expert_int16_prompt = false;
+  bool expert_int16_generated = false;
 
   static Bf16Points none() { return {}; }
   // The CUDA model now: activations in f32 between ops; bf16 remains in the weights (dense
@@ -45,7 +46,7 @@ struct Bf16Points {
   // over-estimate of the GPU's rounding.
   static Bf16Points cuda_model() {
     Bf16Points p;
-    p.weights = p.attn_q_and_cache = p.expert_int16_prompt = true;
+    p.weights = p.attn_q_and_cache = p.expert_int16_prompt = p.expert_int16_generated = true;
     return p;
   }
 };

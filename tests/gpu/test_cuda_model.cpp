@@ -322,13 +322,13 @@ TEST(CudaModel, TensorCoreDecodeIsBatchInvariant) {
   EXPECT_THROW(cuda::set_decode_kernels(o, "fast"), Error);
 }
 
-// The integer form of the generated tokens' GPTQ experts (--expert-activations int16,
-// moe_routed_experts_int) on the GPTQ fixtures, every position scored as a generated token
+// The integer form of the generated tokens' GPTQ experts (--expert-activations int16 and the default
+// auto, moe_routed_experts_int) on the GPTQ fixtures, every position scored as a generated token
 // (prompt_len 0): the logits against transformers' within the exact-weight bars of
-// FixtureLogitsMatchTransformers and different from the f32 form's (so the form really ran); the
-// sequence in one step (the int8 tensor-core kernels) against chunks of 7 and token by token (the dp4a
-// kernels); prompt-kind scoring the same as under the default "auto" (prompt tokens in the integer form
-// either way); a request's greedy output alone == in a batch of six; the option names.
+// FixtureLogitsMatchTransformers and different from the f32 form's (--expert-activations f32: so the
+// form really ran); the sequence in one step (the int8 tensor-core kernels) against chunks of 7 and
+// token by token (the dp4a kernels); "auto" the same bits as "int16" for both token kinds; a request's
+// greedy output alone == in a batch of six; the option names.
 TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const auto& name : {"int4_autoround_sym", "hybrid_int4_fp8"}) {
@@ -337,10 +337,14 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     const auto ids = ref.ids("input_ids");
     const auto expect = ref.floats("logits");
     auto o = small_options();
+    cuda::set_expert_activations(o, "f32");
     auto f32_model = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
     const auto by_f32 = score(*f32_model, ids, 1000, /*prompt_len=*/0);
-    const auto prompt_kind = score(*f32_model, ids, 1000);
     f32_model.reset();
+    auto auto_model = cuda::Qwen35CudaModel::load(fixture_dir(name), small_options());
+    const auto by_auto = score(*auto_model, ids, 1000, /*prompt_len=*/0);
+    const auto prompt_kind = score(*auto_model, ids, 1000);
+    auto_model.reset();
     cuda::set_expert_activations(o, "int16");
     ASSERT_TRUE(o.int_experts_generated && o.int_experts_prompt);
     auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
@@ -354,6 +358,7 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     if (agree == 1.0) EXPECT_LT(err, 1e-2);
     EXPECT_GT(vs_f32, 0.0) << "the int16 form gave the f32 form's bits: did it run?";
     EXPECT_EQ(rel_diff(score(*m, ids, 1000), prompt_kind), 0.0) << "int16 and auto differ on prompt tokens";
+    EXPECT_EQ(rel_diff(got, by_auto), 0.0) << "int16 and auto differ on generated tokens";
     const double e7 = rel_diff(score(*m, ids, 7, 0), got), e1 = rel_diff(score(*m, ids, 1, 0), got);
     std::printf("[gpu-int-experts] %-20s chunks of 7 %.3e, token by token %.3e (rel)\n", name, e7, e1);
     EXPECT_LT(e7, 2e-3);
@@ -370,11 +375,11 @@ TEST(CudaModel, IntExpertsMatchTransformersAndDoNotDependOnTheBatch) {
     EXPECT_EQ(greedy_batch(*m, prompts, n)[0], alone) << "a request's greedy output changed with its batch";
   }
   auto o = small_options();
-  EXPECT_TRUE(o.int_experts_prompt && !o.int_experts_generated) << "the default is auto";
+  EXPECT_TRUE(o.int_experts_prompt && o.int_experts_generated) << "the default is auto: the integer form";
   cuda::set_expert_activations(o, "f32");
   EXPECT_FALSE(o.int_experts_prompt || o.int_experts_generated);
   cuda::set_expert_activations(o, "auto");
-  EXPECT_TRUE(o.int_experts_prompt && !o.int_experts_generated);
+  EXPECT_TRUE(o.int_experts_prompt && o.int_experts_generated);
   EXPECT_THROW(cuda::set_expert_activations(o, "int8"), Error);
 }
 

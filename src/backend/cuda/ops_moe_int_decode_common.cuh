@@ -16,7 +16,7 @@ namespace moeserve::cuda::moe_int_detail {
 
 namespace mi = moe_int;
 
-constexpr int kQuantBatch = 4;   // 128-k blocks a warp loads before it quantises them
+constexpr int kQuantBatch = 4;   // 128-k blocks a warp loads before it quantises them (default)
 constexpr int kActTileCols = 32; // gate/up tiles of act_block_arrive: 4 per 128-column act block
 static_assert(4 * kActTileCols == mi::kXBlock, "an act block is 4 gate/up tiles");
 
@@ -109,16 +109,17 @@ __device__ __forceinline__ void quantize_block(float4 v, int len, uint4* planes,
 // into planes (row r's block b at planes + r·row_stride + b·blk_stride vectors: blk_stride 16 is
 // the packed layout, more pads the blocks onto other banks), sblk [rows][ceil(K/128)], sx
 // [rows][K/32], by warps warp0 .. blockDim.x / 32 - 1: warp w takes the blocks w - warp0, +
-// (warps - warp0), ...; each warp loads kQuantBatch blocks before it quantises them. vec: src is
+// (warps - warp0), ...; each warp loads kBatch blocks before it quantises them. vec: src is
 // 16-byte aligned (else 4-byte loads).
+template <int kBatch = kQuantBatch>
 __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int rows, int K, bool vec, uint4* planes,
                                               int row_stride, int blk_stride, float* sblk, int* sx, int warp0) {
   const int nb = blocks_of(K), tasks = rows * nb, nw = int(blockDim.x >> 5) - warp0;
   const int w = (threadIdx.x >> 5) - warp0, lane = threadIdx.x & 31;
-  for (int t0 = w; t0 < tasks; t0 += kQuantBatch * nw) {
-    float4 v[kQuantBatch];
+  for (int t0 = w; t0 < tasks; t0 += kBatch * nw) {
+    float4 v[kBatch];
 #pragma unroll
-    for (int j = 0; j < kQuantBatch; ++j) {
+    for (int j = 0; j < kBatch; ++j) {
       const int t = t0 + j * nw;
       v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       const int r = t / nb, kk = (t - r * nb) * mi::kXBlock + 4 * lane;  // row t / nb, block t % nb
@@ -129,7 +130,7 @@ __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int
       }
     }
 #pragma unroll
-    for (int j = 0; j < kQuantBatch; ++j) {
+    for (int j = 0; j < kBatch; ++j) {
       const int t = t0 + j * nw;  // warp-uniform
       if (t < tasks) {
         const int r = t / nb, b = t - r * nb;

@@ -15,7 +15,9 @@
 // U / 8 packed rows) of two 4-column vectors A and B that multiply the same activations: per
 // column A_c = Σ q·hi and B_c = Σ q·lo by dp4a over the unit's words (even nibbles against the hi /
 // lo bytes of the even k, odd nibbles against the odd k), then the exact D_u = 256·A + B − z·ΣX_u.
-// After a barrier one thread per output folds its units in ascending k (fold_unit, step 3).
+// The item's thread also forms the fold's factors float(D_u) and c_u = s_b·scale (moe_int_arith.h
+// step 3 in parts); after a barrier one thread per output folds its units in ascending k, one FMA
+// per unit (fold_unit's bits).
 // gate/up: act = silu_mul_rn(g, u), then act_block_arrive (ops_moe_int_decode_common.cuh): the last
 // of a 128-column block's 4 CTAs quantises it into the workspace planes. down: y per (rank,
 // column), then combine_routed's order: acc = fmaf(w_r, y_r, acc) over r from 0, residual + acc,
@@ -31,19 +33,19 @@
 // down (int_stream_down_kernel): grid (H / 16, M): a CTA per (token, 16 columns of H), all k
 //   ranks (192 CTAs at M = 1 on the H200's 132 SMs, where 32 columns left 36 SMs idle). Items
 //   it = 2·(k·u + r) + c: rank r, vector A = columns n0 + 4c, B = n0 + 8 + 4c, unit u; 2·k·I/U
-//   items (128 threads at k 8, I 1024). Prologue: the token's ids / weights, the k act rows'
-//   planes (cp.async; rank rows RS vectors apart with RS ≡ 1 mod 8, blocks padded by one vector: the
-//   16 (rank, unit) vectors a warp reads spread over all banks), s_b, ΣX, residual and shared
-//   values.
+//   items (128 threads at k 8, I 1024). Prologue: the token's ids / weights (published by gate/up),
+//   then the ring's first requests, then in one L2 round trip the k act rows' planes (rank rows RS
+//   vectors apart with RS ≡ 1 mod 8, blocks padded by one vector: the 16 (rank, unit) vectors a
+//   warp reads spread over all banks), s_b, ΣX, residual and shared values.
 // The ring (stream_units): a thread requests its own rows with 16-byte cp.async.cg into its own
 //   ring slot (R steps of 2 rows of A and B; one commit group per step, the item's scales and
 //   zeros with its first step), R steps ahead of the step it computes, and waits with
 //   cp.async.wait_group R − 1: no register holds an in-flight word and no barrier orders the ring.
-// Occupancy (plan_up / plan_down, per device): as many CTAs per SM as the grid spreads over an SM
+// Occupancy (plan_for / plan_stream, per device): as many CTAs per SM as the grid spreads over an SM
 //   (threads and registers permitting), each with the largest ring (<= 16 steps, <= the thread's
-//   rows) that fits. H200, 122B-A10B at M = 1: gate/up 256 CTAs x 192 threads, 2 per SM, the
-//   whole unit of 16 rows in flight per thread (96 KB per CTA) when it fits; down 192 CTAs x 128
-//   threads, 2 per SM. DGX Spark (sm_121, 99 KB per block): the same code with
+//   rows) that fits. H200, 122B-A10B at M = 1: gate/up 256 CTAs x 192 threads, 2 per SM, 14 of a
+//   thread's 16 rows in flight (R = 7: 84 KB per CTA); down 192 CTAs x 128 threads, 2 per SM, all
+//   16 rows (64 KB per CTA). DGX Spark (sm_121, 99 KB per block): the same code with
 //   the rings that fit; cp.async and dp4a are sm_61-sm_80 instructions (no TMA, no wgmma).
 // PDL: both kernels are programmatic dependent launches and wait (pdl_wait) before touching any
 //   global memory (the experts to read depend on the routing, which needs the logits; down's on
@@ -85,7 +87,7 @@ constexpr int kUpCols = kActTileCols;  // gate/up CTA: 32 columns of I (4 per ac
 constexpr int kDownCols = 16;          // down CTA: columns of H
 constexpr int kMaxThreads = 256;
 constexpr int kMaxRing = 16;      // ring steps in flight per thread (cp.async groups; wait_group <= 15)
-constexpr int kCoResidentRing = 4;  // down's ring beside a wave of gate/up CTAs (plan_for)
+constexpr int kUpQuantBatch = 8;    // x blocks a gate/up warp loads at once (24 blocks over 5 warps at H 3072)
 constexpr int kStepRows = 2;      // packed rows per ring step (a unit has 4, 8 or 16)
 constexpr int kSlotBytes = 32;    // per thread and item: scales A, B (8 B each), zero words A, B (4 B each)
 constexpr int kArrivalSlots = 1 << 15;
@@ -274,9 +276,19 @@ __device__ __forceinline__ void stream_units(const Src& src, int items, int rows
 // Step 3 of one output: acc = fold_step(acc, float(D_u), c_u) over its nu units from 0 (fold_unit's
 // bits). v / c: the output's factors (stride `stride` per unit, stream_units' dsm / scm).
 __device__ __forceinline__ float fold_units(const float* v, const float* c, int stride, int nu) {
+  constexpr int kChunk = 8;  // factors loaded before their chained FMAs (the loads' latency once per chunk)
   float acc = 0.0f;
-#pragma unroll 8
-  for (int u = 0; u < nu; ++u) acc = mi::fold_step(acc, v[u * stride], c[u * stride]);
+  for (int u0 = 0; u0 < nu; u0 += kChunk) {
+    float fv[kChunk], fc[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      fv[j] = u0 + j < nu ? v[(u0 + j) * stride] : 0.0f;
+      fc[j] = u0 + j < nu ? c[(u0 + j) * stride] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j)
+      if (u0 + j < nu) acc = mi::fold_step(acc, fv[j], fc[j]);
+  }
   return acc;
 }
 
@@ -371,6 +383,8 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_gate_up_kernel(UpArgs 
         a.weights[size_t(m) * k + lane] = s_p[lane] / psum;
       }
     }
+  } else {  // the other warps quantise the x row meanwhile (its loads go out before any weight's)
+    quantize_rows<kUpQuantBatch>(a.x + size_t(m) * H, 1, H, a.x_vec, planes, 0, kPadBlock, sblk, sx, 1);
   }
   __syncthreads();
   pdl_launch_dependents();
@@ -380,11 +394,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_gate_up_kernel(UpArgs 
   const UpSrc src{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
                   kSym ? nullptr : gate.qzeros + zoff, kSym ? nullptr : up.qzeros + zoff,
                   planes, sx, sblk, I, n0, U, rows, gate.group, nu};
-  // The weight requests go out first; every warp then quantises its share of the x row while they fly.
-  stream_units<kSym>(src, 8 * nu, rows, I, a.R, a.IR, base, base + L.slots, dsm, scm, [&] {
-    quantize_rows(a.x + size_t(m) * H, 1, H, a.x_vec, planes, 0, kPadBlock, sblk, sx, 0);
-    __syncthreads();
-  });
+  stream_units<kSym>(src, 8 * nu, rows, I, a.R, a.IR, base, base + L.slots, dsm, scm, [] {});
   __syncthreads();
   if (tid < 32) {  // lane c: gate and up of column n0 + c, act, the block arrival
     const float gv = fold_units(dsm + lane, scm + lane, kUpCols, nu);
@@ -401,11 +411,9 @@ struct DownArgs {
   const float* asblk;    // [M·k, nbs]
   const int* asx;        // [M·k, sxs]
   int nbs, sxs;
-  const float* logits;   // [M, E]: with self_route, down routes its token itself
-  const int32_t* ids;    // [M·k] (gate/up's publisher), without self_route
+  const int32_t* ids;    // [M·k] (gate/up's publisher)
   const float* weights;  // [M·k]
-  bool self_route;       // route before the wait (beside a wave of gate/up CTAs) or read ids / weights after it
-  int E, k, U, R, IR;    // experts, top-k, unit length, ring steps, item slots
+  int k, U, R, IR;       // top-k, unit length, ring steps, item slots
   float* residual;       // [M, H]
   const float* shared;   // [M, H] or null
   const float* gate_logit;  // [M]
@@ -471,7 +479,6 @@ template <bool kSym>
 __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a, ExpertView down) {
   extern __shared__ uint4 smem_sd[];
   __shared__ int32_t s_ids[kMaxTopK];
-  __shared__ float s_p[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
   const int H = down.N, I = down.K, U = a.U, rows = U / 8, nu = I / U, k = a.k, nv = I / 8;
   const int RS = down_row_stride(I);
@@ -484,61 +491,62 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a
   float* dsm = reinterpret_cast<float*>(base + L.dsm);
   float* scm = reinterpret_cast<float*>(base + L.scm);
   float* ys = reinterpret_cast<float*>(base + L.ys);
-  const int m = blockIdx.y, n0 = blockIdx.x * kDownCols, col = n0 + tid, lane = tid & 31;
+  const int m = blockIdx.y, n0 = blockIdx.x * kDownCols, col = n0 + tid;
   const bool fin = tid < kDownCols;  // the threads that write the residual (H % 16 == 0)
-  // self_route (down CTAs resident beside a wave of gate/up CTAs): before the wait, warp 0 routes the
-  // token (gate/up's publisher's code and inputs: the same ids and weights), so the weight requests
-  // go out while gate/up still runs. The router logits were written by a kernel that completed
-  // before gate/up's wait returned, and gate/up triggers this launch only after that wait (pdl.cuh's
-  // rule, transitively); the weights are never written. Otherwise (many CTAs per SM: routing in
-  // every CTA would cost more than it hides) the ids and weights gate/up published, after the wait.
-  if (a.self_route) {
-    if (tid < 32) {
-      const float psum = route_rounds(a.logits + size_t(m) * a.E, a.E, k, s_ids, s_p);
-      __syncwarp();
-      if (lane < k) {
-        s_ids[lane] = min(max(s_ids[lane], 0), a.E - 1);  // in range for any logits
-        s_w[lane] = s_p[lane] / psum;
-      }
-    }
-  } else {
-    pdl_wait();
-    if (tid < k) {
-      s_ids[tid] = __ldcg(a.ids + size_t(m) * k + tid);  // in range (clamped by gate/up)
-      s_w[tid] = __ldcg(a.weights + size_t(m) * k + tid);
-    }
+  pdl_wait();  // gate/up's ids, weights, act planes, s_b and ΣX; the residual and shared values
+  if (tid < k) {
+    s_ids[tid] = __ldcg(a.ids + size_t(m) * k + tid);  // in range (clamped by gate/up)
+    s_w[tid] = __ldcg(a.weights + size_t(m) * k + tid);
   }
   __syncthreads();
   const DownSrc src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, planes, sx, sblk, H, I, k, n0,
                     U, rows, down.group, nu, I / down.group, RS, a.sxs, a.nbs};
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   stream_units<kSym>(src, 2 * k * nu, rows, H, a.R, a.IR, base, base + L.slots, dsm, scm, [&] {
-    if (a.self_route) pdl_wait();  // gate/up's act planes, s_b and ΣX; the residual and shared values
-    const uint4* gp = a.aplanes + size_t(m) * k * nv;  // the token's k act rows: slots m·k .. m·k + k − 1
+    // The token's k act rows (slots m·k .. m·k + k − 1), their s_b and ΣX, the residual and shared
+    // values: every load of a thread is issued before its first store (one L2 round trip).
+    const uint4* gp = a.aplanes + size_t(m) * k * nv;
     constexpr int kBatch = 8;
-    for (int b0 = 0; b0 < k * nv; b0 += kBatch * nthr) {  // one L2 round trip per kBatch vectors
+    const int nplanes = k * nv, nsb = k * a.nbs, nsx = k * a.sxs;
+    for (int b0 = 0; b0 < nplanes || b0 == 0; b0 += kBatch * nthr) {
       uint4 v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int i = b0 + j * nthr + tid;
-        if (i < k * nv) v[j] = __ldcg(gp + i);
+        if (i < nplanes) v[j] = __ldcg(gp + i);
+      }
+      float sbv[2];
+      int sxv[4];
+      if (b0 == 0) {  // s_b and ΣX (k·nbs <= 2·nthr, k·sxs <= 4·nthr: plan_for) with the first batch
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (tid + j * nthr < nsb) sbv[j] = __ldcg(a.asblk + size_t(m) * nsb + tid + j * nthr);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (tid + j * nthr < nsx) sxv[j] = __ldcg(a.asx + size_t(m) * nsx + tid + j * nthr);
+        if (fin) {
+          res = __ldcg(a.residual + size_t(m) * H + col);
+          if (a.shared) {
+            sh = __ldcg(a.shared + size_t(m) * H + col);
+            sig = 1.0f / (1.0f + __expf(-__ldcg(a.gate_logit + m)));  // combine_kernel's shared_scale
+          }
+        }
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int i = b0 + j * nthr + tid;
-        if (i < k * nv) {
+        if (i < nplanes) {
           const int r = i / nv;
           planes[r * RS + plane_index(i - r * nv)] = v[j];
         }
       }
-    }
-    for (int i = tid; i < k * a.nbs; i += nthr) sblk[i] = __ldcg(a.asblk + size_t(m) * k * a.nbs + i);
-    for (int i = tid; i < k * a.sxs; i += nthr) sx[i] = __ldcg(a.asx + size_t(m) * k * a.sxs + i);
-    if (fin) {
-      res = __ldcg(a.residual + size_t(m) * H + col);
-      if (a.shared) {
-        sh = __ldcg(a.shared + size_t(m) * H + col);
-        sig = 1.0f / (1.0f + __expf(-__ldcg(a.gate_logit + m)));  // combine_kernel's shared_scale
+      if (b0 == 0) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          if (tid + j * nthr < nsb) sblk[tid + j * nthr] = sbv[j];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (tid + j * nthr < nsx) sx[tid + j * nthr] = sxv[j];
       }
     }
     __syncthreads();
@@ -621,21 +629,18 @@ struct StreamPlan {
 // steps) whose CTA fits `want` CTAs per SM and the per-block limit. want starts at the CTAs the
 // grid puts on an SM (ceil(ctas / SMs)), capped by the registers and threads of an SM, and drops
 // while the rings of `want` CTAs would hold less than a quarter of the SM's shared memory or do
-// not fit. bytes(R, IR, threads): the CTA's dynamic shared memory; ring_cap: the most steps to
-// plan; reserve: shared memory per SM kept free for another kernel's CTA. The ring only groups
-// loads, never a sum: choosing it by M or by device keeps every bit.
+// not fit. bytes(R, IR, threads): the CTA's dynamic shared memory. The ring only groups loads,
+// never a sum: choosing it by M or by device keeps every bit.
 template <class Bytes>
-StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, int ring_cap, size_t reserve,
-                       const Caps& c, Bytes bytes) {
+StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, const Caps& c, Bytes bytes) {
   StreamPlan P;
   P.threads = std::min(kMaxThreads, std::max(64, (items + 31) / 32 * 32));  // >= 2 warps: gate/up's x staging
   const int per_thread = (items + P.threads - 1) / P.threads;
   const int reg_max = c.regs_sm / (P.threads * std::max(regs, 1)), thread_max = c.threads_sm / P.threads;
   const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
-  const int max_ring = std::min(ring_cap, per_thread * rows / kStepRows);
-  const long smem_sm = long(c.smem_sm) - long(reserve);
+  const int max_ring = std::min(kMaxRing, per_thread * rows / kStepRows);
   for (int want = want_max; want >= 1; --want) {
-    const long budget = std::min<long>(c.optin, smem_sm / want - c.reserved) - long(static_bytes);
+    const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(static_bytes);
     for (int R = max_ring; R >= 1; --R) {
       const int ir = item_slots(R, rows, per_thread);
       const size_t smem = bytes(R, ir, P.threads);
@@ -659,7 +664,6 @@ struct Plans {
   int u_up = 0, u_down = 0;
   StreamPlan up, down;
   dim3 grid_up, grid_down;
-  bool self_route = false;  // down routes its tokens before its wait (DownArgs::self_route)
 };
 
 Plans plan_for(const MoeShape& s, const DeviceExperts& ex, int M) {
@@ -676,19 +680,13 @@ Plans plan_for(const MoeShape& s, const DeviceExperts& ex, int M) {
   P.grid_up = dim3(unsigned(I / kUpCols), unsigned(M * k));
   P.grid_down = dim3(unsigned(H / kDownCols), unsigned(M));
   const int uu = P.u_up, ud = P.u_down;
-  // One wave of gate/up CTAs (M = 1 at the 122B shape): a down CTA per SM becomes resident beside
-  // them (PDL) and requests the first kCoResidentRing steps of its weights while gate/up streams,
-  // so gate/up's rings leave room for it.
-  const int up_ctas = int(P.grid_up.x * P.grid_up.y);
-  const bool co_resident = up_ctas <= 2 * c.sms;
   P.down = plan_stream(2 * k * (I / ud), ud / 8, int(P.grid_down.x * P.grid_down.y), c.regs_down, c.static_down,
-                       co_resident ? kCoResidentRing : kMaxRing, 0, c,
-                       [&](int R, int IR, int nt) { return down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes; });
-  const size_t reserve = co_resident && P.down.ok ? P.down.smem + size_t(c.static_down + c.reserved) : 0;
-  P.up = plan_stream(8 * (H / uu), uu / 8, up_ctas, c.regs_up, c.static_up, kMaxRing, reserve, c,
+                       c, [&](int R, int IR, int nt) { return down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes; });
+  // down's staging loads s_b and ΣX with its first batch: at most 2 and 4 per thread.
+  if (k * lay.nbs > 2 * P.down.threads || k * lay.sxs > 4 * P.down.threads) return P;
+  P.up = plan_stream(8 * (H / uu), uu / 8, int(P.grid_up.x * P.grid_up.y), c.regs_up, c.static_up, c,
                      [&](int R, int IR, int nt) { return up_smem(H, uu, R, IR, nt).bytes; });
   P.ok = P.up.ok && P.down.ok;
-  P.self_route = co_resident;
   return P;
 }
 
@@ -739,11 +737,8 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   da.asx = ua.asx;
   da.nbs = lay.nbs;
   da.sxs = lay.sxs;
-  da.logits = router_logits;
   da.ids = ua.ids;
   da.weights = ua.weights;
-  da.self_route = P.self_route;
-  da.E = s.num_experts;
   da.k = k;
   da.U = u_down;
   da.R = pd.R;

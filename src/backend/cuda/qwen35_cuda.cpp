@@ -30,7 +30,9 @@ void set_decode_kernels(CudaModelOptions& o, const std::string& name) {
 void set_expert_activations(CudaModelOptions& o, const std::string& name) {
   if (name != "auto" && name != "f32" && name != "int16")
     throw Error(fmt::format("--expert-activations must be auto, f32 or int16, got '{}'", name));
-  o.int_experts_generated = name == "int16";
+  // auto: the integer form for every token kind (since session 17 the fastest at every batch size:
+  // docs/PERF.md); f32 keeps exact f32 products for both.
+  o.int_experts_generated = name != "f32";
   o.int_experts_prompt = name != "f32";
 }
 

@@ -49,11 +49,12 @@ struct CudaModelOptions {
   // Routed GPTQ INT4 experts in the integer form (moe_routed_experts_int, moe_int_arith.h: activations
   // quantised to 16-bit integers per 128-k block, exact integer sums per weight group; dp4a kernels up to
   // 8 rows, int8 tensor cores above, the same bits either way), per token kind: int_experts_generated
-  // (instead of tensor_core_decode_experts' choice; faster from ~16 concurrent tokens, slower at 1-8) and
-  // int_experts_prompt (instead of the bf16 hi/lo tensor-core kernels; ~1.2x faster at prefill sizes,
-  // docs/PERF.md run V4). Formats the form does not cover keep the f32 kernels. set_expert_activations()
-  // maps the serve flag's names onto them: "auto" (the default: prompt tokens only), "f32", "int16" (both).
-  bool int_experts_generated = false;
+  // (instead of tensor_core_decode_experts' choice; the streaming dp4a kernels made it the fastest at 1-8
+  // tokens too, session 17) and int_experts_prompt (instead of the bf16 hi/lo tensor-core kernels; ~1.2x
+  // faster at prefill sizes, docs/PERF.md run V4). Formats the form does not cover keep the f32 kernels.
+  // set_expert_activations() maps the serve flag's names onto them: "auto" (the default) and "int16" set
+  // both, "f32" neither.
+  bool int_experts_generated = true;
   bool int_experts_prompt = true;
   // Generated tokens' attention (decode steps and verify batches) on the tensor-core decode kernel
   // (paged_attention_generated, ops_attention_decode_tc.cu: the 16 q heads of a kv head as one MMA
