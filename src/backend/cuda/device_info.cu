@@ -62,4 +62,26 @@ int current_device_compute_capability() {
   });
 }
 
+SmLimits device_sm_limits(int dev) {
+  SmLimits l;
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&l.sms, cudaDevAttrMultiProcessorCount, dev));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&l.regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
+  MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&l.threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+  return l;
+}
+
+KernelResources opt_in_max_shared(const void* kernel, int smem_optin) {
+  cudaFuncAttributes fa{};
+  MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+  MOESERVE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin - int(fa.sharedSizeBytes)));
+  // All of the unified L1 / shared memory as shared memory, so the planned CTAs per SM fit.
+  MOESERVE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, int(cudaSharedmemCarveoutMaxShared)));
+  return {fa.numRegs, int(fa.sharedSizeBytes)};
+}
+
 }  // namespace moeserve::cuda

@@ -113,7 +113,10 @@
 #include <numeric>
 #include <type_traits>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/ops_moe_internal.cuh"
 #include "backend/cuda/pdl.cuh"
 
@@ -388,42 +391,12 @@ constexpr int kSUpRegisters = 112;   // gate/up: 3 CTAs of 192 threads per SM (6
 constexpr int kMaxRing = 16;         // ring steps in flight per thread (cp.async groups; wait_group <= 15)
 constexpr int kItemSlotBytes = 32;   // per thread and item: scales A, B (8 B each), zero words A, B (4 B each)
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {  // L2 only: the weights are streamed
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-// Waits until at most n (0..kMaxRing - 1, uniform over the CTA) of this thread's groups are pending.
-__device__ __forceinline__ void cp_async_wait_pending(int n) {
-  switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    case 7: cp_async_wait<7>(); break;
-    case 8: cp_async_wait<8>(); break;
-    case 9: cp_async_wait<9>(); break;
-    case 10: cp_async_wait<10>(); break;
-    case 11: cp_async_wait<11>(); break;
-    case 12: cp_async_wait<12>(); break;
-    case 13: cp_async_wait<13>(); break;
-    case 14: cp_async_wait<14>(); break;
-    default: cp_async_wait<15>(); break;
-  }
-}
+using async_copy::cp_async16;  // .cg: L2 only, the weights are streamed
+using async_copy::cp_async4;
+using async_copy::cp_async8;
+using async_copy::cp_async_commit;
+using async_copy::cp_async_wait;
+using async_copy::cp_async_wait_pending;
 
 // Packed rows per ring step (one cp.async group): 2 when the scale block has an even number of
 // rows (halves the per-row loop and wait overhead), else 1. Never changes a sum.
@@ -833,48 +806,17 @@ DecodePlan plan_decode(const MoeShape& s, const DeviceExperts& ex) {
 
 // Device limits for the streaming kernels' plan, queried once per device; the first query also
 // opts the streaming kernels in to the device's largest dynamic shared memory per block and the
-// largest shared-memory carveout (the launch's own size decides the occupancy).
-struct DeviceCaps {
-  int sms = 0, smem_sm = 0, optin = 0, reserved = 0, regs_sm = 0, threads_sm = 0;
-};
-
-const DeviceCaps& device_caps() {
-  constexpr int kMaxDevices = 64;
-  static std::mutex mu;
-  static DeviceCaps caps[kMaxDevices];
-  static bool have[kMaxDevices] = {};
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) throw Error("moe: device index out of range");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!have[dev]) {
-    DeviceCaps c;
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
-    auto opt_in = [&](auto kernel) {  // dynamic + static shared memory <= the per-block opt-in maximum
-      cudaFuncAttributes fa{};
-      MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               c.optin - int(fa.sharedSizeBytes)));
-      // All of the unified L1 / shared memory as shared memory, so the planned CTAs per SM fit
-      // (the kernels' global loads bypass L1: cp.async.cg, ld.global.cg).
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               int(cudaSharedmemCarveoutMaxShared)));
-    };
-    opt_in(stream_gate_up_kernel<float, true>);
-    opt_in(stream_gate_up_kernel<float, false>);
-    opt_in(stream_gate_up_kernel<bf16, true>);
-    opt_in(stream_gate_up_kernel<bf16, false>);
-    opt_in(stream_down_kernel<true>);
-    opt_in(stream_down_kernel<false>);
-    caps[dev] = c;
-    have[dev] = true;
-  }
-  return caps[dev];
+// largest shared-memory carveout (the launch's own size decides the occupancy; the kernels' global
+// loads bypass L1: cp.async.cg, ld.global.cg).
+const SmLimits& device_caps() {
+  return once_per_device([](int dev) {
+    const SmLimits l = device_sm_limits(dev);
+    for (const void* k : {(const void*)stream_gate_up_kernel<float, true>, (const void*)stream_gate_up_kernel<float, false>,
+                          (const void*)stream_gate_up_kernel<bf16, true>, (const void*)stream_gate_up_kernel<bf16, false>,
+                          (const void*)stream_down_kernel<true>, (const void*)stream_down_kernel<false>})
+      opt_in_max_shared(k, l.smem_optin);
+    return l;
+  });
 }
 
 struct StreamLaunch {
@@ -890,23 +832,23 @@ struct StreamLaunch {
 // SM's shared memory (57 KB on the H200) or do not fit; the last try is 1. The ring only groups
 // loads, never a sum: choosing it by M or by device keeps every bit.
 StreamLaunch plan_stream_launch(int items, int block, int part_floats, size_t fixed_bytes, int ctas, int regs,
-                                const DeviceCaps& c) {
+                                const SmLimits& c) {
   StreamLaunch L;
   L.threads = std::min(kSMaxThreads, (items + 31) / 32 * 32);
   const int per_thread = (items + L.threads - 1) / L.threads;
   constexpr size_t kStatic = 2 * kMaxTopK * 4;  // s_ids, s_w
-  const int reg_max = c.regs_sm / (L.threads * regs), thread_max = c.threads_sm / L.threads;
+  const int reg_max = c.regs_per_sm / (L.threads * regs), thread_max = c.threads_per_sm / L.threads;
   const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
   const int S = rows_per_step(block);
   const int max_ring = std::min(kMaxRing, per_thread * block / S);  // more steps than a thread has: unused
   for (int want = want_max; want >= 1; --want) {
-    const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(kStatic);
+    const long budget = std::min<long>(c.smem_optin, long(c.smem_per_sm) / want - c.smem_reserved) - long(kStatic);
     for (int R = max_ring; R >= 1; --R) {
       const int ir = item_slots(R, block, per_thread);
       const size_t smem = ring_bytes(R, S, L.threads, part_floats) +
                           size_t(ir) * L.threads * kItemSlotBytes + fixed_bytes;
       const size_t ring = size_t(R) * S * 2 * L.threads * 16;
-      if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring >= size_t(c.smem_sm) / 4)) {
+      if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring >= size_t(c.smem_per_sm) / 4)) {
         L.ok = true;
         L.ring = R;
         L.islots = ir;
@@ -933,7 +875,7 @@ void gptq_decode(const T* x, const float* router_logits, const MoeShape& s, cons
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
   if (moe_decode_variant() != 0) {
     // The streaming kernels (same bits); shapes whose CTA would not fit take the old kernels.
-    const DeviceCaps& c = device_caps();
+    const SmLimits& c = device_caps();
     const int nblk_up = H / 8 / p.block_up, nblk_down = I / 8 / p.block_down;
     const dim3 grid_up(unsigned((I + kSCols - 1) / kSCols), unsigned(M * k));
     const dim3 grid_down(unsigned((H + kSCols - 1) / kSCols), unsigned(M));

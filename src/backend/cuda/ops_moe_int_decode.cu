@@ -112,6 +112,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/moe_int_arith.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
 #include "backend/cuda/ops_moe_int_decode_common.cuh"
@@ -124,6 +125,7 @@ namespace moeserve::cuda::moe_int_detail {
 namespace {
 
 using async_copy::cp_async16;
+using async_copy::cp_async8;  // the 4 group scales (8 bytes): no register holds them in flight
 using async_copy::cp_async_commit;
 using async_copy::cp_async_wait;
 using moe_detail::ExpertView;
@@ -213,11 +215,6 @@ struct Operand {
   const int32_t* z;   // qzeros [K/g][N/8] + n/8 (asymmetric)
 };
 
-// The 4 group scales (8 bytes) straight into shared memory: no register holds them in flight.
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src)
-               : "memory");
-}
 
 // kSub packed rows per sub-unit (4: U = 32; 8: U >= 64); kNs sub-units per item.
 template <int kSub>
@@ -622,43 +619,22 @@ DownKernel down_kernel(bool sym, int sub) {
 // device's largest dynamic shared memory per block and the largest shared-memory carveout (the
 // launch's own size decides the occupancy; not a stream operation, so legal inside graph capture).
 struct Caps {
-  int smem_sm = 0, optin = 0, reserved = 0, sms = 0;
+  SmLimits sm;
   int static_up = 0, static_down = 0;  // static shared memory of the kernels
 };
 
 const Caps& device_caps() {
-  constexpr int kMaxDevices = 64;
-  static std::mutex mu;
-  static Caps caps[kMaxDevices];
-  static bool have[kMaxDevices] = {};
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) throw Error("moe_int: device index out of range");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!have[dev]) {
+  return once_per_device([](int dev) {
     Caps c;
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, dev));
-    auto opt_in = [&](auto kernel, int& static_bytes) {
-      cudaFuncAttributes fa{};
-      MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-      static_bytes = std::max(static_bytes, int(fa.sharedSizeBytes));
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               c.optin - int(fa.sharedSizeBytes)));
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               int(cudaSharedmemCarveoutMaxShared)));
-    };
+    c.sm = device_sm_limits(dev);
     for (bool sym : {true, false})
       for (int sub : {4, 8}) {
-        opt_in(up_kernel(sym, sub), c.static_up);
-        opt_in(down_kernel(sym, sub), c.static_down);
+        c.static_up = std::max(c.static_up, opt_in_max_shared((const void*)up_kernel(sym, sub), c.sm.smem_optin).static_smem);
+        c.static_down =
+            std::max(c.static_down, opt_in_max_shared((const void*)down_kernel(sym, sub), c.sm.smem_optin).static_smem);
       }
-    caps[dev] = c;
-    have[dev] = true;
-  }
-  return caps[dev];
+    return c;
+  });
 }
 
 // One kernel's grid: G CTAs over `tiles` tiles (contiguous ranges of len_max tiles at most), the
@@ -675,11 +651,11 @@ template <class Bytes>
 Launch plan_launch(int tiles, int M, const Caps& c, int static_bytes, Bytes bytes) {
   for (int per_sm : {2, 1}) {
     Launch l;
-    l.grid = std::min(tiles, std::max(M, per_sm * c.sms));
+    l.grid = std::min(tiles, std::max(M, per_sm * c.sm.sms));
     l.len_max = (tiles + l.grid - 1) / l.grid;
     l.nt = M == 1 || l.len_max == 1 ? 1 : kMaxRangeTokens;
     l.smem = size_t(bytes(l.nt, l.len_max));
-    const long budget = std::min<long>(c.optin, long(c.smem_sm) / per_sm - c.reserved);
+    const long budget = std::min<long>(c.sm.smem_optin, long(c.sm.smem_per_sm) / per_sm - c.sm.smem_reserved);
     if (long(l.smem) + static_bytes <= budget) return l;
   }
   return Launch{};

@@ -67,6 +67,8 @@
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
+#include "backend/cuda/per_device.h"
 #include "backend/cuda/moe_int_arith.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
 #include "backend/cuda/ops_moe_int_decode_common.cuh"
@@ -93,35 +95,9 @@ constexpr int kSlotBytes = 32;    // per thread and item: scales A, B (8 B each)
 constexpr int kArrivalSlots = 1 << 15;
 __device__ unsigned g_stream_arrivals[kArrivalSlots];
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-// Waits until at most n (0..kMaxRing − 1, uniform over the CTA) of this thread's groups are pending.
-__device__ __forceinline__ void wait_pending(int n) {
-  using async_copy::cp_async_wait;
-  switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    case 7: cp_async_wait<7>(); break;
-    case 8: cp_async_wait<8>(); break;
-    case 9: cp_async_wait<9>(); break;
-    case 10: cp_async_wait<10>(); break;
-    case 11: cp_async_wait<11>(); break;
-    case 12: cp_async_wait<12>(); break;
-    case 13: cp_async_wait<13>(); break;
-    case 14: cp_async_wait<14>(); break;
-    default: cp_async_wait<15>(); break;
-  }
-}
+using async_copy::cp_async4;
+using async_copy::cp_async8;
+using async_copy::cp_async_wait_pending;
 
 __host__ __device__ constexpr size_t round16(size_t b) { return (b + 15) / 16 * 16; }
 // Activation planes in shared memory: each 128-k block's 16 vectors (one per packed row) padded to
@@ -213,7 +189,7 @@ __device__ __forceinline__ void stream_units(const Src& src, int items, int rows
     int ah[4] = {0, 0, 0, 0}, bh[4] = {0, 0, 0, 0};               // Σ q·hi (s8 hi x u8-valued q)
     unsigned al[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};  // Σ q·lo (u8 x u8)
     for (int u = 0; u < rows; u += kStepRows) {
-      wait_pending(R - 1);  // committed: R + steps consumed; this step's group is the oldest pending
+      cp_async_wait_pending(R - 1);  // committed: R + steps consumed; this step's group is the oldest pending
       const char* rs = my_ring + size_t(c_slot) * rstride;
       if (++c_slot == R) c_slot = 0;
 #pragma unroll
@@ -578,45 +554,24 @@ DownKernel down_kernel(bool sym) { return sym ? int_stream_down_kernel<true> : i
 // kernels in to the device's largest dynamic shared memory per block and carveout (not a stream
 // operation, so legal inside graph capture).
 struct Caps {
-  int sms = 0, smem_sm = 0, optin = 0, reserved = 0, regs_sm = 0, threads_sm = 0;
+  SmLimits sm;
   int regs_up = 0, regs_down = 0, static_up = 0, static_down = 0;
 };
 
 const Caps& device_caps() {
-  constexpr int kMaxDevices = 64;
-  static std::mutex mu;
-  static Caps caps[kMaxDevices];
-  static bool have[kMaxDevices] = {};
-  int dev = 0;
-  MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= kMaxDevices) throw Error("moe_int: device index out of range");
-  std::lock_guard<std::mutex> lock(mu);
-  if (!have[dev]) {
+  return once_per_device([](int dev) {
     Caps c;
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.sms, cudaDevAttrMultiProcessorCount, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev));
-    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&c.threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
-    auto opt_in = [&](auto kernel, int& regs, int& static_bytes) {
-      cudaFuncAttributes fa{};
-      MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-      regs = std::max(regs, fa.numRegs);
-      static_bytes = std::max(static_bytes, int(fa.sharedSizeBytes));
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               c.optin - int(fa.sharedSizeBytes)));
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               int(cudaSharedmemCarveoutMaxShared)));
-    };
+    c.sm = device_sm_limits(dev);
     for (bool sym : {true, false}) {
-      opt_in(up_kernel(sym), c.regs_up, c.static_up);
-      opt_in(down_kernel(sym), c.regs_down, c.static_down);
+      const KernelResources u = opt_in_max_shared((const void*)up_kernel(sym), c.sm.smem_optin);
+      const KernelResources d = opt_in_max_shared((const void*)down_kernel(sym), c.sm.smem_optin);
+      c.regs_up = std::max(c.regs_up, u.regs);
+      c.static_up = std::max(c.static_up, u.static_smem);
+      c.regs_down = std::max(c.regs_down, d.regs);
+      c.static_down = std::max(c.static_down, d.static_smem);
     }
-    caps[dev] = c;
-    have[dev] = true;
-  }
-  return caps[dev];
+    return c;
+  });
 }
 
 struct StreamPlan {
@@ -636,15 +591,15 @@ StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes
   StreamPlan P;
   P.threads = std::min(kMaxThreads, std::max(64, (items + 31) / 32 * 32));  // >= 2 warps: gate/up's x staging
   const int per_thread = (items + P.threads - 1) / P.threads;
-  const int reg_max = c.regs_sm / (P.threads * std::max(regs, 1)), thread_max = c.threads_sm / P.threads;
-  const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sms - 1) / c.sms}));
+  const int reg_max = c.sm.regs_per_sm / (P.threads * std::max(regs, 1)), thread_max = c.sm.threads_per_sm / P.threads;
+  const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sm.sms - 1) / c.sm.sms}));
   const int max_ring = std::min(kMaxRing, per_thread * rows / kStepRows);
   for (int want = want_max; want >= 1; --want) {
-    const long budget = std::min<long>(c.optin, long(c.smem_sm) / want - c.reserved) - long(static_bytes);
+    const long budget = std::min<long>(c.sm.smem_optin, long(c.sm.smem_per_sm) / want - c.sm.smem_reserved) - long(static_bytes);
     for (int R = max_ring; R >= 1; --R) {
       const int ir = item_slots(R, rows, per_thread);
       const size_t smem = bytes(R, ir, P.threads);
-      if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring_bytes(R, P.threads) >= size_t(c.smem_sm) / 4)) {
+      if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring_bytes(R, P.threads) >= size_t(c.sm.smem_per_sm) / 4)) {
         P.ok = true;
         P.R = R;
         P.IR = ir;
