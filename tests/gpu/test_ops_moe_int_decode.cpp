@@ -57,6 +57,18 @@ std::vector<float> run(const cuda::DeviceExperts& d, const IntCase& c, const Inp
   return run_int(d, c, M, in.x, in.logits, in.residual, ran, opt);
 }
 
+// The shapes of MatchesIntFormMoe and the variant comparison: the 122B-A10B expert shape (E reduced
+// to 16), sym / asym zeros, groups 32 / 64 / 128, small and odd shapes, top-k 1 .. 32.
+const std::vector<IntCase>& shape_cases() {
+  static const std::vector<IntCase> cases{
+      {16, 8, 3072, 1024, 128, true}, {16, 8, 1024, 512, 128, false}, {16, 8, 1024, 512, 32, false},
+      {16, 8, 1024, 512, 64, true},   {8, 3, 256, 128, 32, false},    {6, 2, 384, 384, 64, false},
+      {40, 32, 256, 128, 32, true},   {5, 1, 640, 256, 128, false},
+      // short last activation blocks (K % 128 == 64: x and act rows)
+      {8, 2, 128, 64, 32, true},      {5, 3, 192, 320, 64, false}};
+  return cases;
+}
+
 Inputs random_inputs(Rng& rng, const IntCase& c, int M) {
   return {random_f32(rng, size_t(M) * c.H, 1.0f), random_f32(rng, size_t(M) * c.E, 2.0f),
           random_f32(rng, size_t(M) * c.H, 1.0f)};
@@ -116,12 +128,7 @@ TEST(GpuOpsMoeIntDecode, MatchesIntFormMoe) {
   MOESERVE_REQUIRE_GPU();
   DecodeMaxGuard guard(8);
   Rng rng(91);
-  const std::vector<IntCase> cases{{16, 8, 3072, 1024, 128, true}, {16, 8, 1024, 512, 128, false},
-                                   {16, 8, 1024, 512, 32, false},  {16, 8, 1024, 512, 64, true},
-                                   {8, 3, 256, 128, 32, false},    {6, 2, 384, 384, 64, false},
-                                   {40, 32, 256, 128, 32, true},   {5, 1, 640, 256, 128, false},
-                                   // short last activation blocks (K % 128 == 64: x and act rows)
-                                   {8, 2, 128, 64, 32, true},      {5, 3, 192, 320, 64, false}};
+  const std::vector<IntCase>& cases = shape_cases();
   for (const auto& c : cases) {
     const std::string name = case_name(c);
     SCOPED_TRACE(name);
@@ -425,11 +432,7 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
   for (int bad : {-1, 2, 3}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
   EXPECT_EQ(cuda::moe_int_decode_variant(), 1) << "a rejected value leaves the variant as it was";
   Rng rng(97);
-  const std::vector<IntCase> cases{{16, 8, 3072, 1024, 128, true}, {16, 8, 1024, 512, 128, false},
-                                   {16, 8, 1024, 512, 32, false},  {16, 8, 1024, 512, 64, true},
-                                   {8, 3, 256, 128, 32, false},    {6, 2, 384, 384, 64, false},
-                                   {40, 32, 256, 128, 32, true},   {5, 1, 640, 256, 128, false},
-                                   {8, 2, 128, 64, 32, true},      {5, 3, 192, 320, 64, false}};
+  const std::vector<IntCase>& cases = shape_cases();
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const IntExperts ex = make_experts(rng, c);

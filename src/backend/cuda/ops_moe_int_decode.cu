@@ -698,45 +698,20 @@ void int_decode(const float* x, const float* router_logits, const MoeShape& s, c
   }
   char* ws = static_cast<char*>(workspace);
   UpArgs ua{};
-  ua.x = x;
-  ua.x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  ua.logits = router_logits;
-  ua.E = s.num_experts;
-  ua.k = k;
+  fill_up_io(ua, x, router_logits, s, lay, ws);
   ua.U = u_up;
   ua.tiles = up_tiles;
   ua.len_max = lu.len_max;
-  ua.ids = reinterpret_cast<int32_t*>(ws + lay.ids);
-  ua.weights = reinterpret_cast<float*>(ws + lay.weights);
-  ua.act = reinterpret_cast<float*>(ws + lay.act);
-  ua.aplanes = reinterpret_cast<uint4*>(ws + lay.planes);
-  ua.asblk = reinterpret_cast<float*>(ws + lay.sblk);
-  ua.asx = reinterpret_cast<int*>(ws + lay.sx);
-  ua.nbs = lay.nbs;
-  ua.sxs = lay.sxs;
-  // Symmetric: zero 8 (also an asymmetric weight stored without zeros, as int_form_linear).
-  const bool sym_up = ex.gate.sym || ex.gate.qzeros.size() == 0 || ex.up.qzeros.size() == 0;
-  const bool sym_down = ex.down.sym || ex.down.qzeros.size() == 0;
-  launch_pdl(true, up_kernel(sym_up, sub_up), dim3(unsigned(lu.grid)), dim3(kThreads), lu.smem, stream, ua,
+  launch_pdl(true, up_kernel(gate_up_symmetric(ex), sub_up), dim3(unsigned(lu.grid)), dim3(kThreads), lu.smem, stream, ua,
              view_of(ex.gate), view_of(ex.up));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
   DownArgs da{};
-  da.aplanes = ua.aplanes;
-  da.asblk = ua.asblk;
-  da.asx = ua.asx;
-  da.nbs = lay.nbs;
-  da.sxs = lay.sxs;
-  da.ids = ua.ids;
-  da.weights = ua.weights;
-  da.k = k;
+  fill_down_io(da, ua, residual, shared_out, shared_gate_logit);
   da.U = u_down;
   da.tiles = down_tiles;
   da.len_max = ld.len_max;
   da.magic = unsigned(((uint64_t(1) << 32) + uint64_t(2 * k) - 1) / uint64_t(2 * k));
-  da.residual = residual;
-  da.shared = shared_out;
-  da.gate_logit = shared_gate_logit;
-  launch_pdl(true, down_kernel(sym_down, sub_down), dim3(unsigned(ld.grid)), dim3(kThreads), ld.smem, stream, da,
+  launch_pdl(true, down_kernel(down_symmetric(ex), sub_down), dim3(unsigned(ld.grid)), dim3(kThreads), ld.smem, stream, da,
              view_of(ex.down));
 }
 

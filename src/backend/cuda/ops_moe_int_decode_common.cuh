@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "backend/cuda/moe_int_arith.h"
+#include "backend/cuda/ops_moe.h"
+#include "backend/cuda/ops_moe_int_decode.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
 
 namespace moeserve::cuda::moe_int_detail {
@@ -163,6 +165,51 @@ __device__ __forceinline__ void act_block_arrive(const Out& a, unsigned* counter
   if (kk < I) v = __ldcg(reinterpret_cast<const float4*>(a.act + size_t(slot) * I + kk));
   quantize_block(v, min(mi::kXBlock, I - mi::kXBlock * blk), a.aplanes + size_t(slot) * (I / 8) + 16 * blk,
                  a.asblk + size_t(slot) * a.nbs + blk, a.asx + size_t(slot) * a.sxs + 4 * blk);
+}
+
+// ---- host: the launch arguments both kernel families fill the same way -----------------------
+
+// Symmetric zeros (zero 8): also an asymmetric weight stored without zeros, as int_form_linear.
+inline bool gate_up_symmetric(const DeviceExperts& ex) {
+  return ex.gate.sym || ex.gate.qzeros.size() == 0 || ex.up.qzeros.size() == 0;
+}
+inline bool down_symmetric(const DeviceExperts& ex) { return ex.down.sym || ex.down.qzeros.size() == 0; }
+
+// A gate/up kernel's inputs and its workspace outputs (ops_moe_int_decode.cuh's layout lay at ws):
+// the fields every family's UpArgs has.
+template <class UpArgs>
+void fill_up_io(UpArgs& a, const float* x, const float* router_logits, const MoeShape& s, const IntDecodeLayout& lay,
+                char* ws) {
+  a.x = x;
+  a.x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  a.logits = router_logits;
+  a.E = s.num_experts;
+  a.k = s.top_k;
+  a.ids = reinterpret_cast<int32_t*>(ws + lay.ids);
+  a.weights = reinterpret_cast<float*>(ws + lay.weights);
+  a.act = reinterpret_cast<float*>(ws + lay.act);
+  a.aplanes = reinterpret_cast<uint4*>(ws + lay.planes);
+  a.asblk = reinterpret_cast<float*>(ws + lay.sblk);
+  a.asx = reinterpret_cast<int*>(ws + lay.sx);
+  a.nbs = lay.nbs;
+  a.sxs = lay.sxs;
+}
+
+// A down kernel's inputs from gate/up's workspace outputs (up: fill_up_io's) and the combine's.
+template <class DownArgs, class UpArgs>
+void fill_down_io(DownArgs& a, const UpArgs& up, float* residual, const float* shared_out,
+                  const float* shared_gate_logit) {
+  a.aplanes = up.aplanes;
+  a.asblk = up.asblk;
+  a.asx = up.asx;
+  a.nbs = up.nbs;
+  a.sxs = up.sxs;
+  a.ids = up.ids;
+  a.weights = up.weights;
+  a.k = up.k;
+  a.residual = residual;
+  a.shared = shared_out;
+  a.gate_logit = shared_gate_logit;
 }
 
 }  // namespace moeserve::cuda::moe_int_detail

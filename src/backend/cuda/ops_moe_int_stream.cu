@@ -660,48 +660,23 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   if (!P.ok || workspace_bytes < lay.bytes || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return false;
   const StreamPlan& pu = P.up;
   const StreamPlan& pd = P.down;
-  const int k = s.top_k, u_up = P.u_up, u_down = P.u_down;
+  const int u_up = P.u_up, u_down = P.u_down;
   const dim3 grid_up = P.grid_up, grid_down = P.grid_down;
   char* ws = static_cast<char*>(workspace);
   UpArgs ua{};
-  ua.x = x;
-  ua.x_vec = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
-  ua.logits = router_logits;
-  ua.E = s.num_experts;
-  ua.k = k;
+  fill_up_io(ua, x, router_logits, s, lay, ws);
   ua.U = u_up;
   ua.R = pu.R;
   ua.IR = pu.IR;
-  ua.ids = reinterpret_cast<int32_t*>(ws + lay.ids);
-  ua.weights = reinterpret_cast<float*>(ws + lay.weights);
-  ua.act = reinterpret_cast<float*>(ws + lay.act);
-  ua.aplanes = reinterpret_cast<uint4*>(ws + lay.planes);
-  ua.asblk = reinterpret_cast<float*>(ws + lay.sblk);
-  ua.asx = reinterpret_cast<int*>(ws + lay.sx);
-  ua.nbs = lay.nbs;
-  ua.sxs = lay.sxs;
-  // Symmetric: zero 8 (also an asymmetric weight stored without zeros, as int_form_linear).
-  const bool sym_up = ex.gate.sym || ex.gate.qzeros.size() == 0 || ex.up.qzeros.size() == 0;
-  const bool sym_down = ex.down.sym || ex.down.qzeros.size() == 0;
-  launch_pdl(true, up_kernel(sym_up), grid_up, dim3(unsigned(pu.threads)), pu.smem, stream, ua, view_of(ex.gate),
+  launch_pdl(true, up_kernel(gate_up_symmetric(ex)), grid_up, dim3(unsigned(pu.threads)), pu.smem, stream, ua, view_of(ex.gate),
              view_of(ex.up));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
   DownArgs da{};
-  da.aplanes = ua.aplanes;
-  da.asblk = ua.asblk;
-  da.asx = ua.asx;
-  da.nbs = lay.nbs;
-  da.sxs = lay.sxs;
-  da.ids = ua.ids;
-  da.weights = ua.weights;
-  da.k = k;
+  fill_down_io(da, ua, residual, shared_out, shared_gate_logit);
   da.U = u_down;
   da.R = pd.R;
   da.IR = pd.IR;
-  da.residual = residual;
-  da.shared = shared_out;
-  da.gate_logit = shared_gate_logit;
-  launch_pdl(true, down_kernel(sym_down), grid_down, dim3(unsigned(pd.threads)), pd.smem, stream, da,
+  launch_pdl(true, down_kernel(down_symmetric(ex)), grid_down, dim3(unsigned(pd.threads)), pd.smem, stream, da,
              view_of(ex.down));
   return true;
 }
