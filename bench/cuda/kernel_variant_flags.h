@@ -39,7 +39,8 @@ struct KernelVariantFlags {
                    "shape; 0 x via L1");
     app.add_option("--moe-decode-variant", moe_decode, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
     app.add_option("--moe-int-decode-variant", moe_int_decode,
-                   "integer-form expert kernels for <= 8 tokens: 1 streaming, 0 persistent (same bits)");
+                   "integer-form expert kernels for <= 8 tokens: 2 streaming with gate/up and down in one launch "
+                   "at one token, 1 streaming, 0 persistent (same bits)");
     app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (<= 8: off)");
     app.add_option("--attention-decode-variant", attention_decode,
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");

@@ -9,6 +9,7 @@
 #include "backend/cpu/activations.h"
 #include "backend/cpu/norms.h"
 #include "backend/cuda/ops_basic.h"
+#include "core/error.h"
 #include "gpu_test_util.h"
 
 using namespace moeserve;
@@ -82,6 +83,55 @@ TEST(GpuOpsBasic, AddRmsNormMatchesCpu) {
       }
     }
   }
+}
+
+// The gated add before the norm (GatedAdd: the shared expert the model adds after the routed experts):
+// residual = fmaf(sigmoid(g), v, residual + delta) against the same on the CPU with std::exp (the
+// kernel's __expf differs by an ulp or two of the scale: 1e-6 relative), and the norm of that
+// residual; the register kernel (H 3072), the scalar path (H 3001) and the wide kernel (H 20000).
+// A gated add with values and no gate logits (or the reverse) is refused.
+TEST(GpuOpsBasic, AddRmsNormGatedAddMatchesCpu) {
+  MOESERVE_REQUIRE_GPU();
+  Rng rng(3);
+  for (int H : {3072, 3001, 20000}) {
+    for (int M : {1, 3, 17}) {
+      for (bool with_delta : {false, true}) {
+        SCOPED_TRACE("H=" + std::to_string(H) + " M=" + std::to_string(M) + " delta=" + std::to_string(with_delta));
+        const auto residual = random_f32(rng, size_t(M) * H, 3.0f);
+        const auto delta = random_f32(rng, size_t(M) * H, 1.0f);
+        const auto values = random_f32(rng, size_t(M) * H, 2.0f);
+        const auto gate = random_f32(rng, size_t(M), 4.0f);
+        const auto w = random_f32(rng, size_t(H), 0.3f);
+        const float eps = 1e-6f;
+        auto d_res = to_device_f32(residual);
+        auto d_delta = to_device_f32(delta);
+        auto d_values = to_device_f32(values);
+        auto d_gate = to_device_f32(gate);
+        auto d_w = to_device_f32(w);
+        DeviceBuffer<float> d_out32(size_t(M) * H);
+        cuda::add_rms_norm(d_res.data(), with_delta ? d_delta.data() : nullptr, {d_values.data(), d_gate.data()},
+                           d_w.data(), M, H, eps, nullptr, nullptr, d_out32.data());
+        std::vector<float> ref_res = residual, ref_out(size_t(M) * H);
+        for (int m = 0; m < M; ++m) {
+          const float s = 1.0f / (1.0f + std::exp(-gate[size_t(m)]));
+          for (int h = 0; h < H; ++h) {
+            const size_t i = size_t(m) * H + h;
+            ref_res[i] = std::fma(s, values[i], with_delta ? residual[i] + delta[i] : residual[i]);
+          }
+          cpu::rms_norm_zero_centred(ref_res.data() + size_t(m) * H, ref_out.data() + size_t(m) * H, H, w.data(), eps);
+        }
+        EXPECT_TRUE(all_close("gated add residual", to_host(d_res), ref_res, {M, H}, {"M", "H"}, 1e-6, 1e-6));
+        EXPECT_TRUE(all_close("gated add out_f32", to_host(d_out32), ref_out, {M, H}, {"M", "H"}, 1e-6, 1e-5));
+      }
+    }
+  }
+  DeviceBuffer<float> res(3072), w(3072), gate(1);
+  EXPECT_THROW(cuda::add_rms_norm(res.data(), nullptr, {res.data(), nullptr}, w.data(), 1, 3072, 1e-6f, nullptr, nullptr,
+                                  nullptr),
+               Error);
+  EXPECT_THROW(cuda::add_rms_norm(res.data(), nullptr, {nullptr, gate.data()}, w.data(), 1, 3072, 1e-6f, nullptr, nullptr,
+                                  nullptr),
+               Error);
 }
 
 TEST(GpuOpsBasic, SiluMulMatchesCpu) {

@@ -18,8 +18,12 @@
 //     k = 8 random routing), repeated calls on one workspace (same bits as on a fresh one), a call
 //     captured in a CUDA graph and replayed on new inputs (same bits as eager calls; the act-block
 //     arrival counters must be back at zero after every launch).
-//   - the streaming kernels (set_moe_int_decode_variant 1) and the persistent ones (0) give every
-//     output the same bits, on every shape above, M = 1, 2, 5, 8.
+//   - the streaming kernels with the fused one-token kernel (set_moe_int_decode_variant 2, the
+//     default), as two launches (1) and the persistent ones (0) give every output the same bits, on
+//     every shape above, M = 1, 2, 5, 8;
+//   - the shared expert added after the experts by the norm (ops_basic.h GatedAdd, as the model does)
+//     gives the same bits as the experts' own combine, M = 1 (the fused kernel), 3, 8 and 24 (the
+//     tensor-core kernels).
 // The same bits as the tensor-core form and the refusal of unsupported experts are checked once for
 // both kernel families in test_ops_moe_int.cpp; the shared helpers are in moe_int_test_util.h.
 #include <gtest/gtest.h>
@@ -31,6 +35,7 @@
 #include <string>
 
 #include "backend/cuda/moe_int_arith.h"
+#include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
 #include "core/error.h"
@@ -416,11 +421,14 @@ TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
   }
 }
 
-// The streaming kernels (variant 1, the default: ops_moe_int_stream.cu) and the persistent ones
-// (variant 0: ops_moe_int_decode.cu) give every output the same bits (both follow moe_int_arith.h
-// exactly), on every shape of MatchesIntFormMoe, M = 1, 2, 5, 8, with and without the shared
-// expert; moe_int_decode_streams says the streaming kernels served each step (a silent fallback to
-// the persistent kernels would make the comparison empty). Bad variants are refused.
+// The streaming kernels as two launches (variant 1), with the fused one-token kernel (variant 2, the
+// default) and the persistent kernels (variant 0: ops_moe_int_decode.cu) give every output the same
+// bits (all follow moe_int_arith.h exactly), on every shape of MatchesIntFormMoe, M = 1, 2, 5, 8,
+// with and without the shared expert; moe_int_decode_streams / moe_int_decode_fuses say which
+// kernels served each step (a silent fallback would make the comparison empty): the fused kernel
+// serves M = 1 without the shared expert exactly where its grid has a CTA for each 16 columns of
+// down (H / 16 <= (I / 32)·k; the 122B shape among them), never with the shared expert or M > 1.
+// Bad variants are refused.
 TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
   MOESERVE_REQUIRE_GPU();
   DecodeMaxGuard guard(8);
@@ -428,11 +436,12 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
     int saved = cuda::moe_int_decode_variant();
     ~VariantGuard() { cuda::set_moe_int_decode_variant(saved); }
   } variant_guard;
-  EXPECT_EQ(cuda::moe_int_decode_variant(), 1) << "the streaming kernels are the default";
-  for (int bad : {-1, 2, 3}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
-  EXPECT_EQ(cuda::moe_int_decode_variant(), 1) << "a rejected value leaves the variant as it was";
+  EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "the streaming kernels with the fused one are the default";
+  for (int bad : {-1, 3, 4}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
+  EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "a rejected value leaves the variant as it was";
   Rng rng(97);
   const std::vector<IntCase>& cases = shape_cases();
+  int fused_steps = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const IntExperts ex = make_experts(rng, c);
@@ -444,25 +453,75 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
       for (bool with_shared : {false, true}) {
         in.shared = with_shared ? &shared : nullptr;
         in.gate = with_shared ? &gate : nullptr;
-        cuda::set_moe_int_decode_variant(1);
-        EXPECT_TRUE(cuda::moe_int_decode_streams(shape_of(c), d, M)) << "M=" << M;
-        bool ran = false;
-        const auto streamed = run(d, c, in, M, &ran);
-        ASSERT_TRUE(ran);
-        cuda::set_moe_int_decode_variant(0);
-        EXPECT_FALSE(cuda::moe_int_decode_streams(shape_of(c), d, M));
-        const auto persistent = run(d, c, in, M, &ran);
-        ASSERT_TRUE(ran);
-        cuda::set_moe_int_decode_variant(1);
-        int diffs = 0, changed = 0;
-        for (size_t i = 0; i < streamed.size(); ++i) {
-          diffs += !bits_equal(streamed[i], persistent[i]);
-          changed += !bits_equal(streamed[i], in.residual[i]);
+        std::vector<float> out[3];
+        for (int variant : {2, 1, 0}) {
+          cuda::set_moe_int_decode_variant(variant);
+          EXPECT_EQ(cuda::moe_int_decode_streams(shape_of(c), d, M), variant >= 1) << "M=" << M;
+          const bool fits = M == 1 && c.H / 16 <= c.I / 32 * c.k;
+          EXPECT_EQ(cuda::moe_int_decode_fuses(shape_of(c), d, M), variant == 2 && fits) << "M=" << M;
+          fused_steps += variant == 2 && fits && !with_shared;
+          bool ran = false;
+          out[variant] = run(d, c, in, M, &ran);
+          ASSERT_TRUE(ran);
         }
-        EXPECT_GT(changed, int(streamed.size() / 2)) << "M=" << M << ": the experts added nothing";
-        EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": " << diffs << " of " << streamed.size()
-                            << " outputs differ between the streaming and the persistent kernels";
+        cuda::set_moe_int_decode_variant(2);
+        for (int variant : {1, 0}) {
+          int diffs = 0, changed = 0;
+          for (size_t i = 0; i < out[2].size(); ++i) {
+            diffs += !bits_equal(out[2][i], out[variant][i]);
+            changed += !bits_equal(out[2][i], in.residual[i]);
+          }
+          EXPECT_GT(changed, int(out[2].size() / 2)) << "M=" << M << ": the experts added nothing";
+          EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": " << diffs << " of " << out[2].size()
+                              << " outputs differ between variant 2 and variant " << variant;
+        }
       }
+    }
+  }
+  EXPECT_GE(fused_steps, 5) << "the fused kernel served too few of the comparisons";
+}
+
+// The model adds the shared expert in the norm after the routed experts (ops_basic.h GatedAdd), so
+// that their kernels never wait for it: the experts without it, then add_rms_norm with the gated add,
+// must leave the same residual BIT FOR BIT as the experts' own combine with it (its last step is the
+// same fmaf of the same sigmoid). 122B-A10B expert shape (E 16), sym and asym; M = 1 (the fused
+// kernel, asserted), 3, 8 (the streaming kernels) and 24 (the tensor-core kernels).
+TEST(GpuOpsMoeIntDecode, SharedExpertAddedByTheNormMatchesTheCombine) {
+  MOESERVE_REQUIRE_GPU();
+  DecodeMaxGuard guard(8);
+  Rng rng(98);
+  for (const IntCase& c : {IntCase{16, 8, 3072, 1024, 128, true}, IntCase{16, 8, 1024, 512, 64, false}}) {
+    SCOPED_TRACE(case_name(c));
+    const IntExperts ex = make_experts(rng, c);
+    const cuda::DeviceExperts d = upload(ex);
+    for (int M : {1, 3, 8, 24}) {
+      Inputs in = random_inputs(rng, c, M);
+      const auto shared = random_f32(rng, size_t(M) * c.H, 0.5f);
+      const auto gate = random_f32(rng, size_t(M), 1.0f);
+      if (M == 1) EXPECT_TRUE(cuda::moe_int_decode_fuses(shape_of(c), d, M));
+      bool ran = false;
+      const auto routed = run(d, c, in, M, &ran);  // no shared expert
+      ASSERT_TRUE(ran);
+      in.shared = &shared;
+      in.gate = &gate;
+      const auto combined = run(d, c, in, M, &ran);
+      ASSERT_TRUE(ran);
+      auto d_res = to_device_f32(routed);
+      auto d_shared = to_device_f32(shared);
+      auto d_gate = to_device_f32(gate);
+      auto d_w = to_device_f32(random_f32(rng, size_t(c.H), 0.3f));
+      DeviceBuffer<float> d_out(size_t(M) * c.H);
+      cuda::add_rms_norm(d_res.data(), nullptr, {d_shared.data(), d_gate.data()}, d_w.data(), M, c.H, 1e-6f, nullptr,
+                         nullptr, d_out.data());
+      const auto normed = to_host(d_res);
+      int diffs = 0, changed = 0;
+      for (size_t i = 0; i < normed.size(); ++i) {
+        diffs += !bits_equal(normed[i], combined[i]);
+        changed += !bits_equal(combined[i], routed[i]);
+      }
+      EXPECT_GT(changed, int(normed.size() / 2)) << "M=" << M << ": the shared expert added nothing";
+      EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << normed.size()
+                          << " outputs differ between the norm's gated add and the combine";
     }
   }
 }

@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/ops_basic.h"
+#include "core/error.h"
 
 namespace moeserve::cuda {
 namespace {
@@ -183,11 +184,21 @@ __device__ __forceinline__ float4 norm_chunk(float4 v, float inv, float4 w) {
                      v.w * inv * (1.0f + w.w));
 }
 
+// The gated add (GatedAdd): sigmoid of the row's gate logit exactly as the MoE combine computes the
+// shared expert's scale (ops_moe.cu shared_scale), then one fmaf per element.
+__device__ __forceinline__ float gated_scale(const GatedAdd& g, size_t m) {
+  return 1.0f / (1.0f + __expf(-g.gate_logit[m]));
+}
+__device__ __forceinline__ float4 gated_add(float4 v, float s, float4 g) {
+  return make_float4(fmaf(s, g.x, v.x), fmaf(s, g.y, v.y), fmaf(s, g.z, v.z), fmaf(s, g.w, v.w));
+}
+
 // kPer chunks per thread held in registers (the host picks kPer >= the plan's per_thread;
 // extra chunks are past the row: zeros that leave the sum unchanged).
 template <int kPer>
-__global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, const float* delta, const float* w,
-                                                            int H, float eps, bool vec, bf16* out, float* out_f32) {
+__global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, const float* delta, GatedAdd gated,
+                                                            const float* w, int H, float eps, bool vec, bf16* out,
+                                                            float* out_f32) {
   pdl_launch_dependents();
   pdl_wait();
   const size_t m = blockIdx.x;
@@ -211,6 +222,18 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, con
       v[j].y += dv[j].y;
       v[j].z += dv[j].z;
       v[j].w += dv[j].w;
+      if (!gated.values) store_chunk(r, threadIdx.x + j * T, H, vec, v[j]);
+    }
+  }
+  if (gated.values) {
+    const float* g = gated.values + m * H;
+    const float sg = gated_scale(gated, m);
+    float4 gv[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) gv[j] = load_chunk(g, threadIdx.x + j * T, H, vec);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      v[j] = gated_add(v[j], sg, gv[j]);
       store_chunk(r, threadIdx.x + j * T, H, vec, v[j]);
     }
   }
@@ -228,9 +251,9 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, con
 
 // Rows too wide for the register version (more than 4 chunks per thread, H > 16384): the same
 // chunks and sum order, with a second read of the row instead of registers.
-__global__ void __launch_bounds__(1024) add_rms_norm_wide_kernel(float* residual, const float* delta, const float* w,
-                                                                 int H, int per, float eps, bool vec, bf16* out,
-                                                                 float* out_f32) {
+__global__ void __launch_bounds__(1024) add_rms_norm_wide_kernel(float* residual, const float* delta, GatedAdd gated,
+                                                                 const float* w, int H, int per, float eps, bool vec,
+                                                                 bf16* out, float* out_f32) {
   pdl_launch_dependents();
   pdl_wait();
   const size_t m = blockIdx.x;
@@ -245,8 +268,9 @@ __global__ void __launch_bounds__(1024) add_rms_norm_wide_kernel(float* residual
       v.y += dv.y;
       v.z += dv.z;
       v.w += dv.w;
-      store_chunk(r, threadIdx.x + j * T, H, vec, v);
     }
+    if (gated.values) v = gated_add(v, gated_scale(gated, m), load_chunk(gated.values + m * H, threadIdx.x + j * T, H, vec));
+    if (delta || gated.values) store_chunk(r, threadIdx.x + j * T, H, vec, v);
     ss = sum_squares(ss, v);
   }
   const float inv = rsqrtf(block_sum(ss) / float(H) + eps);
@@ -461,21 +485,28 @@ void embedding_lookup(const int32_t* ids, int M, const bf16* table, int H, float
 
 void add_rms_norm(float* residual, const float* delta, const float* w, int M, int H, float eps, bf16* out,
                   cudaStream_t stream, float* out_f32) {
+  add_rms_norm(residual, delta, GatedAdd{}, w, M, H, eps, out, stream, out_f32);
+}
+
+void add_rms_norm(float* residual, const float* delta, GatedAdd gated, const float* w, int M, int H, float eps,
+                  bf16* out, cudaStream_t stream, float* out_f32) {
   if (M == 0) return;
+  if ((gated.values == nullptr) != (gated.gate_logit == nullptr))
+    throw Error("add_rms_norm: a gated add needs both its values and its gate logits");
   const NormPlan p = norm_plan(H);
   // Vector chunks need every row 16-byte aligned (f32) / 8-byte aligned (bf16 out).
-  const bool vec = H % 4 == 0 && aligned(residual, 16) && aligned(delta, 16) && aligned(w, 16) &&
-                   aligned(out_f32, 16) && aligned(out, 8);
+  const bool vec = H % 4 == 0 && aligned(residual, 16) && aligned(delta, 16) && aligned(gated.values, 16) &&
+                   aligned(w, 16) && aligned(out_f32, 16) && aligned(out, 8);
   const dim3 grid{unsigned(M)}, block{unsigned(p.threads)};
   const bool pdl = M <= kPdlMaxRows;  // one CTA per row: about one wave
   if (p.per_thread == 1)
-    launch_pdl(pdl, add_rms_norm_kernel<1>, grid, block, 0, stream, residual, delta, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<1>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out, out_f32);
   else if (p.per_thread == 2)
-    launch_pdl(pdl, add_rms_norm_kernel<2>, grid, block, 0, stream, residual, delta, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<2>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out, out_f32);
   else if (p.per_thread <= 4)
-    launch_pdl(pdl, add_rms_norm_kernel<4>, grid, block, 0, stream, residual, delta, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<4>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out, out_f32);
   else
-    launch_pdl(pdl, add_rms_norm_wide_kernel, grid, block, 0, stream, residual, delta, w, H, p.per_thread, eps, vec,
+    launch_pdl(pdl, add_rms_norm_wide_kernel, grid, block, 0, stream, residual, delta, gated, w, H, p.per_thread, eps, vec,
                out, out_f32);
 }
 

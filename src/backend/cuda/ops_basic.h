@@ -20,6 +20,16 @@ void embedding_lookup(const int32_t* ids, int M, const bf16* table, int H, float
 // projections: router and DeltaNet gates, see ops_small_linear.h).
 void add_rms_norm(float* residual, const float* delta, const float* w, int M, int H, float eps, bf16* out,
                   cudaStream_t stream, float* out_f32 = nullptr);
+// A gated add of rows before the norm: residual[m] = fmaf(sigmoid(gate_logit[m]), values[m], residual[m])
+// (after delta, if given), sigmoid = 1 / (1 + __expf(−g)): the MoE combine's last step (ops_moe.h: residual
+// + routed, then + sigmoid(gate)·shared), so the model may add the shared expert here, after the routed
+// experts' kernels, with the same bits. values [M, H] f32, gate_logit [M].
+struct GatedAdd {
+  const float* values = nullptr;
+  const float* gate_logit = nullptr;
+};
+void add_rms_norm(float* residual, const float* delta, GatedAdd gated, const float* w, int M, int H, float eps,
+                  bf16* out, cudaStream_t stream, float* out_f32 = nullptr);
 
 // act[m, i] = bf16( silu(gu[m, i]) * gu[m, I + i] ) for the fused [gate | up] output gu [M, 2I].
 void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream);

@@ -82,15 +82,19 @@ bool moe_grouped_serves(const MoeShape& shape, const DeviceExperts& experts, int
 // kernels it captured).
 void set_moe_decode_variant(int variant);
 int moe_decode_variant();
-// The integer-form expert kernels for <= 8 tokens (`--expert-activations int16`, int_decode): 1
+// The integer-form expert kernels for <= 8 tokens (`--expert-activations int16`, int_decode): 2
 // (default) the streaming kernels (ops_moe_int_stream.cu: cp.async rings, a CTA per 32 columns of
-// gate/up and 16 of down), 0 the persistent ones (ops_moe_int_decode.cu), for an A/B in one binary;
-// both give every output the same bits. Throws Error on other values; takes effect at the next
-// launch (a captured CUDA graph keeps the kernels it captured).
+// gate/up and 16 of down) with gate/up and down in one launch for a step of one token called
+// without the shared expert (the caller adds it) where the device holds the whole grid at once;
+// 1 the streaming kernels always as two launches; 0 the persistent ones (ops_moe_int_decode.cu),
+// for an A/B in one binary; all give every output the same bits. Throws Error on other values;
+// takes effect at the next launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_int_decode_variant(int variant);
 int moe_int_decode_variant();
 // Whether moe_routed_experts_int would run a step of M tokens on the streaming kernels.
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M);
+// Whether it would run a step of M tokens without the shared expert on the fused one-token kernel.
+bool moe_int_decode_fuses(const MoeShape& shape, const DeviceExperts& experts, int M);
 
 // Same contract as moe_routed_experts (f32 overload), expert GEMMs on tensor cores (mma.sync
 // bf16, f32 activations split hi + lo; ops_moe_mma.cu). A token's result is bit-identical for any

@@ -147,9 +147,10 @@ __device__ __forceinline__ void quantize_rows(const float* __restrict__ src, int
 // per 128-column block): the last of the block's tiles to arrive quantises the block's 128 (or,
 // short last block, fewer) values into the workspace and sets the block's count back to zero.
 // a: act [M·k, I], aplanes [M·k, I/8], asblk [M·k, nbs], asx [M·k, sxs] (ops_moe_int_decode.cuh);
-// counters: one per (slot, block), zero between launches. Whole warp.
+// counters: one per (slot, block), zero between launches. Whole warp; returns (warp-uniform) whether
+// this warp was the last arrival and quantised the block.
 template <class Out>
-__device__ __forceinline__ void act_block_arrive(const Out& a, unsigned* counters, int slot, int cb, int I) {
+__device__ __forceinline__ bool act_block_arrive(const Out& a, unsigned* counters, int slot, int cb, int I) {
   const int lane = threadIdx.x & 31, NB = I / kActTileCols, blk = cb / 4, arrivals = min(4, NB - 4 * blk);
   unsigned* count = counters + size_t(slot) * blocks_of(I) + blk;
   __threadfence();  // this lane's act value is visible device-wide before the count below
@@ -157,7 +158,7 @@ __device__ __forceinline__ void act_block_arrive(const Out& a, unsigned* counter
   unsigned old = 0;
   if (lane == 0) old = atomicAdd(count, 1u);
   old = __shfl_sync(0xffffffffu, old, 0);
-  if (old != unsigned(arrivals - 1)) return;  // warp-uniform
+  if (old != unsigned(arrivals - 1)) return false;  // warp-uniform
   if (lane == 0) atomicExch(count, 0u);       // zero again for the next launch
   __threadfence();                            // the other tiles' act values are visible to the reads below
   const int kk = mi::kXBlock * blk + 4 * lane;
@@ -165,6 +166,7 @@ __device__ __forceinline__ void act_block_arrive(const Out& a, unsigned* counter
   if (kk < I) v = __ldcg(reinterpret_cast<const float4*>(a.act + size_t(slot) * I + kk));
   quantize_block(v, min(mi::kXBlock, I - mi::kXBlock * blk), a.aplanes + size_t(slot) * (I / 8) + 16 * blk,
                  a.asblk + size_t(slot) * a.nbs + blk, a.asx + size_t(slot) * a.sxs + 4 * blk);
+  return true;
 }
 
 // ---- host: the launch arguments both kernel families fill the same way -----------------------

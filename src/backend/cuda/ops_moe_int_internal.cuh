@@ -32,6 +32,8 @@ void int_decode(const float* x, const float* router_logits, const MoeShape& s, c
 // workspace): launches them and returns true, or returns false (launching nothing) when the variant
 // is 0 (set_moe_int_decode_variant) or the shape does not fit them.
 bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M);
+// Whether a step of M tokens without the shared expert takes the fused one-token kernel (variant 2).
+bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M);
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                        void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
                        const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);

@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -128,74 +129,121 @@ struct UnitItem {
   int oa, ob;         // dsm / scm index of the vector's first column
 };
 
-// Streams this thread's items it = tid, tid + nthr, ... < items (see the header): per item the
-// fold's factors of A's and B's 4 columns (moe_int_arith.h step 3): float(D_u) -> dsm[o + 0..3],
-// c_u = s_b · scale -> scm[o + 0..3]; the fold itself is then one FMA per unit.
-// after_issue(): called by every thread once the first R ring steps are requested and before any
-// is read: the activations are staged there (and published by a barrier in it), so their latency
-// overlaps the weights'. Src::get's xp and sxu are read only after it.
-template <bool kSym, class Src, class AfterIssue>
-__device__ __forceinline__ void stream_units(const Src& src, int items, int rows, int N, int R, int IR, char* ring,
-                                             char* islots, float* dsm, float* scm, AfterIssue&& after_issue) {
-  const int tid = threadIdx.x, nthr = blockDim.x;
-  const size_t vstride = size_t(nthr) * 16;     // A plane -> B plane of a row
-  const size_t rowstride = 2 * vstride;         // row -> next row of a step
-  const size_t rstride = kStepRows * rowstride;  // ring slot -> next
-  const size_t istride = size_t(nthr) * kSlotBytes;
-  char* my_ring = ring + size_t(tid) * 16;
-  char* my_items = islots + size_t(tid) * kSlotBytes;
+// One phase of a thread's stream: the items it = tid, tid + nthr, ... < items of src (Src::get), each
+// `rows` packed rows of two vectors of a matrix with N columns; the fold's factors of each item go to
+// dsm (float(D_u)) and scm (c_u = s_b · scale) at the item's oa / ob.
+template <bool kSymZeros, class Src>
+struct Phase {
+  static constexpr bool kSym = kSymZeros;
+  const Src& src;
+  int items, rows, N;
+  float* dsm;
+  float* scm;
+};
+// No second phase (the two-kernel path): compiled away.
+struct NoPhase {};
+template <class P>
+inline constexpr bool kHasPhase = !std::is_same_v<P, NoPhase>;
 
-  int p_it = tid, p_u = 0, p_slot = 0, p_islot = 0;  // the producer's next step
+// A thread's producer: requests the steps of its items in order, phase A's then phase B's, R steps
+// ahead of the consumer (one commit group per step; empty past the last step), each into the ring
+// slot the consumer just read; an item's scales and zeros with its first step into its item slot.
+template <class PA, class PB>
+struct RingProducer {
+  const PA& a;
+  const PB& b;
+  char* my_ring;     // this thread's 16 bytes of ring slot 0, row 0, vector A
+  char* my_items;    // this thread's item slot 0
+  size_t vstride, rowstride, rstride, istride;
+  int R, IR;
+  int phase = 0, it = 0, u = 0, slot = 0, islot = 0;  // the next step: phase, item, packed row, slots
   UnitItem p{};
-  if (p_it < items) p = src.get(p_it);
-  auto issue = [&]() {
-    if (p_it < items) {
-      char* rs = my_ring + size_t(p_slot) * rstride;
-      if (p_u == 0) {
-        char* is = my_items + size_t(p_islot) * istride;
-        cp_async8(is, p.sa);
-        cp_async8(is + 8, p.sb);
-        if constexpr (!kSym) {
-          cp_async4(is + 16, p.za);
-          cp_async4(is + 20, p.zb);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kStepRows; ++j) {
-        async_copy::cp_async16(rs + j * rowstride, p.wa + size_t(j) * N);
-        async_copy::cp_async16(rs + j * rowstride + vstride, p.wb + size_t(j) * N);
-      }
-      p.wa += size_t(kStepRows) * N;
-      p.wb += size_t(kStepRows) * N;
-      if (++p_slot == R) p_slot = 0;
-      p_u += kStepRows;
-      if (p_u == rows) {
-        p_u = 0;
-        if (++p_islot == IR) p_islot = 0;
-        p_it += nthr;
-        if (p_it < items) p = src.get(p_it);
+
+  __device__ __forceinline__ RingProducer(const PA& pa, const PB& pb, char* ring, char* islots, int R_, int IR_)
+      : a(pa), b(pb), R(R_), IR(IR_) {
+    const int tid = threadIdx.x, nthr = blockDim.x;
+    vstride = size_t(nthr) * 16;      // A plane -> B plane of a row
+    rowstride = 2 * vstride;          // row -> next row of a step
+    rstride = kStepRows * rowstride;  // ring slot -> next
+    istride = size_t(nthr) * kSlotBytes;
+    my_ring = ring + size_t(tid) * 16;
+    my_items = islots + size_t(tid) * kSlotBytes;
+    it = tid;
+    if (it < a.items) {
+      p = a.src.get(it);
+    } else {
+      next_phase();
+    }
+  }
+  __device__ __forceinline__ void next_phase() {
+    phase = 1;
+    it = threadIdx.x;
+    if constexpr (kHasPhase<PB>)
+      if (it < b.items) p = b.src.get(it);
+  }
+  template <class P>
+  __device__ __forceinline__ void step(const P& ph) {
+    if (it >= ph.items) return;
+    char* rs = my_ring + size_t(slot) * rstride;
+    if (u == 0) {
+      char* is = my_items + size_t(islot) * istride;
+      cp_async8(is, p.sa);
+      cp_async8(is + 8, p.sb);
+      if constexpr (!P::kSym) {
+        cp_async4(is + 16, p.za);
+        cp_async4(is + 20, p.zb);
       }
     }
+#pragma unroll
+    for (int j = 0; j < kStepRows; ++j) {
+      async_copy::cp_async16(rs + j * rowstride, p.wa + size_t(j) * ph.N);
+      async_copy::cp_async16(rs + j * rowstride + vstride, p.wb + size_t(j) * ph.N);
+    }
+    p.wa += size_t(kStepRows) * ph.N;
+    p.wb += size_t(kStepRows) * ph.N;
+    if (++slot == R) slot = 0;
+    u += kStepRows;
+    if (u == ph.rows) {
+      u = 0;
+      if (++islot == IR) islot = 0;
+      it += int(blockDim.x);
+      if (it < ph.items) {
+        p = ph.src.get(it);
+      } else if (phase == 0) {
+        next_phase();
+      }
+    }
+  }
+  __device__ __forceinline__ void issue() {
+    if (phase == 0) {
+      step(a);
+    } else if constexpr (kHasPhase<PB>) {
+      step(b);
+    }
     async_copy::cp_async_commit();  // empty past the last step: every step commits one group
-  };
-  for (int i = 0; i < R; ++i) issue();
-  after_issue();
+  }
+};
 
-  int c_slot = 0, c_islot = 0;
-  for (int it = tid; it < items; it += nthr) {
-    const UnitItem q = src.get(it);
-    const char* is = my_items + size_t(c_islot) * istride;
+// The consumer of one phase: for each of the thread's items, its steps from the ring (waiting for
+// the oldest pending group), the dp4a sums, then the item's fold factors (see the header).
+// c_slot / c_islot: the consumer's ring and item slots, carried from phase to phase.
+template <class P, class Prod>
+__device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_slot, int& c_islot) {
+  const int R = prod.R, IR = prod.IR, rows = ph.rows;
+  for (int it = threadIdx.x; it < ph.items; it += int(blockDim.x)) {
+    const UnitItem q = ph.src.get(it);
+    const char* is = prod.my_items + size_t(c_islot) * prod.istride;
     if (++c_islot == IR) c_islot = 0;
     int ah[4] = {0, 0, 0, 0}, bh[4] = {0, 0, 0, 0};               // Σ q·hi (s8 hi x u8-valued q)
     unsigned al[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};  // Σ q·lo (u8 x u8)
     for (int u = 0; u < rows; u += kStepRows) {
       cp_async_wait_pending(R - 1);  // committed: R + steps consumed; this step's group is the oldest pending
-      const char* rs = my_ring + size_t(c_slot) * rstride;
+      const char* rs = prod.my_ring + size_t(c_slot) * prod.rstride;
       if (++c_slot == R) c_slot = 0;
 #pragma unroll
       for (int j = 0; j < kStepRows; ++j) {
-        const uint4 wa = *reinterpret_cast<const uint4*>(rs + j * rowstride);
-        const uint4 wb = *reinterpret_cast<const uint4*>(rs + j * rowstride + vstride);
+        const uint4 wa = *reinterpret_cast<const uint4*>(rs + j * prod.rowstride);
+        const uint4 wb = *reinterpret_cast<const uint4*>(rs + j * prod.rowstride + prod.vstride);
         const uint4 xv = q.xp[u + j];  // {hi even k, hi odd k, lo even k, lo odd k}
         const uint32_t wca[4] = {wa.x, wa.y, wa.z, wa.w}, wcb[4] = {wb.x, wb.y, wb.z, wb.w};
 #pragma unroll
@@ -212,20 +260,20 @@ __device__ __forceinline__ void stream_units(const Src& src, int items, int rows
           bl[c] = __dp4a(ob, xv.w, bl[c]);
         }
       }
-      issue();  // the step R ahead, into the slot just read (this thread's own)
+      prod.issue();  // the step R ahead, into the slot just read (this thread's own)
     }
     // The item's scales and zeros came with its first step (complete: its last step's wait).
     const uint2 sra = *reinterpret_cast<const uint2*>(is), srb = *reinterpret_cast<const uint2*>(is + 8);
     uint32_t zwa = 0, zwb = 0;
-    if constexpr (!kSym) {
+    if constexpr (!P::kSym) {
       zwa = *reinterpret_cast<const uint32_t*>(is + 16);
       zwb = *reinterpret_cast<const uint32_t*>(is + 20);
     }
     int da[4], db[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int za = kSym ? 8 : int((zwa >> (q.zshift + 4 * c)) & 0xFu) + 1;
-      const int zb = kSym ? 8 : int((zwb >> (q.zshift + 4 * c)) & 0xFu) + 1;
+      const int za = P::kSym ? 8 : int((zwa >> (q.zshift + 4 * c)) & 0xFu) + 1;
+      const int zb = P::kSym ? 8 : int((zwb >> (q.zshift + 4 * c)) & 0xFu) + 1;
       da[c] = ah[c] * 256 + int(al[c]) - za * q.sxu;  // exact: |D_u| < 2^26
       db[c] = bh[c] * 256 + int(bl[c]) - zb * q.sxu;
     }
@@ -241,12 +289,42 @@ __device__ __forceinline__ void stream_units(const Src& src, int items, int rows
       ca[c] = mi::unit_coef(q.xscale, sa[c]);
       cb[c] = mi::unit_coef(q.xscale, sb[c]);
     }
-    *reinterpret_cast<float4*>(dsm + q.oa) = make_float4(va[0], va[1], va[2], va[3]);
-    *reinterpret_cast<float4*>(dsm + q.ob) = make_float4(vb[0], vb[1], vb[2], vb[3]);
-    *reinterpret_cast<float4*>(scm + q.oa) = make_float4(ca[0], ca[1], ca[2], ca[3]);
-    *reinterpret_cast<float4*>(scm + q.ob) = make_float4(cb[0], cb[1], cb[2], cb[3]);
+    *reinterpret_cast<float4*>(ph.dsm + q.oa) = make_float4(va[0], va[1], va[2], va[3]);
+    *reinterpret_cast<float4*>(ph.dsm + q.ob) = make_float4(vb[0], vb[1], vb[2], vb[3]);
+    *reinterpret_cast<float4*>(ph.scm + q.oa) = make_float4(ca[0], ca[1], ca[2], ca[3]);
+    *reinterpret_cast<float4*>(ph.scm + q.ob) = make_float4(cb[0], cb[1], cb[2], cb[3]);
   }
+}
+
+// Streams this thread's items of one phase (see the header and Phase). after_issue(): called by
+// every thread once the first R ring steps are requested and before any is read: the activations
+// are staged there (and published by a barrier in it), so their latency overlaps the weights'.
+// Src::get's xp and sxu are read only after it.
+template <class P, class AfterIssue>
+__device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* ring, char* islots,
+                                             AfterIssue&& after_issue) {
+  const NoPhase none{};
+  RingProducer<P, NoPhase> prod(ph, none, ring, islots, R, IR);
+  for (int i = 0; i < R; ++i) prod.issue();
+  after_issue();
+  int c_slot = 0, c_islot = 0;
+  consume_phase(ph, prod, c_slot, c_islot);
   async_copy::cp_async_wait<0>();  // nothing of this thread's lands later
+}
+
+// Two phases through one ring (the fused one-token kernel): phase B's first steps are requested
+// while phase A's last ones are consumed, so they are in flight across between() (called by every
+// thread after phase A: it stages phase B's activations, read by B's Src::get only after it).
+template <class PA, class PB, class Between>
+__device__ __forceinline__ void stream_two_phases(const PA& pa, const PB& pb, int R, int IR, char* ring,
+                                                  char* islots, Between&& between) {
+  RingProducer<PA, PB> prod(pa, pb, ring, islots, R, IR);
+  for (int i = 0; i < R; ++i) prod.issue();
+  int c_slot = 0, c_islot = 0;
+  consume_phase(pa, prod, c_slot, c_islot);
+  between();
+  consume_phase(pb, prod, c_slot, c_islot);
+  async_copy::cp_async_wait<0>();
 }
 
 // Step 3 of one output: acc = fold_step(acc, float(D_u), c_u) over its nu units from 0 (fold_unit's
@@ -370,7 +448,8 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_gate_up_kernel(UpArgs 
   const UpSrc src{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
                   kSym ? nullptr : gate.qzeros + zoff, kSym ? nullptr : up.qzeros + zoff,
                   planes, sx, sblk, I, n0, U, rows, gate.group, nu};
-  stream_units<kSym>(src, 8 * nu, rows, I, a.R, a.IR, base, base + L.slots, dsm, scm, [] {});
+  const Phase<kSym, UpSrc> ph{src, 8 * nu, rows, I, dsm, scm};
+  stream_units(ph, a.R, a.IR, base, base + L.slots, [] {});
   __syncthreads();
   if (tid < 32) {  // lane c: gate and up of column n0 + c, act, the block arrival
     const float gv = fold_units(dsm + lane, scm + lane, kUpCols, nu);
@@ -451,12 +530,86 @@ struct DownSrc {
   }
 };
 
+// down's inputs of token m into shared memory: its k act rows' planes (rank r's at planes + r·RS,
+// blocks padded as plane_index), s_b [k][nbs] and ΣX [k][sxs]; and for the fin threads the residual,
+// shared value and shared gate of column col. Every load of a thread is issued before its first store
+// (one L2 round trip). Whole CTA; the caller publishes the stores with a barrier.
+__device__ __forceinline__ void stage_down_acts(const DownArgs& a, int m, int k, int I, int H, int col, bool fin,
+                                                uint4* planes, int RS, float* sblk, int* sx, float& res, float& sh,
+                                                float& sig) {
+  const int tid = threadIdx.x, nthr = blockDim.x, nv = I / 8;
+  const uint4* gp = a.aplanes + size_t(m) * k * nv;
+  constexpr int kBatch = 8;
+  const int nplanes = k * nv, nsb = k * a.nbs, nsx = k * a.sxs;
+  for (int b0 = 0; b0 < nplanes || b0 == 0; b0 += kBatch * nthr) {
+    uint4 v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = b0 + j * nthr + tid;
+      if (i < nplanes) v[j] = __ldcg(gp + i);
+    }
+    float sbv[2];
+    int sxv[4];
+    if (b0 == 0) {  // s_b and ΣX (k·nbs <= 2·nthr, k·sxs <= 4·nthr: plan_for) with the first batch
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (tid + j * nthr < nsb) sbv[j] = __ldcg(a.asblk + size_t(m) * nsb + tid + j * nthr);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (tid + j * nthr < nsx) sxv[j] = __ldcg(a.asx + size_t(m) * nsx + tid + j * nthr);
+      if (fin) {
+        res = __ldcg(a.residual + size_t(m) * H + col);
+        if (a.shared) {
+          sh = __ldcg(a.shared + size_t(m) * H + col);
+          sig = 1.0f / (1.0f + __expf(-__ldcg(a.gate_logit + m)));  // combine_kernel's shared_scale
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = b0 + j * nthr + tid;
+      if (i < nplanes) {
+        const int r = i / nv;
+        planes[r * RS + plane_index(i - r * nv)] = v[j];
+      }
+    }
+    if (b0 == 0) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        if (tid + j * nthr < nsb) sblk[tid + j * nthr] = sbv[j];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (tid + j * nthr < nsx) sx[tid + j * nthr] = sxv[j];
+    }
+  }
+}
+
+// The end of a down CTA: y of each (rank, column) from its factors (fold_units), then combine_routed's
+// order for the fin threads' column: acc = fmaf(w_r, y_r, acc) over r from 0, o = res + acc, with the
+// shared expert o = fmaf(sig, sh, o); *out = o. Whole CTA (one barrier).
+__device__ __forceinline__ void combine_down(const float* dsm, const float* scm, float* ys, const float* s_w, int k,
+                                             int nu, bool fin, float res, bool shared, float sh, float sig,
+                                             float* out) {
+  for (int o = threadIdx.x; o < k * kDownCols; o += int(blockDim.x)) {  // y of (rank o / 16, column o % 16)
+    const int rr = o / kDownCols, c = o - rr * kDownCols;
+    ys[o] = fold_units(dsm + rr * nu * kDownCols + c, scm + rr * nu * kDownCols + c, kDownCols, nu);
+  }
+  __syncthreads();
+  if (fin) {
+    float acc = 0.0f;
+    for (int rr = 0; rr < k; ++rr) acc = fmaf(s_w[rr], ys[rr * kDownCols + threadIdx.x], acc);
+    float o = res + acc;
+    if (shared) o = fmaf(sig, sh, o);
+    *out = o;
+  }
+}
+
 template <bool kSym>
 __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a, ExpertView down) {
   extern __shared__ uint4 smem_sd[];
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
-  const int H = down.N, I = down.K, U = a.U, rows = U / 8, nu = I / U, k = a.k, nv = I / 8;
+  const int H = down.N, I = down.K, U = a.U, rows = U / 8, nu = I / U, k = a.k;
   const int RS = down_row_stride(I);
   const int tid = threadIdx.x, nthr = blockDim.x;
   const DownSmem L = down_smem(I, U, k, a.nbs, a.sxs, a.R, a.IR, nthr);
@@ -478,69 +631,134 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a
   const DownSrc src{down.qweight, down.scales, kSym ? nullptr : down.qzeros, s_ids, planes, sx, sblk, H, I, k, n0,
                     U, rows, down.group, nu, I / down.group, RS, a.sxs, a.nbs};
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
-  stream_units<kSym>(src, 2 * k * nu, rows, H, a.R, a.IR, base, base + L.slots, dsm, scm, [&] {
-    // The token's k act rows (slots m·k .. m·k + k − 1), their s_b and ΣX, the residual and shared
-    // values: every load of a thread is issued before its first store (one L2 round trip).
-    const uint4* gp = a.aplanes + size_t(m) * k * nv;
-    constexpr int kBatch = 8;
-    const int nplanes = k * nv, nsb = k * a.nbs, nsx = k * a.sxs;
-    for (int b0 = 0; b0 < nplanes || b0 == 0; b0 += kBatch * nthr) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = b0 + j * nthr + tid;
-        if (i < nplanes) v[j] = __ldcg(gp + i);
-      }
-      float sbv[2];
-      int sxv[4];
-      if (b0 == 0) {  // s_b and ΣX (k·nbs <= 2·nthr, k·sxs <= 4·nthr: plan_for) with the first batch
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (tid + j * nthr < nsb) sbv[j] = __ldcg(a.asblk + size_t(m) * nsb + tid + j * nthr);
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (tid + j * nthr < nsx) sxv[j] = __ldcg(a.asx + size_t(m) * nsx + tid + j * nthr);
-        if (fin) {
-          res = __ldcg(a.residual + size_t(m) * H + col);
-          if (a.shared) {
-            sh = __ldcg(a.shared + size_t(m) * H + col);
-            sig = 1.0f / (1.0f + __expf(-__ldcg(a.gate_logit + m)));  // combine_kernel's shared_scale
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = b0 + j * nthr + tid;
-        if (i < nplanes) {
-          const int r = i / nv;
-          planes[r * RS + plane_index(i - r * nv)] = v[j];
-        }
-      }
-      if (b0 == 0) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-          if (tid + j * nthr < nsb) sblk[tid + j * nthr] = sbv[j];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (tid + j * nthr < nsx) sx[tid + j * nthr] = sxv[j];
-      }
-    }
+  const Phase<kSym, DownSrc> ph{src, 2 * k * nu, rows, H, dsm, scm};
+  stream_units(ph, a.R, a.IR, base, base + L.slots, [&] {
+    stage_down_acts(a, m, k, I, H, col, fin, planes, RS, sblk, sx, res, sh, sig);
     __syncthreads();
   });
   __syncthreads();
   pdl_launch_dependents();
-  for (int o = tid; o < k * kDownCols; o += nthr) {  // y of (rank o / 16, column o % 16)
-    const int rr = o / kDownCols, c = o - rr * kDownCols;
-    ys[o] = fold_units(dsm + rr * nu * kDownCols + c, scm + rr * nu * kDownCols + c, kDownCols, nu);
+  combine_down(dsm, scm, ys, s_w, k, nu, fin, res, a.shared != nullptr, sh, sig, a.residual + size_t(m) * H + col);
+}
+
+// ---- one token: gate/up and down in one launch -------------------------------------------------
+// int_stream_fused_kernel: gate/up's grid (I / 32, k) and work; the first H / 16 of its CTAs
+// (cta = blockIdx.y·gridDim.x + blockIdx.x) then do down's work for columns 16·cta .. + 15 in
+// the same CTA, through the same ring (stream_two_phases): a thread requests its down rows right
+// behind its gate/up rows, so down's weights are in flight while gate/up finishes, folds and
+// quantises its act blocks. Every CTA routes all k ranks (warp 0; the ranks' experts and weights
+// in shared memory). After its act tile's block arrival, a down CTA waits until all k·ceil(I/128)
+// act blocks of the token are quantised (g_fused_ready, counted by each block's last arrival),
+// stages them (stage_down_acts) and streams its down items; the last down CTA past the wait sets
+// both counters back to zero. The same bits as the two kernels (the same items, folds and
+// combine order). The wait needs every CTA of the grid resident at once: fused_plan takes this
+// kernel only when the occupancy of its configuration holds the whole grid, and each CTA lets the
+// next kernel launch (pdl_launch_dependents) only after its wait, so no CTA of a later kernel can
+// take the slot of one not yet started. Without the shared expert only (the caller adds it:
+// residual = fmaf(sigmoid(gate), shared, residual) is the combine's last step either way).
+struct FusedArgs {
+  UpArgs up;        // the ring's R and IR
+  DownArgs down;    // fill_down_io(up); the shared expert null; U = down's unit length
+  int down_ctas;    // H / kDownCols
+};
+__device__ unsigned g_fused_ready;   // act blocks quantised in this launch
+__device__ unsigned g_fused_passed;  // down CTAs past their wait
+
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <bool kSymUp, bool kSymDown>
+__global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs f, ExpertView gate, ExpertView up,
+                                                                       ExpertView down) {
+  extern __shared__ uint4 smem_sf[];
+  __shared__ int32_t s_ids[kMaxTopK];
+  __shared__ float s_p[kMaxTopK];
+  __shared__ float s_w[kMaxTopK];
+  const UpArgs& a = f.up;
+  const int H = gate.K, I = gate.N, k = a.k, E = a.E;
+  const int uu = a.U, rows_u = uu / 8, nu_u = H / uu, ud = f.down.U, rows_d = ud / 8, nu_d = I / ud;
+  const int RS = down_row_stride(I);
+  const int tid = threadIdx.x, nthr = blockDim.x, lane = tid & 31;
+  const UpSmem LU = up_smem(H, uu, a.R, a.IR, nthr);
+  const DownSmem LD = down_smem(I, ud, k, a.nbs, a.sxs, a.R, a.IR, nthr);  // the same ring, then down's regions
+  char* base = reinterpret_cast<char*>(smem_sf);
+  uint4* planes_u = reinterpret_cast<uint4*>(base + LU.planes);
+  float* sblk_u = reinterpret_cast<float*>(base + LU.sblk);
+  int* sx_u = reinterpret_cast<int*>(base + LU.sx);
+  float* dsm_u = reinterpret_cast<float*>(base + LU.dsm);
+  float* scm_u = reinterpret_cast<float*>(base + LU.scm);
+  uint4* planes_d = reinterpret_cast<uint4*>(base + LD.planes);  // down's regions overlay gate/up's
+  float* sblk_d = reinterpret_cast<float*>(base + LD.sblk);
+  int* sx_d = reinterpret_cast<int*>(base + LD.sx);
+  float* dsm_d = reinterpret_cast<float*>(base + LD.dsm);
+  float* scm_d = reinterpret_cast<float*>(base + LD.scm);
+  float* ys = reinterpret_cast<float*>(base + LD.ys);
+  const int r = blockIdx.y, n0 = blockIdx.x * kUpCols;  // one token: slot = rank
+  const int cta = int(blockIdx.y * gridDim.x + blockIdx.x), d0 = cta * kDownCols, col = d0 + tid;
+  const bool has_down = cta < f.down_ctas, fin = has_down && tid < kDownCols;
+  pdl_wait();
+  if (tid < 32) {  // warp 0 routes the token, all k ranks (down needs every one)
+    const float psum = route_rounds(a.logits, E, k, s_ids, s_p);
+    __syncwarp();
+    if (lane < k) {
+      const int e = min(max(s_ids[lane], 0), E - 1);  // in range for any logits
+      const float w = s_p[lane] / psum;
+      s_ids[lane] = e;
+      s_w[lane] = w;
+      if (blockIdx.x == 0 && r == 0) {  // published for the workspace's readers (tests)
+        a.ids[lane] = e;
+        a.weights[lane] = w;
+      }
+    }
+  } else {  // the other warps quantise the x row meanwhile
+    quantize_rows<kUpQuantBatch>(a.x, 1, H, a.x_vec, planes_u, 0, kPadBlock, sblk_u, sx_u, 1);
   }
   __syncthreads();
-  if (fin) {
-    float acc = 0.0f;
-    for (int rr = 0; rr < k; ++rr) acc = fmaf(s_w[rr], ys[rr * kDownCols + tid], acc);
-    float o = res + acc;
-    if (a.shared) o = fmaf(sig, sh, o);
-    a.residual[size_t(m) * H + col] = o;
-  }
+  const int e = s_ids[r];
+  const int ng = H / gate.group;
+  const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * ng * I, zoff = size_t(e) * ng * (I / 8);
+  const UpSrc srcu{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
+                   kSymUp ? nullptr : gate.qzeros + zoff, kSymUp ? nullptr : up.qzeros + zoff,
+                   planes_u, sx_u, sblk_u, I, n0, uu, rows_u, gate.group, nu_u};
+  const DownSrc srcd{down.qweight, down.scales, kSymDown ? nullptr : down.qzeros, s_ids, planes_d, sx_d, sblk_d,
+                     H, I, k, d0, ud, rows_d, down.group, nu_d, I / down.group, RS, a.sxs, a.nbs};
+  const Phase<kSymUp, UpSrc> pa{srcu, 8 * nu_u, rows_u, I, dsm_u, scm_u};
+  const Phase<kSymDown, DownSrc> pb{srcd, has_down ? 2 * k * nu_d : 0, rows_d, H, dsm_d, scm_d};
+  float res = 0.0f, sh = 0.0f, sig = 0.0f;
+  stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, [&] {
+    __syncthreads();  // gate/up's factors
+    if (tid < 32) {   // lane c: gate and up of column n0 + c, act, the block arrival
+      const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
+      const float uv = fold_units(dsm_u + nu_u * kUpCols + lane, scm_u + nu_u * kUpCols + lane, kUpCols, nu_u);
+      a.act[size_t(r) * I + n0 + lane] = silu_mul_rn(gv, uv);
+      if (act_block_arrive(a, g_stream_arrivals, r, n0 / kUpCols, I)) {
+        __threadfence();  // the block's planes, s_b and ΣX before the count
+        __syncwarp();
+        if (lane == 0) atomicAdd(&g_fused_ready, 1u);
+      }
+    }
+    if (has_down) {
+      if (tid == 0) {
+        const unsigned want = unsigned(k * blocks_of(I));
+        while (ld_acquire_gpu(&g_fused_ready) < want) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();  // past the wait; warp 0's fold has read gate/up's regions, which down's overlay
+      stage_down_acts(f.down, 0, k, I, H, col, fin, planes_d, RS, sblk_d, sx_d, res, sh, sig);
+      __syncthreads();
+      if (tid == 0 && atomicAdd(&g_fused_passed, 1u) == unsigned(f.down_ctas - 1)) {  // every down CTA is past
+        atomicExch(&g_fused_passed, 0u);
+        atomicExch(&g_fused_ready, 0u);
+      }
+    }
+    pdl_launch_dependents();  // only now: every CTA of this grid has started (see above)
+  });
+  if (!has_down) return;
+  __syncthreads();
+  combine_down(dsm_d, scm_d, ys, s_w, k, nu_d, fin, res, false, sh, sig, f.down.residual + col);
 }
 
 // ---- host ------------------------------------------------------------------------------------
@@ -549,13 +767,18 @@ using UpKernel = void (*)(UpArgs, ExpertView, ExpertView);
 using DownKernel = void (*)(DownArgs, ExpertView);
 UpKernel up_kernel(bool sym) { return sym ? int_stream_gate_up_kernel<true> : int_stream_gate_up_kernel<false>; }
 DownKernel down_kernel(bool sym) { return sym ? int_stream_down_kernel<true> : int_stream_down_kernel<false>; }
+using FusedKernel = void (*)(FusedArgs, ExpertView, ExpertView, ExpertView);
+FusedKernel fused_kernel(bool sym_up, bool sym_down) {
+  if (sym_up) return sym_down ? int_stream_fused_kernel<true, true> : int_stream_fused_kernel<true, false>;
+  return sym_down ? int_stream_fused_kernel<false, true> : int_stream_fused_kernel<false, false>;
+}
 
 // Device limits and the kernels' registers, queried once per device; the first query also opts the
 // kernels in to the device's largest dynamic shared memory per block and carveout (not a stream
 // operation, so legal inside graph capture).
 struct Caps {
   SmLimits sm;
-  int regs_up = 0, regs_down = 0, static_up = 0, static_down = 0;
+  int regs_up = 0, regs_down = 0, regs_fused = 0, static_up = 0, static_down = 0, static_fused = 0;
 };
 
 const Caps& device_caps() {
@@ -569,6 +792,11 @@ const Caps& device_caps() {
       c.static_up = std::max(c.static_up, u.static_smem);
       c.regs_down = std::max(c.regs_down, d.regs);
       c.static_down = std::max(c.static_down, d.static_smem);
+      for (bool sym_down : {true, false}) {
+        const KernelResources fr = opt_in_max_shared((const void*)fused_kernel(sym, sym_down), c.sm.smem_optin);
+        c.regs_fused = std::max(c.regs_fused, fr.regs);
+        c.static_fused = std::max(c.static_fused, fr.static_smem);
+      }
     }
     return c;
   });
@@ -586,18 +814,21 @@ struct StreamPlan {
 // while the rings of `want` CTAs would hold less than a quarter of the SM's shared memory or do
 // not fit. bytes(R, IR, threads): the CTA's dynamic shared memory. The ring only groups loads,
 // never a sum: choosing it by M or by device keeps every bit.
+// A second phase through the same ring (the fused kernel): items2 more items of rows2 rows each.
 template <class Bytes>
-StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, const Caps& c, Bytes bytes) {
+StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, const Caps& c, Bytes bytes,
+                       int items2 = 0, int rows2 = 0) {
   StreamPlan P;
   P.threads = std::min(kMaxThreads, std::max(64, (items + 31) / 32 * 32));  // >= 2 warps: gate/up's x staging
-  const int per_thread = (items + P.threads - 1) / P.threads;
+  const int per_thread = (items + P.threads - 1) / P.threads, per_thread2 = (items2 + P.threads - 1) / P.threads;
+  const int min_rows = items2 > 0 ? std::min(rows, rows2) : rows;
   const int reg_max = c.sm.regs_per_sm / (P.threads * std::max(regs, 1)), thread_max = c.sm.threads_per_sm / P.threads;
   const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sm.sms - 1) / c.sm.sms}));
-  const int max_ring = std::min(kMaxRing, per_thread * rows / kStepRows);
+  const int max_ring = std::min(kMaxRing, (per_thread * rows + per_thread2 * rows2) / kStepRows);
   for (int want = want_max; want >= 1; --want) {
     const long budget = std::min<long>(c.sm.smem_optin, long(c.sm.smem_per_sm) / want - c.sm.smem_reserved) - long(static_bytes);
     for (int R = max_ring; R >= 1; --R) {
-      const int ir = item_slots(R, rows, per_thread);
+      const int ir = item_slots(R, min_rows, per_thread + per_thread2);
       const size_t smem = bytes(R, ir, P.threads);
       if (long(smem) <= budget && (want == 1 || R == max_ring || want * ring_bytes(R, P.threads) >= size_t(c.sm.smem_per_sm) / 4)) {
         P.ok = true;
@@ -611,7 +842,7 @@ StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes
   return P;
 }
 
-std::atomic<int> g_variant{1};
+std::atomic<int> g_variant{2};
 
 // Both kernels' plans for a step of M tokens (ok false: the shape or the device does not fit them).
 struct Plans {
@@ -645,30 +876,92 @@ Plans plan_for(const MoeShape& s, const DeviceExperts& ex, int M) {
   return P;
 }
 
+// The fused one-token kernel's plan (ok false: the two kernels serve): gate/up's grid and threads,
+// one ring for both phases, shared memory for the larger of the two phases' regions, and the whole
+// grid resident at once by the occupancy of that configuration (the kernel's wait needs it).
+struct FusedPlan {
+  bool ok = false;
+  StreamPlan ring;
+  dim3 grid;
+  int down_ctas = 0;
+};
+
+FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym_up, bool sym_down) {
+  FusedPlan F;
+  if (M != 1 || g_variant.load() != 2) return F;
+  const Plans P = plan_for(s, ex, 1);
+  if (!P.ok) return F;
+  const int H = s.hidden, I = s.intermediate, k = s.top_k;
+  const IntDecodeLayout lay = int_decode_layout(s, 1);
+  const Caps& c = device_caps();
+  const int uu = P.u_up, ud = P.u_down;
+  F.grid = P.grid_up;
+  F.down_ctas = H / kDownCols;
+  const int ctas = int(F.grid.x * F.grid.y);
+  if (F.down_ctas > ctas) return F;
+  F.ring = plan_stream(
+      8 * (H / uu), uu / 8, ctas, c.regs_fused, c.static_fused, c,
+      [&](int R, int IR, int nt) {
+        return std::max(up_smem(H, uu, R, IR, nt).bytes, down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes);
+      },
+      2 * k * (I / ud), ud / 8);
+  if (!F.ring.ok) return F;
+  if (k * lay.nbs > 2 * F.ring.threads || k * lay.sxs > 4 * F.ring.threads) return F;  // stage_down_acts
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void*)fused_kernel(sym_up, sym_down),
+                                                    F.ring.threads, F.ring.smem) != cudaSuccess) {
+    cudaGetLastError();
+    return F;
+  }
+  F.ok = long(per_sm) * c.sm.sms >= ctas;
+  return F;
+}
+
 }  // namespace
 
 bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M) {
-  return g_variant.load() == 1 && plan_for(s, ex, M).ok;
+  return g_variant.load() >= 1 && plan_for(s, ex, M).ok;
+}
+
+bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M) {
+  return fused_plan(s, ex, M, gate_up_symmetric(ex), down_symmetric(ex)).ok;
 }
 
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                        void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
                        const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready) {
-  if (g_variant.load() != 1) return false;
+  if (g_variant.load() < 1) return false;
   const Plans P = plan_for(s, ex, M);
   const IntDecodeLayout lay = int_decode_layout(s, M);
   if (!P.ok || workspace_bytes < lay.bytes || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return false;
+  char* ws = static_cast<char*>(workspace);
+  const bool sym_up = gate_up_symmetric(ex), sym_down = down_symmetric(ex);
+  if (shared_out == nullptr) {  // one token without the shared expert: the fused kernel where it fits
+    const FusedPlan F = fused_plan(s, ex, M, sym_up, sym_down);
+    if (F.ok) {
+      FusedArgs fa{};
+      fill_up_io(fa.up, x, router_logits, s, lay, ws);
+      fa.up.U = P.u_up;
+      fa.up.R = F.ring.R;
+      fa.up.IR = F.ring.IR;
+      fill_down_io(fa.down, fa.up, residual, nullptr, nullptr);
+      fa.down.U = P.u_down;
+      fa.down_ctas = F.down_ctas;
+      launch_pdl(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem, stream, fa,
+                 view_of(ex.gate), view_of(ex.up), view_of(ex.down));
+      return true;
+    }
+  }
   const StreamPlan& pu = P.up;
   const StreamPlan& pd = P.down;
   const int u_up = P.u_up, u_down = P.u_down;
   const dim3 grid_up = P.grid_up, grid_down = P.grid_down;
-  char* ws = static_cast<char*>(workspace);
   UpArgs ua{};
   fill_up_io(ua, x, router_logits, s, lay, ws);
   ua.U = u_up;
   ua.R = pu.R;
   ua.IR = pu.IR;
-  launch_pdl(true, up_kernel(gate_up_symmetric(ex)), grid_up, dim3(unsigned(pu.threads)), pu.smem, stream, ua, view_of(ex.gate),
+  launch_pdl(true, up_kernel(sym_up), grid_up, dim3(unsigned(pu.threads)), pu.smem, stream, ua, view_of(ex.gate),
              view_of(ex.up));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
   DownArgs da{};
@@ -676,7 +969,7 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   da.U = u_down;
   da.R = pd.R;
   da.IR = pd.IR;
-  launch_pdl(true, down_kernel(down_symmetric(ex)), grid_down, dim3(unsigned(pd.threads)), pd.smem, stream, da,
+  launch_pdl(true, down_kernel(sym_down), grid_down, dim3(unsigned(pd.threads)), pd.smem, stream, da,
              view_of(ex.down));
   return true;
 }
@@ -686,9 +979,9 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
 namespace moeserve::cuda {
 
 void set_moe_int_decode_variant(int variant) {
-  if (variant != 0 && variant != 1)
+  if (variant < 0 || variant > 2)
     throw Error("set_moe_int_decode_variant: " + std::to_string(variant) +
-                " (0: the persistent dp4a kernels, 1: the streaming ones)");
+                " (0: the persistent dp4a kernels, 1: the streaming ones, 2: streaming with the fused one-token kernel)");
   moe_int_detail::g_variant.store(variant);
 }
 
@@ -697,6 +990,10 @@ int moe_int_decode_variant() { return moe_int_detail::g_variant.load(); }
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M) {
   return moe_int_detail::int_form_supported(shape, experts) && M >= 1 && M <= moe_int_decode_max_tokens() &&
          moe_int_detail::int_stream_serves(shape, experts, M);
+}
+
+bool moe_int_decode_fuses(const MoeShape& shape, const DeviceExperts& experts, int M) {
+  return moe_int_decode_streams(shape, experts, M) && moe_int_detail::int_stream_fuses(shape, experts, M);
 }
 
 }  // namespace moeserve::cuda

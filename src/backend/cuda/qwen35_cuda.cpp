@@ -663,8 +663,8 @@ void Qwen35CudaModel::prompt_multi_rows(std::span<const LinearOut> outs, const f
 // (moe_routed_experts_int; int_experts_generated / int_experts_prompt, formats it covers), the CUDA-core
 // f32 kernels (generated tokens by default) or the f32 tensor-core kernels (prompt tokens, and generated
 // ones with tensor_core_decode_experts). Rows of one family share a call; each call routes its own rows.
-// shared_ready: the side stream's shared expert, added by each call's last kernel.
-void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, cudaEvent_t shared_ready) {
+// They add the routed experts only: the shared expert is added by the next norm (enqueue_layers).
+void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G) {
   enum class Family { CudaCores, TensorCores, Int };
   const auto& c = config_;
   const int H = int(c.hidden_size), E = int(c.num_experts);
@@ -680,20 +680,14 @@ void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, c
     const float* x = x32_.data() + xo;
     const float* logits = router_logits_.data() + size_t(r0) * size_t(E);
     float* res = residual_.data() + xo;
-    const float* sh = shared_down_.data() + xo;
-    const float* shg = shared_gate_logit_.data() + r0;
     if (f == Family::Int) {
-      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s, sh,
-                                  shg, shared_ready))
+      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s))
         throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
     } else if (f == Family::CudaCores) {
-      moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg,
-                         shared_ready);
+      moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s);
     } else {  // formats without tensor-core kernels (act-order GPTQ) take the CUDA-core ones
-      if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
-      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s, sh,
-                                  shg))
-        moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s, sh, shg);
+      if (!moe_routed_experts_mma(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s))
+        moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s);
     }
   };
   if (G == 0 || G == M || gen == prompt) {
@@ -718,9 +712,20 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
   const GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
                     int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), eps};
   const int Is = int(c.shared_expert_intermediate_size);
+  // The previous layer's shared expert, added by the next norm (after the routed experts, which add
+  // only themselves): residual = fmaf(sigmoid(gate), shared, residual + routed), the combine's order
+  // (ops_basic.h GatedAdd), so the routed experts' kernels never wait for the side stream.
+  GatedAdd pending_shared{};
+  cudaEvent_t shared_ready = nullptr;
+  auto norm_adding_shared = [&](const float* w) {
+    if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
+    add_rms_norm(residual_.data(), nullptr, pending_shared, w, M, H, eps, nullptr, s, x32_.data());
+    pending_shared = GatedAdd{};
+    shared_ready = nullptr;
+  };
   for (size_t li = 0; li < weights_.layers.size(); ++li) {
     const auto& L = weights_.layers[li];
-    add_rms_norm(residual_.data(), nullptr, L.input_norm.data(), M, H, eps, nullptr, s, x32_.data());
+    norm_adding_shared(L.input_norm.data());
     if (L.attention) {
       const auto& a = *L.attention;
       const int idx = cache_index_[li];
@@ -805,9 +810,8 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     // The shared expert (the prompt rows' gate logit, gate and up GEMMs, then every row's down
     // projection) runs on the side stream while the routing and the routed experts run on this
     // one (at decode both are latency-bound kernels that leave most of the GPU idle; in a prefill
-    // the shared expert's small GEMMs fill the SMs the expert kernels leave idle); the routed
-    // experts wait for it (join_event_) only before the kernel that adds it: residual =
-    // (residual + routed) + sigmoid(gate)·shared.
+    // the shared expert's small GEMMs fill the SMs the expert kernels leave idle); the next norm
+    // waits for it (join_event_) and adds it: residual = (residual + routed) + sigmoid(gate)·shared.
     const bool side = options_.batch_invariant;  // otherwise linear_ shares one dequant workspace
     cudaStream_t ss = side ? aux_stream_ : s;
     if (side) fork_side(s);
@@ -827,14 +831,14 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       linear_rows(moe.shared_down, shared_act_.data() + o, M - sd, G - sd, shared_down_.data() + size_t(sd) * size_t(H),
                   false, ss);
     }
-    cudaEvent_t shared_ready = nullptr;
     if (side) {
       MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
       shared_ready = join_event_;
     }
-    enqueue_experts(moe, M, G, shared_ready);
+    enqueue_experts(moe, M, G);
+    pending_shared = GatedAdd{shared_down_.data(), shared_gate_logit_.data()};
   }
-  add_rms_norm(residual_.data(), nullptr, weights_.final_norm.data(), M, H, eps, nullptr, s, x32_.data());
+  norm_adding_shared(weights_.final_norm.data());
 }
 
 }  // namespace moeserve::cuda

@@ -121,7 +121,7 @@ class Qwen35CudaModel final : public model::CausalLM {
     int generated_seqs = 0;
   };
   void enqueue_layers(int M, RowSplit split);
-  void enqueue_experts(const CudaMoeWeights& moe, int M, int G, cudaEvent_t shared_ready);
+  void enqueue_experts(const CudaMoeWeights& moe, int M, int G);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
   void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
