@@ -609,15 +609,6 @@ void Qwen35CudaModel::generated_multi(std::span<const LinearOut> outs, const flo
   tc_gemv_f32(x, rows, jobs, s);
 }
 
-// Several projections of the same x: the generated rows in one launch (generated_multi), the
-// prompt rows one tensor-core GEMM per weight (prompt_multi_rows).
-void Qwen35CudaModel::linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows,
-                                        cudaStream_t s) {
-  const int g = std::min(gemv_rows, M);
-  if (g > 0) generated_multi(outs, x, g, s);
-  prompt_multi_rows(outs, x, M, gemv_rows, s);
-}
-
 // Makes the side stream wait for the work enqueued on s so far.
 void Qwen35CudaModel::fork_side(cudaStream_t s) {
   MOESERVE_CUDA_CHECK(cudaEventRecord(fork_event_, s));

@@ -124,7 +124,6 @@ class Qwen35CudaModel final : public model::CausalLM {
   void enqueue_experts(const CudaMoeWeights& moe, int M, int G);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
-  void linear_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
   void prompt_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
   bool multi_rows_fork(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
   void fork_side(cudaStream_t s);
