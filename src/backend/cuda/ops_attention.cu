@@ -101,6 +101,7 @@
 #include "backend/cuda/attention_chunks.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/ops_attention.h"
 #include "backend/cuda/ops_attention_decode_tc.h"
 #include "backend/cuda/pdl.cuh"
@@ -936,10 +937,6 @@ __device__ unsigned g_fold_count[kFoldSlots];
 
 // Dynamic shared memory of the tile-parallel kernel: one round of K and V, [K|V][kP2Pos][hd] bf16.
 size_t decode2_smem_bytes(int hd) { return size_t(2) * kP2Pos * size_t(hd) * sizeof(bf16); }
-
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
 
 // Folds the nc chunk partials of slots base .. base + nc - 1 in chunk order for dims 2·pair and
 // 2·pair + 1 (fold_partial's operations; the first partial taken as is): the result in A0, A1

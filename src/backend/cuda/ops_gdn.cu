@@ -78,6 +78,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/gdn_math.cuh"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/pdl.cuh"
 
@@ -631,11 +632,6 @@ __device__ __forceinline__ float ld_cluster_f32(const float* local, unsigned ran
 #else
   return *local;
 #endif
-}
-// A hint: bring the line holding p into L2. Safe before griddepcontrol.wait even for data an
-// earlier kernel is still writing (L2 is the point of coherence; nothing reaches registers).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // silu(Σ_j w[j]·u[j]) of channel c for a token m that is its sequence's only new token: taps

@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
 
 namespace moeserve::cuda::moe_detail {
@@ -67,9 +68,6 @@ __device__ __forceinline__ __half2 zero_pair(const ExpertView& w, int e, int g, 
 // is computed (software pipelining: two chunks in flight per lane).
 constexpr int kChunk = 8;         // 8-token tiles (register bound)
 constexpr int kChunkDecode = 16;  // decode tiles: fewer dependent rounds per warp
-
-// Prefetches the 32-byte sector holding p into L2 (no register, no fault on the data path).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // L2 prefetch of the warp's packed rows [kp0, kp1) of NP projections for the CTA's columns
 // [n0, n0 + 32) ∩ [0, N) (32-byte sectors, ascending rows over the lanes), plus the first

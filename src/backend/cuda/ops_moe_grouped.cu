@@ -63,6 +63,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
 
 namespace moeserve::cuda::moe_detail {
@@ -106,8 +107,6 @@ __device__ __forceinline__ void load_chunk(const Stream4& st, int kq, int step, 
   c.s = __ldg(reinterpret_cast<const uint2*>(st.sc + size_t(g) * st.N));
   if constexpr (!kSym) c.z = uint32_t(__ldg(st.qz + size_t(g) * (st.N / 8)));
 }
-
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // L2 prefetch of this thread's 16 bytes of packed rows [r0, r1) (even lanes: one per 32-byte sector).
 __device__ __forceinline__ void prefetch_rows(const Stream4& st, int r0, int r1, int lane) {

@@ -652,9 +652,10 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a
 // stages them (stage_down_acts) and streams its down items; the last down CTA past the wait sets
 // both counters back to zero. The same bits as the two kernels (the same items, folds and
 // combine order). The wait needs every CTA of the grid resident at once: fused_plan takes this
-// kernel only when the occupancy of its configuration holds the whole grid, and each CTA lets the
-// next kernel launch (pdl_launch_dependents) only after its wait, so no CTA of a later kernel can
-// take the slot of one not yet started. Without the shared expert only (the caller adds it:
+// kernel only when the occupancy of its configuration holds the whole grid, the launch is
+// cooperative (launch_pdl_cooperative: the runtime guarantees the co-residency whatever else shares
+// the device, or fails), and each CTA lets the next kernel launch (pdl_launch_dependents) only
+// after its wait, so no CTA of a later kernel can take the slot of one not yet started. Without the shared expert only (the caller adds it:
 // residual = fmaf(sigmoid(gate), shared, residual) is the combine's last step either way).
 struct FusedArgs {
   UpArgs up;        // the ring's R and IR
@@ -779,12 +780,15 @@ FusedKernel fused_kernel(bool sym_up, bool sym_down) {
 struct Caps {
   SmLimits sm;
   int regs_up = 0, regs_down = 0, regs_fused = 0, static_up = 0, static_down = 0, static_fused = 0;
+  bool cooperative = false;  // cudaDevAttrCooperativeLaunch (the fused kernel's launch)
 };
 
 const Caps& device_caps() {
   return once_per_device([](int dev) {
     Caps c;
     c.sm = device_sm_limits(dev);
+    int coop = 0;
+    c.cooperative = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && coop != 0;
     for (bool sym : {true, false}) {
       const KernelResources u = opt_in_max_shared((const void*)up_kernel(sym), c.sm.smem_optin);
       const KernelResources d = opt_in_max_shared((const void*)down_kernel(sym), c.sm.smem_optin);
@@ -894,6 +898,7 @@ FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
   const IntDecodeLayout lay = int_decode_layout(s, 1);
   const Caps& c = device_caps();
+  if (!c.cooperative) return F;
   const int uu = P.u_up, ud = P.u_down;
   F.grid = P.grid_up;
   F.down_ctas = H / kDownCols;
@@ -947,8 +952,8 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
       fill_down_io(fa.down, fa.up, residual, nullptr, nullptr);
       fa.down.U = P.u_down;
       fa.down_ctas = F.down_ctas;
-      launch_pdl(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem, stream, fa,
-                 view_of(ex.gate), view_of(ex.up), view_of(ex.down));
+      launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem,
+                             stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
       return true;
     }
   }

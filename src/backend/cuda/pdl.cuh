@@ -41,22 +41,48 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Launches kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization
-// attribute when PDL is enabled and `enable` (callers pass false for multi-wave launches).
+// kernel<<<grid, block, smem, stream>>>(args...) with the first n of attrs.
 template <typename Kernel, typename... Args>
-void launch_pdl(bool enable, Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args... args) {
+void launch_with_attributes(cudaLaunchAttribute* attrs, unsigned n, Kernel kernel, dim3 grid, dim3 block, size_t smem,
+                            cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = enable && pdl_enabled() ? 1 : 0;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
   MOESERVE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+inline cudaLaunchAttribute programmatic_serialization() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-serialization
+// attribute when PDL is enabled and `enable` (callers pass false for multi-wave launches).
+template <typename Kernel, typename... Args>
+void launch_pdl(bool enable, Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args... args) {
+  cudaLaunchAttribute attr[1] = {programmatic_serialization()};
+  launch_with_attributes(attr, enable && pdl_enabled() ? 1 : 0, kernel, grid, block, smem, stream, args...);
+}
+
+// launch_pdl for a grid whose CTAs wait for each other (a grid-wide barrier): also a cooperative
+// launch, so the runtime guarantees every CTA resident at once (or fails the launch) whatever else
+// shares the device (other streams, MPS limits). Needs cudaDevAttrCooperativeLaunch.
+template <typename Kernel, typename... Args>
+void launch_pdl_cooperative(bool enable, Kernel kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                            Args... args) {
+  cudaLaunchAttribute attr[2];
+  attr[0] = cudaLaunchAttribute{};
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  attr[1] = programmatic_serialization();
+  launch_with_attributes(attr, enable && pdl_enabled() ? 2 : 1, kernel, grid, block, smem, stream, args...);
 }
 
 }  // namespace moeserve::cuda
