@@ -126,12 +126,9 @@ TEST(GpuOpsBasic, AddRmsNormGatedAddMatchesCpu) {
     }
   }
   DeviceBuffer<float> res(3072), w(3072), gate(1);
-  EXPECT_THROW(cuda::add_rms_norm(res.data(), nullptr, {res.data(), nullptr}, w.data(), 1, 3072, 1e-6f, nullptr, nullptr,
-                                  nullptr),
-               Error);
-  EXPECT_THROW(cuda::add_rms_norm(res.data(), nullptr, {nullptr, gate.data()}, w.data(), 1, 3072, 1e-6f, nullptr, nullptr,
-                                  nullptr),
-               Error);
+  const cuda::GatedAdd values_only{res.data(), nullptr}, gate_only{nullptr, gate.data()};
+  EXPECT_THROW(cuda::add_rms_norm(res.data(), nullptr, values_only, w.data(), 1, 3072, 1e-6f, nullptr, nullptr), Error);
+  EXPECT_THROW(cuda::add_rms_norm(res.data(), nullptr, gate_only, w.data(), 1, 3072, 1e-6f, nullptr, nullptr), Error);
 }
 
 TEST(GpuOpsBasic, SiluMulMatchesCpu) {

@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(1024) add_rms_norm_wide_kernel(float* residual
       v.z += dv.z;
       v.w += dv.w;
     }
-    if (gated.values) v = gated_add(v, gated_scale(gated, m), load_chunk(gated.values + m * H, threadIdx.x + j * T, H, vec));
+    if (gated.values)
+      v = gated_add(v, gated_scale(gated, m), load_chunk(gated.values + m * H, threadIdx.x + j * T, H, vec));
     if (delta || gated.values) store_chunk(r, threadIdx.x + j * T, H, vec, v);
     ss = sum_squares(ss, v);
   }
@@ -500,14 +501,17 @@ void add_rms_norm(float* residual, const float* delta, GatedAdd gated, const flo
   const dim3 grid{unsigned(M)}, block{unsigned(p.threads)};
   const bool pdl = M <= kPdlMaxRows;  // one CTA per row: about one wave
   if (p.per_thread == 1)
-    launch_pdl(pdl, add_rms_norm_kernel<1>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<1>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out,
+               out_f32);
   else if (p.per_thread == 2)
-    launch_pdl(pdl, add_rms_norm_kernel<2>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<2>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out,
+               out_f32);
   else if (p.per_thread <= 4)
-    launch_pdl(pdl, add_rms_norm_kernel<4>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out, out_f32);
+    launch_pdl(pdl, add_rms_norm_kernel<4>, grid, block, 0, stream, residual, delta, gated, w, H, eps, vec, out,
+               out_f32);
   else
-    launch_pdl(pdl, add_rms_norm_wide_kernel, grid, block, 0, stream, residual, delta, gated, w, H, p.per_thread, eps, vec,
-               out, out_f32);
+    launch_pdl(pdl, add_rms_norm_wide_kernel, grid, block, 0, stream, residual, delta, gated, w, H, p.per_thread, eps,
+               vec, out, out_f32);
 }
 
 void silu_mul(const bf16* gate_up, int M, int I, bf16* act, cudaStream_t stream) {

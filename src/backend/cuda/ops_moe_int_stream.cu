@@ -653,10 +653,11 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a
 // both counters back to zero. The same bits as the two kernels (the same items, folds and
 // combine order). The wait needs every CTA of the grid resident at once: fused_plan takes this
 // kernel only when the occupancy of its configuration holds the whole grid, the launch is
-// cooperative (launch_pdl_cooperative: the runtime guarantees the co-residency whatever else shares
-// the device, or fails), and each CTA lets the next kernel launch (pdl_launch_dependents) only
-// after its wait, so no CTA of a later kernel can take the slot of one not yet started. Without the shared expert only (the caller adds it:
-// residual = fmaf(sigmoid(gate), shared, residual) is the combine's last step either way).
+// cooperative (launch_pdl_cooperative: the runtime guarantees the co-residency whatever else
+// shares the device, or fails), and each CTA lets the next kernel launch (pdl_launch_dependents)
+// only after its wait, so no CTA of a later kernel can take the slot of one not yet started.
+// Without the shared expert only (the caller adds it: residual = fmaf(sigmoid(gate), shared,
+// residual) is the combine's last step either way).
 struct FusedArgs {
   UpArgs up;        // the ring's R and IR
   DownArgs down;    // fill_down_io(up); the shared expert null; U = down's unit length
@@ -986,7 +987,8 @@ namespace moeserve::cuda {
 void set_moe_int_decode_variant(int variant) {
   if (variant < 0 || variant > 2)
     throw Error("set_moe_int_decode_variant: " + std::to_string(variant) +
-                " (0: the persistent dp4a kernels, 1: the streaming ones, 2: streaming with the fused one-token kernel)");
+                " (0: the persistent dp4a kernels, 1: the streaming ones, 2: streaming with the fused one-token "
+                "kernel)");
   moe_int_detail::g_variant.store(variant);
 }
 
