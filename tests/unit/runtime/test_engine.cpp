@@ -325,10 +325,14 @@ TEST(Engine, CancelledWaitingRequestsNeverRun) {
   c.max_num_seqs = 1;
   c.num_state_slots_override = 1;
   EngineFixture f(c);
+  // Forwards wait until the cancel is in: otherwise, on a slow machine, the first request can finish
+  // its 60 tokens and the queued one start before cancel() is called.
+  f.model->hold();
   auto first = f.submit(make_prompt(5, 1), greedy(60));
   uint64_t id = 0;
   auto queued = f.submit(make_prompt(5, 2), greedy(10), &id);
   f.engine->cancel(id);
+  f.model->release();
   ASSERT_TRUE(queued->wait());
   EXPECT_EQ(queued->last().finish, FinishReason::Abort);
   EXPECT_TRUE(queued->tokens().empty());
