@@ -4,6 +4,10 @@
 //   bench_decode --config bench/configs/qwen3.5-122b-a10b.json --weights hybrid-int4-fp8 \
 //                --int8-lm-head --batch 1,8,64 --context 512 --steps 32 --prefill 1024,8192
 //
+// --kernel-timeline FILE.csv records every kernel of the timed decode steps with its device
+// timestamps, and each step's host call (kernel_timeline.h, CUPTI); bench/step_timeline.py
+// shows where a step's time goes.
+//
 // Roofline of a decode step at batch b: the bytes every step must read (all non-expert
 // weights except the embedding, the distinct experts the batch selects — expected
 // E·(1 − (1 − k/E)^b) per layer —, the KV cache and the GDN states) over the copy
@@ -21,6 +25,9 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "bench_util.h"
+#ifdef MOESERVE_HAVE_CUPTI
+#include "kernel_timeline.h"
+#endif
 #include "kernel_variant_flags.h"
 #include "backend/cuda/qwen35_cuda.h"
 
@@ -28,8 +35,6 @@ using namespace moeserve;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-
 
 struct ByteCounts {
   double dense = 0;         // read by every step regardless of batch
@@ -89,6 +94,12 @@ int main(int argc, char** argv) {
   app.add_option("--decode-attention", decode_attention,
                  "generated tokens' attention, as serve --decode-attention: auto (tensor cores with --decode-kernels "
                  "mixed / tensor-cores), tensor-cores or cuda-cores");
+  std::string timeline_csv;
+#ifdef MOESERVE_HAVE_CUPTI
+  app.add_option("--kernel-timeline", timeline_csv,
+                 "write the timed decode steps' kernels (device timestamps) and host calls to this CSV "
+                 "(bench/step_timeline.py reads it)");
+#endif
   bench::KernelVariantFlags variants;
   variants.add_to(app);
   CLI11_PARSE(app, argc, argv);
@@ -137,6 +148,10 @@ int main(int argc, char** argv) {
     const double E = double(c.num_experts), k = double(c.num_experts_per_tok);
     const double kv_per_token = double(m->cache_geometry().bytes_per_kv_block) / bs;
     const double state_per_seq = double(m->cache_geometry().bytes_per_state_slot) * 2;  // read + write
+#ifdef MOESERVE_HAVE_CUPTI
+    std::unique_ptr<bench::KernelTimeline> timeline;
+    if (!timeline_csv.empty()) timeline = std::make_unique<bench::KernelTimeline>();
+#endif
     std::printf("\n%-6s %-10s %-12s %-12s %-14s %-10s\n", "batch", "ms/step", "tok/s", "GB/step", "roofline tok/s",
                 "fraction");
     for (int b : batch_list) {
@@ -171,7 +186,15 @@ int main(int argc, char** argv) {
       // The timed steps are the profiler's range (`ncu --profile-from-start off` sees only them).
       MOESERVE_CUDA_CHECK(cudaProfilerStart());
       const auto s0 = Clock::now();
-      for (int s = 0; s < steps; ++s) step(context + 3 + s);
+      for (int s = 0; s < steps; ++s) {
+#ifdef MOESERVE_HAVE_CUPTI
+        if (timeline) {
+          timeline->step("batch " + std::to_string(b), [&] { step(context + 3 + s); });
+          continue;
+        }
+#endif
+        step(context + 3 + s);
+      }
       const double sec = std::chrono::duration<double>(Clock::now() - s0).count() / steps;
       MOESERVE_CUDA_CHECK(cudaProfilerStop());
       const double distinct = E * (1.0 - std::pow(1.0 - k / E, b));
@@ -181,6 +204,14 @@ int main(int argc, char** argv) {
       std::printf("%-6d %-10.3f %-12.1f %-12.3f %-14.1f %-10.3f\n", b, sec * 1e3, b / sec, step_bytes / 1e9, roof,
                   (b / sec) / roof);
     }
+#ifdef MOESERVE_HAVE_CUPTI
+    if (timeline) {
+      MOESERVE_CUDA_CHECK(cudaDeviceSynchronize());
+      const size_t n = timeline->write_csv(timeline_csv);
+      std::printf("kernel timeline: %zu kernels written to %s\n", n, timeline_csv.c_str());
+      timeline.reset();
+    }
+#endif
     std::printf("\n%-10s %-12s %-12s\n", "prefill", "TTFT ms", "tok/s");
     for (int p : prefill_list) {
       std::vector<int32_t> prompt(static_cast<size_t>(p)), table;
