@@ -48,6 +48,14 @@ run decode_122b_b64 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --i
   --batch 64 --context 128 --steps 8 --prefill 16
 run decode_35b 240 "$DECODE" --config "$C35" --weights bf16 --batch 1,8,64 --context 512 --steps 16 \
   --prefill 1024,8192
+# Where a batch-1 and a batch-8 step's time goes inside the graph (CUPTI kernel timeline; the
+# recording itself adds a little to each step, so the ms/step of this run is not the headline).
+if "$DECODE" --help | grep -q -- --kernel-timeline; then
+  run timeline_122b 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
+    --batch 1,8 --context 512 --steps 8 --prefill '' --kernel-timeline "$OUT/timeline_122b.csv"
+  python3 bench/step_timeline.py "$OUT/timeline_122b.csv" --list 24 >"$OUT/timeline_122b.txt" 2>&1 &&
+    grep -E '^\[|^step GPU|^host call' "$OUT/timeline_122b.txt" | sed 's/^/   /'
+fi
 run kernels_122b 120 "$KERNELS" --config "$C122" --weights hybrid-int4-fp8 --batch 1,8
 run kernels_35b 120 "$KERNELS" --config "$C35" --weights bf16 --batch 1,8
 # Prefill kernels, tensor cores against CUDA cores (the ops prompt tokens take).
