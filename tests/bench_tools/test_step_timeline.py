@@ -44,14 +44,21 @@ def make_report(path, steps=3, period=100):
     db.close()
 
 
-class NsysStepTimelineTest(unittest.TestCase):
+class TimelineFileTest(unittest.TestCase):
+    """A timeline file written by `make` into a fresh folder, as self.path."""
+    file_name, make = None, None
+
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        self.path = os.path.join(self.dir.name, 'r.sqlite')
-        make_report(self.path)
+        self.path = os.path.join(self.dir.name, self.file_name)
+        type(self).make(self.path)
 
     def tearDown(self):
         self.dir.cleanup()
+
+
+class NsysStepTimelineTest(TimelineFileTest):
+    file_name, make = 'r.sqlite', make_report
 
     def run_tool(self, *args):
         out = io.StringIO()
@@ -133,14 +140,8 @@ def write_csv(path):
         w.writerow(['kernel', 3000 * US, 3001 * US, 7, 0, 'after(int)'])
 
 
-class StepTimelineCsvTest(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-        self.path = os.path.join(self.dir.name, 't.csv')
-        write_csv(self.path)
-
-    def tearDown(self):
-        self.dir.cleanup()
+class StepTimelineCsvTest(TimelineFileTest):
+    file_name, make = 't.csv', write_csv
 
     def test_host_steps_split_by_label(self):
         out = io.StringIO()
