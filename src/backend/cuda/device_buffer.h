@@ -37,7 +37,9 @@ class DeviceBuffer {
     cudaError_t err = cudaMalloc(&p, n * sizeof(T));
     if (err != cudaSuccess) {
       cudaGetLastError();
-      throw Error("out of GPU memory: cannot allocate " + std::to_string(n * sizeof(T)) + " bytes (" +
+      // Only a failed allocation is "out of memory"; no device or driver fails here too.
+      throw Error(std::string(err == cudaErrorMemoryAllocation ? "out of GPU memory: " : "") +
+                  "cannot allocate " + std::to_string(n * sizeof(T)) + " bytes on the GPU (" +
                   cudaGetErrorString(err) + ")");
     }
     ptr_ = static_cast<T*>(p);
