@@ -44,16 +44,12 @@ cuda::CudaModelOptions small_options(int max_tokens_per_step = 64, bool graphs =
   return o;
 }
 
-// Teacher-forced logits of `ids` as one sequence, fed in chunks of `chunk` tokens; positions
-// below prompt_len count as prompt tokens (tensor-core kernels), the rest as generated ones.
-std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, int chunk,
-                         int64_t prompt_len = std::numeric_limits<int64_t>::max()) {
-  const int bs = m.cache_geometry().kv_block_size;
-  std::vector<int32_t> blocks((ids.size() + size_t(bs) - 1) / size_t(bs));
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::reverse(blocks.begin(), blocks.end());  // non-contiguous physical order
-  m.allocate_caches(int(blocks.size()) + 4, 2);
-  m.reset_state(1);
+// Teacher-forced logits of `ids` as one sequence in the caches m has, with KV blocks `blocks` and
+// state slot `slot` (reset first), fed in chunks of `chunk` tokens; positions below prompt_len
+// count as prompt tokens (tensor-core kernels), the rest as generated ones.
+std::vector<float> score_in(model::CausalLM& m, const std::vector<int32_t>& ids, int chunk, int64_t prompt_len,
+                            const std::vector<int32_t>& blocks, int32_t slot) {
+  m.reset_state(slot);
   std::vector<float> all;
   for (size_t p = 0; p < ids.size(); p += size_t(chunk)) {
     const size_t n = std::min(size_t(chunk), ids.size() - p);
@@ -61,7 +57,7 @@ std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, in
     s.tokens = std::span<const int32_t>(ids.data() + p, n);
     s.start_pos = int64_t(p);
     s.kv_blocks = blocks;
-    s.state_slot = 1;
+    s.state_slot = slot;
     s.all_logits = true;
     s.prompt_len = prompt_len;
     model::StepOutput out;
@@ -69,6 +65,23 @@ std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, in
     all.insert(all.end(), out.logits.begin(), out.logits.end());
   }
   return all;
+}
+
+// KV blocks first .. first + count − 1 for a sequence of `tokens`, in descending (non-contiguous) order.
+std::vector<int32_t> descending_blocks(const model::CausalLM& m, size_t tokens, int32_t first = 0) {
+  const size_t bs = size_t(m.cache_geometry().kv_block_size);
+  std::vector<int32_t> blocks((tokens + bs - 1) / bs);
+  std::iota(blocks.begin(), blocks.end(), first);
+  std::reverse(blocks.begin(), blocks.end());
+  return blocks;
+}
+
+// score_in with caches of its own (just enough blocks, two slots).
+std::vector<float> score(model::CausalLM& m, const std::vector<int32_t>& ids, int chunk,
+                         int64_t prompt_len = std::numeric_limits<int64_t>::max()) {
+  const auto blocks = descending_blocks(m, ids.size());
+  m.allocate_caches(int(blocks.size()) + 4, 2);
+  return score_in(m, ids, chunk, prompt_len, blocks, 1);
 }
 
 double top1_agreement(const std::vector<float>& a, const std::vector<float>& b, size_t V) {
@@ -194,6 +207,36 @@ TEST(CudaModel, ChunkedPrefillEqualsTokenByToken) {
     EXPECT_LT(e2, 2e-2);
     EXPECT_GT(top1_agreement(as_generated, whole, size_t(m->config().vocab_size)), 0.9);
   }
+}
+
+// A step uploads only the block-table columns its sequences use (run_substep): the columns past
+// them keep an earlier step's block ids. A sequence four times as long first (its table's row 0
+// naming its own blocks, which hold its K/V), then a short one in the same row with other blocks
+// of the same caches: the short one's logits, prompt and generated tokens alike, equal those of a
+// model that never saw the long one.
+TEST(CudaModel, StaleBlockTableColumnsChangeNoLogits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string name = "hybrid_int4_fp8";
+  Reference ref(name);
+  const auto ids = ref.ids("input_ids");
+  std::vector<int32_t> longer;
+  while (longer.size() < 4 * ids.size()) longer.insert(longer.end(), ids.rbegin(), ids.rend());
+  ASSERT_LE(longer.size(), 500u);  // small_options' max_model_len 512
+  const int64_t all_prompt = std::numeric_limits<int64_t>::max();
+  auto fresh = cuda::Qwen35CudaModel::load(fixture_dir(name), small_options());
+  const auto prompt_want = score(*fresh, ids, 16);
+  const auto generated_want = score(*fresh, ids, 1, /*prompt_len=*/0);
+  fresh.reset();
+  auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), small_options());
+  const auto long_blocks = descending_blocks(*m, longer.size());
+  const auto short_blocks = descending_blocks(*m, ids.size(), int32_t(long_blocks.size()));
+  ASSERT_GT(long_blocks.size(), short_blocks.size());
+  m->allocate_caches(int(long_blocks.size() + short_blocks.size()), 2);
+  score_in(*m, longer, 16, all_prompt, long_blocks, 0);
+  EXPECT_EQ(score_in(*m, ids, 16, all_prompt, short_blocks, 1), prompt_want) << "prompt tokens after a longer table";
+  score_in(*m, longer, 1, /*prompt_len=*/0, long_blocks, 0);
+  EXPECT_EQ(score_in(*m, ids, 1, /*prompt_len=*/0, short_blocks, 1), generated_want)
+      << "generated tokens after a longer table";
 }
 
 // The tensor-core attention only takes head_dim 64/128/256 (the fixtures have 24 and 32), so

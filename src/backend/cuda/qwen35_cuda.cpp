@@ -252,6 +252,7 @@ void Qwen35CudaModel::allocate_workspaces() {
   meta_buf_.resize(meta_ints);
   total += meta_buf_.bytes();
   MOESERVE_CUDA_CHECK(cudaMallocHost(&meta_host_, meta_ints * sizeof(int32_t)));
+  clear_step_metadata();
   MOESERVE_CUDA_CHECK(cudaMallocHost(&logits_host_, size_t(chunk) * size_t(c.vocab_size) * sizeof(float)));
   row_sampler_ = std::make_unique<DeviceRowSampler>(chunk, c.vocab_size);
   if (options_.tensor_core_decode) {  // tc_gemv's pre-converted activations (9..256 tokens), sized before any capture
@@ -262,9 +263,18 @@ void Qwen35CudaModel::allocate_workspaces() {
   workspace_bytes_ = total;
 }
 
+// Block 0 (which every cache has) in every block-table entry, host and device, until a step
+// writes it: run_substep uploads only the columns its rows use, so a column no step has uploaded
+// since the caches were (re)allocated still names a block that exists.
+void Qwen35CudaModel::clear_step_metadata() {
+  std::fill_n(meta_host_, meta_buf_.size(), 0);
+  meta_buf_.zero(stream_);
+}
+
 void Qwen35CudaModel::allocate_caches(int num_kv_blocks, int num_state_slots) {
   MOESERVE_CHECK(num_kv_blocks >= 0 && num_state_slots >= 0, "allocate_caches: negative sizes");
   clear_graphs();  // captured graphs hold the old cache addresses
+  clear_step_metadata();  // earlier tables may name blocks the new caches do not have
   num_kv_blocks_ = num_kv_blocks;
   num_state_slots_ = num_state_slots;
   const auto& c = config_;
@@ -457,6 +467,11 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   std::vector<int64_t> hidden_row(size_t(sub.num_tokens));
   int m = 0, r = 0, gemv_logit_rows = 0;  // logit rows of GEMV slices come first, like their tokens
   const int32_t pad_block = num_kv_blocks_, pad_slot = num_state_slots_;
+  // Block-table columns written and uploaded: every row's own blocks (at least one), not the
+  // whole max_model_len row (16,384 entries at 262,144 tokens). No kernel reads a table entry
+  // past the block of its sequence's last position (step_meta.h), so the columns past a row's
+  // blocks may keep an earlier step's values.
+  int table_cols = 1;
   for (int j = 0; j < nseq; ++j) {
     const auto& e = sub.entries[size_t(j)];
     const auto& s = batch[e.batch_index];
@@ -466,7 +481,9 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
     h[L.seq_state_slot + size_t(j)] = s.state_slot;
     int32_t* bt = h + L.block_tables + size_t(j) * size_t(max_blocks_per_seq_);
     const size_t nb = std::min(s.kv_blocks.size(), size_t(max_blocks_per_seq_));
-    for (size_t b = 0; b < size_t(max_blocks_per_seq_); ++b) bt[b] = b < nb ? s.kv_blocks[b] : pad_block;
+    std::copy_n(s.kv_blocks.begin(), nb, bt);
+    if (nb == 0) bt[0] = pad_block;
+    table_cols = std::max(table_cols, int(nb));
     for (int64_t t = 0; t < e.num_tokens; ++t, ++m) {
       h[L.token_seq + size_t(m)] = j;
       h[L.token_pos + size_t(m)] = int32_t(start + t);
@@ -485,7 +502,7 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
     h[L.seq_start_pos + size_t(j)] = 0;
     h[L.seq_state_slot + size_t(j)] = pad_slot;
     int32_t* bt = h + L.block_tables + size_t(j) * size_t(max_blocks_per_seq_);
-    for (int b = 0; b < max_blocks_per_seq_; ++b) bt[b] = pad_block;
+    bt[0] = pad_block;  // position 0's block: the only one a padding row's token reads
     h[L.token_seq + size_t(m)] = j;
     h[L.token_pos + size_t(m)] = 0;
     h[L.token_ids + size_t(m)] = 0;
@@ -493,8 +510,17 @@ void Qwen35CudaModel::run_substep(std::span<const model::SeqStep> batch, const s
   }
   const int padded_seqs = use_graph ? padded : nseq;  // graph padding adds one sequence per row
   h[L.seq_token_start + size_t(padded_seqs)] = padded;
-  const size_t used = L.block_tables + size_t(padded_seqs) * size_t(max_blocks_per_seq_);
-  MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_buf_.data(), h, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  if (table_cols == max_blocks_per_seq_) {  // whole rows: one copy
+    const size_t used = L.block_tables + size_t(padded_seqs) * size_t(max_blocks_per_seq_);
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(meta_buf_.data(), h, used * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  } else {  // the sections before the tables, then the first table_cols columns of each row
+    MOESERVE_CUDA_CHECK(
+        cudaMemcpyAsync(meta_buf_.data(), h, L.block_tables * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    const size_t pitch = size_t(max_blocks_per_seq_) * sizeof(int32_t);
+    MOESERVE_CUDA_CHECK(cudaMemcpy2DAsync(meta_buf_.data() + L.block_tables, pitch, h + L.block_tables, pitch,
+                                          size_t(table_cols) * sizeof(int32_t), size_t(padded_seqs),
+                                          cudaMemcpyHostToDevice, stream_));
+  }
 
   meta_.num_tokens = padded;
   meta_.num_seqs = padded_seqs;

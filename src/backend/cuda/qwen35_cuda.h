@@ -131,6 +131,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   // LM head of logit rows [row_begin, row_begin + rows); the first gemv_rows of them are GEMV rows.
   void enqueue_lm_head_rows(int row_begin, int rows, int gemv_rows);
   void allocate_workspaces();
+  void clear_step_metadata();  // every block-table entry (host and device) back to block 0
 
   io::Qwen35Config config_;
   CudaWeights weights_;

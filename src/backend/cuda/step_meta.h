@@ -1,5 +1,5 @@
 // Per-step metadata on the device: which sequence each token belongs to, positions, block
-// tables and state slots. Built on the host (StepMetaBuilder) and uploaded with one copy to
+// tables and state slots. Built on the host (run_substep) and uploaded before the step to
 // buffers at fixed addresses, so a captured CUDA graph can be replayed after an update.
 #pragma once
 #include <cstdint>
@@ -15,7 +15,10 @@ struct StepMeta {
   const int32_t* seq_token_start = nullptr;  // [S+1] first token of each sequence (cu_seqlens)
   const int32_t* seq_start_pos = nullptr;    // [S] tokens already cached before this step
   const int32_t* seq_state_slot = nullptr;   // [S] GDN state slot
-  const int32_t* block_tables = nullptr;     // [S][max_blocks_per_seq] physical KV block ids
+  // [S][max_blocks_per_seq] physical KV block ids. A kernel reads row s only at the blocks of
+  // positions <= the sequence's last position in the step (blocks past it may not exist); the
+  // host writes and uploads only those columns (qwen35_cuda.cpp, run_substep).
+  const int32_t* block_tables = nullptr;
 };
 
 }  // namespace moeserve::cuda
