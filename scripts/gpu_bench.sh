@@ -46,6 +46,9 @@ run decode_122b 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-
   --batch 1,8 --context 512 --steps 16 --prefill 1024,8192
 run decode_122b_b64 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
   --batch 64 --context 128 --steps 8 --prefill 16
+# The same at serve's default context limit for the 122B (262,144 tokens: block-table rows of 16,384).
+run decode_122b_b64_long 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
+  --batch 1,64 --context 128 --steps 8 --prefill '' --max-model-len 262144
 run decode_35b 240 "$DECODE" --config "$C35" --weights bf16 --batch 1,8,64 --context 512 --steps 16 \
   --prefill 1024,8192
 # Where a batch-1 and a batch-8 step's time goes inside the graph (CUPTI kernel timeline; the

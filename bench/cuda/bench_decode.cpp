@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   std::string config = std::string(MOESERVE_SOURCE_DIR) + "/bench/configs/qwen3.5-122b-a10b.json";
   std::string weights = "hybrid-int4-fp8", batches = "1,8,64", prefills = "1024,8192";
   bool int8_head = false, graphs = true, pdl = true, host_logits = false, chunked_deltanet = true;
-  int context = 512, steps = 32;
+  int context = 512, steps = 32, max_model_len = 0;
   app.add_option("--config", config);
   app.add_option("--weights", weights);
   app.add_flag("--int8-lm-head", int8_head);
@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--context", context, "prompt tokens per sequence before timing decode");
   app.add_option("--steps", steps, "timed decode steps");
   app.add_option("--prefill", prefills, "prompt lengths for the prefill / TTFT measurement");
+  app.add_option("--max-model-len", max_model_len,
+                 "the model's max_model_len, as serve's (the block tables' row length; default: what the run needs); "
+                 "each sequence still gets only the KV blocks its tokens need, as the engine gives them");
   app.add_option("--graphs", graphs);
   app.add_flag("--host-logits", host_logits,
                "copy every decode step's logits to the host (default: greedy sampling on the device, as served)");
@@ -120,7 +123,11 @@ int main(int argc, char** argv) {
     o.max_tokens_per_step = std::max({max_prefill, max_batch * 8, 2048});
     o.max_seqs = max_batch;
     o.max_graph_batch = max_batch;
-    o.max_model_len = std::max(max_prefill, context + steps) + 16;
+    const int tokens_per_seq = std::max(max_prefill, context + steps) + 16;  // what a sequence reaches, with room
+    if (max_model_len > 0 && max_model_len < tokens_per_seq)
+      throw std::runtime_error("--max-model-len " + std::to_string(max_model_len) + " is below the " +
+                               std::to_string(tokens_per_seq) + " tokens this run needs");
+    o.max_model_len = max_model_len > 0 ? max_model_len : tokens_per_seq;
     o.cuda_graphs = graphs;
     cuda::set_decode_kernels(o, decode_kernels);
     cuda::set_expert_activations(o, expert_activations);
@@ -134,7 +141,7 @@ int main(int argc, char** argv) {
     const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto& c = m->config();
     const int bs = m->cache_geometry().kv_block_size;
-    const int blocks_per_seq = (o.max_model_len + bs - 1) / bs;
+    const int blocks_per_seq = (tokens_per_seq + bs - 1) / bs;
     m->allocate_caches(blocks_per_seq * max_batch, max_batch);
     size_t free_b, total_b;
     cudaMemGetInfo(&free_b, &total_b);
