@@ -5,35 +5,6 @@
 
 namespace moeserve::tools {
 
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
-
-Rng::Rng(uint64_t seed) {
-  for (auto& s : s_) s = splitmix64(seed);
-}
-
-uint64_t Rng::next_u64() {
-  // xoshiro256** (Blackman and Vigna, 2018).
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double Rng::uniform() { return double(next_u64() >> 11) * 0x1.0p-53; }
-
 uint64_t Rng::below(uint64_t n) {
   // Rejection of the top partial range keeps every value equally likely.
   const uint64_t limit = UINT64_MAX - UINT64_MAX % n;

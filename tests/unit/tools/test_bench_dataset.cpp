@@ -138,6 +138,17 @@ TEST(BenchDataset, ArrivalTimes) {
   EXPECT_THROW(make_arrival_times(3, 1.0, 0.0, 0), moeserve::Error);
 }
 
+// The tools' generator is the runtime's (the same seeds give the same streams: demo models and
+// benchmark prompts stay byte for byte what they were).
+TEST(BenchRng, IsTheRuntimeGenerator) {
+  Rng rng(42);
+  EXPECT_EQ(rng.next_u64(), 0x15780b2e0c2ec716ull);  // test_sampler.cpp: Rng.IsXoshiro256StarStarSeededBySplitMix64
+  moeserve::runtime::Rng same(7);
+  Rng tools(7);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(tools.next_u64(), same.next_u64());
+  EXPECT_EQ(Rng(9).uniform(), moeserve::runtime::Rng(9).uniform());
+}
+
 TEST(BenchRng, UniformAndNormalMoments) {
   Rng rng(123);
   std::vector<double> u, z, g;
