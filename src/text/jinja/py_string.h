@@ -9,13 +9,15 @@
 #include <string_view>
 #include <vector>
 
+#include "text/unicode.h"
+
 namespace moeserve::text::jinja::py {
 
 // Decodes one code point at `pos`, advancing it. Invalid sequences give U+FFFD and
 // advance one byte.
 char32_t decode_utf8(std::string_view s, size_t& pos);
 std::u32string to_u32(std::string_view s);
-void append_utf8(std::string& out, char32_t cp);
+using text::append_utf8;  // unicode.h
 std::string to_utf8(std::u32string_view s);
 bool is_valid_utf8(std::string_view s);
 bool is_ascii(std::string_view s);
