@@ -6,6 +6,9 @@
 // Through CUPTI's activity API (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: one record per kernel, a
 // graph's kernel nodes included, without serialising them; timestamps in cuptiGetTimestamp's
 // nanoseconds). Nsight Systems, which reads the same records, is not on the lent GPU machines.
+// libcupti is opened when a recorder starts (dlopen), so a program that records nothing does not
+// need it: CUPTI's folder (the toolkit's lib64 or extras/CUPTI/lib64) must be on the loader's path
+// only for a recording.
 //
 // CSV columns: kind,start_ns,end_ns,stream,graph_node,name
 //   kind "kernel": start / end of one kernel, its stream id, graph node id (0 outside a graph)
@@ -17,6 +20,7 @@
 
 #include <cupti.h>
 #include <cxxabi.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -36,8 +40,9 @@ class KernelTimeline {
     State& s = state();
     std::lock_guard lock(s.mutex);
     if (s.active) throw std::runtime_error("kernel timeline: a recorder is already running");
-    check(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "cuptiActivityRegisterCallbacks");
-    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
+    const Cupti& c = cupti();
+    check(c.register_callbacks(&buffer_requested, &buffer_completed), "cuptiActivityRegisterCallbacks");
+    check(c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
     s.active = true;
   }
   KernelTimeline(const KernelTimeline&) = delete;
@@ -98,22 +103,61 @@ class KernelTimeline {
   }
   static constexpr size_t kBufferBytes = 8u << 20;
 
+  // The CUPTI entry points used, from libcupti opened at the first recording.
+  struct Cupti {
+    decltype(&cuptiActivityRegisterCallbacks) register_callbacks;
+    decltype(&cuptiActivityEnable) enable;
+    decltype(&cuptiActivityDisable) disable;
+    decltype(&cuptiActivityFlushAll) flush_all;
+    decltype(&cuptiActivityGetNextRecord) next_record;
+    decltype(&cuptiGetTimestamp) timestamp;
+    decltype(&cuptiGetResultString) result_string;
+  };
+  static const Cupti& cupti() {
+    static const Cupti c = [] {
+      void* lib = nullptr;
+      std::string tried;
+      for (const char* name : {"libcupti.so.13", "libcupti.so.12", "libcupti.so"}) {
+        if ((lib = dlopen(name, RTLD_NOW | RTLD_GLOBAL))) break;
+        tried += std::string(tried.empty() ? "" : "; ") + dlerror();
+      }
+      if (!lib)
+        throw std::runtime_error("kernel timeline: cannot load CUPTI (" + tried +
+                                 "): put the CUDA toolkit's CUPTI folder on LD_LIBRARY_PATH");
+      auto sym = [&](const char* name) {
+        void* f = dlsym(lib, name);
+        if (!f) throw std::runtime_error(std::string("kernel timeline: libcupti has no ") + name);
+        return f;
+      };
+      Cupti r;
+      r.register_callbacks = reinterpret_cast<decltype(r.register_callbacks)>(sym("cuptiActivityRegisterCallbacks"));
+      r.enable = reinterpret_cast<decltype(r.enable)>(sym("cuptiActivityEnable"));
+      r.disable = reinterpret_cast<decltype(r.disable)>(sym("cuptiActivityDisable"));
+      r.flush_all = reinterpret_cast<decltype(r.flush_all)>(sym("cuptiActivityFlushAll"));
+      r.next_record = reinterpret_cast<decltype(r.next_record)>(sym("cuptiActivityGetNextRecord"));
+      r.timestamp = reinterpret_cast<decltype(r.timestamp)>(sym("cuptiGetTimestamp"));
+      r.result_string = reinterpret_cast<decltype(r.result_string)>(sym("cuptiGetResultString"));
+      return r;
+    }();
+    return c;
+  }
+
   static void check(CUptiResult r, const char* what) {
     if (r == CUPTI_SUCCESS) return;
     const char* msg = nullptr;
-    cuptiGetResultString(r, &msg);
+    cupti().result_string(r, &msg);
     throw std::runtime_error(std::string("kernel timeline: ") + what + ": " + (msg ? msg : "unknown CUPTI error"));
   }
   static uint64_t now() {
     uint64_t t = 0;
-    check(cuptiGetTimestamp(&t), "cuptiGetTimestamp");
+    check(cupti().timestamp(&t), "cuptiGetTimestamp");
     return t;
   }
   void finish() {
     State& s = state();
     if (!s.active) return;
-    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    check(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
+    check(cupti().flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    check(cupti().disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable");
     s.active = false;
   }
   static std::string demangle(const char* name) {
@@ -131,7 +175,7 @@ class KernelTimeline {
   static void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
     std::vector<Row> rows;
     CUpti_Activity* rec = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    while (cupti().next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
       if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
       rows.push_back({"kernel", k->start, k->end, k->streamId, k->graphNodeId, demangle(k->name)});
