@@ -97,6 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode-attention", decode_attention,
                  "generated tokens' attention, as serve --decode-attention: auto (tensor cores with --decode-kernels "
                  "mixed / tensor-cores), tensor-cores or cuda-cores");
+  std::string shared_expert_decode = "side";
+  app.add_option("--shared-expert-decode", shared_expert_decode,
+                 "decode steps' shared expert: side (a second stream, beside the routed experts), before or after "
+                 "(the routed experts, on the step's stream)");
   std::string timeline_csv;
 #ifdef MOESERVE_HAVE_CUPTI
   app.add_option("--kernel-timeline", timeline_csv,
@@ -133,6 +137,7 @@ int main(int argc, char** argv) {
     cuda::set_expert_activations(o, expert_activations);
     cuda::set_decode_attention(o, decode_attention);
     o.pdl = pdl;
+    cuda::set_shared_expert_decode(o, shared_expert_decode);
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);
     const auto t0 = Clock::now();

@@ -239,6 +239,33 @@ TEST(CudaModel, StaleBlockTableColumnsChangeNoLogits) {
       << "generated tokens after a longer table";
 }
 
+// A decode step's shared expert on the side stream (beside the routed experts) or on the step's
+// stream before or after them: the next norm adds it either way, so the logits are the same bits
+// for generated tokens (one per step, replayed graphs) and for steps with prompt tokens, which
+// keep the side stream.
+TEST(CudaModel, SharedExpertDecodeOrderChangesNoLogits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string name = "hybrid_int4_fp8";
+  Reference ref(name);
+  const auto ids = ref.ids("input_ids");
+  auto side = cuda::Qwen35CudaModel::load(fixture_dir(name), small_options());
+  const auto prompt_side = score(*side, ids, 16);
+  const auto generated_side = score(*side, ids, 1, /*prompt_len=*/0);
+  const auto half_side = score(*side, ids, 7, int64_t(ids.size() / 2));
+  for (const char* order : {"before", "after"}) {
+    SCOPED_TRACE(order);
+    auto o = small_options();
+    cuda::set_shared_expert_decode(o, order);
+    auto m = cuda::Qwen35CudaModel::load(fixture_dir(name), o);
+    EXPECT_EQ(score(*m, ids, 1, /*prompt_len=*/0), generated_side) << "generated tokens";
+    EXPECT_EQ(score(*m, ids, 16), prompt_side) << "prompt tokens";
+    EXPECT_EQ(score(*m, ids, 7, int64_t(ids.size() / 2)), half_side) << "steps with both";
+  }
+  EXPECT_GT(top1_agreement(generated_side, prompt_side, size_t(side->config().vocab_size)), 0.9);
+  auto bad = small_options();
+  EXPECT_THROW(cuda::set_shared_expert_decode(bad, "aux"), Error);
+}
+
 // The tensor-core attention only takes head_dim 64/128/256 (the fixtures have 24 and 32), so
 // this model of random weights with head_dim 128 checks its wiring: prompt tokens are bit-equal
 // whatever shares their steps and however they are fed at multiples of 64 positions (the

@@ -467,14 +467,15 @@ TEST_F(GpuSampling, Timing) {
       cuda::DeviceBuffer<cuda::SampleRowParams> dparams(static_cast<size_t>(n));
       dparams.upload(params.data(), params.size(), stream_);
       cuda::DeviceBuffer<cuda::SampleRowResult> results(static_cast<size_t>(n));
+      cuda::DeviceBuffer<cuda::SampleRowScratch> scratch(static_cast<size_t>(n));
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
-      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), logprobs, stream_);  // warm-up
+      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), logprobs, stream_);  // warm-up
       const int reps = 20;
       cudaEventRecord(e0, stream_);
       for (int r = 0; r < reps; ++r)
-        cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), logprobs, stream_);
+        cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), logprobs, stream_);
       cudaEventRecord(e1, stream_);
       cudaEventSynchronize(e1);
       float ms = 0;

@@ -33,7 +33,8 @@ SampleRowParams to_row_params(const model::DeviceSampleParams& p, int32_t row) {
 }
 
 DeviceRowSampler::DeviceRowSampler(int max_rows, int64_t vocab)
-    : max_rows_(std::max(1, max_rows)), vocab_(vocab), params_(size_t(max_rows_)), results_(size_t(max_rows_)) {
+    : max_rows_(std::max(1, max_rows)), vocab_(vocab), params_(size_t(max_rows_)), results_(size_t(max_rows_)),
+      scratch_(size_t(max_rows_)) {
   MOESERVE_CUDA_CHECK(cudaMallocHost(&params_host_, size_t(max_rows_) * sizeof(SampleRowParams)));
   MOESERVE_CUDA_CHECK(cudaMallocHost(&results_host_, size_t(max_rows_) * sizeof(SampleRowResult)));
 }
@@ -63,7 +64,7 @@ void DeviceRowSampler::finish(const float* logits, std::span<const LogitRowTarge
   if (nd > 0) {
     MOESERVE_CUDA_CHECK(cudaMemcpyAsync(params_.data(), params_host_, size_t(nd) * sizeof(SampleRowParams),
                                         cudaMemcpyHostToDevice, stream));
-    sample_rows(logits, vocab_, params_.data(), nd, results_.data(), any_logprobs, stream);
+    sample_rows(logits, vocab_, params_.data(), nd, results_.data(), scratch_.data(), any_logprobs, stream);
     MOESERVE_CUDA_CHECK(cudaMemcpyAsync(results_host_, results_.data(), size_t(nd) * sizeof(SampleRowResult),
                                         cudaMemcpyDeviceToHost, stream));
   }

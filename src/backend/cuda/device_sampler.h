@@ -38,6 +38,7 @@ class DeviceRowSampler {
   int64_t vocab_;
   DeviceBuffer<SampleRowParams> params_;
   DeviceBuffer<SampleRowResult> results_;
+  DeviceBuffer<SampleRowScratch> scratch_;
   SampleRowParams* params_host_ = nullptr;   // pinned [max_rows]
   SampleRowResult* results_host_ = nullptr;  // pinned [max_rows]
 };

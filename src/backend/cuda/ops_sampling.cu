@@ -1,7 +1,11 @@
-// Kernels of ops_sampling.h: one block per logits row.
+// Kernels of ops_sampling.h: one block per logits row, after row_best_kernel's kSampleBestParts
+// blocks per row.
 //
+// row_best_kernel: the best (value desc, id asc) masked logit of each slice of the row (slices
+// of ceil(V / parts) rounded up to a multiple of 4), into the row's SampleRowScratch.
 // sample_kernel, for a row of V fp32 logits (d = scaled - max(scaled), see causal_lm.h):
-//   P1  argmax of the masked logits: the greedy token, and max(scaled) for the rest.
+//   P1  argmax of the masked logits from the slices' bests (the order is total, so the best of
+//       the bests is the row's best, whatever the slicing): the greedy token, and max(scaled).
 //   P2  a histogram of the candidates (d >= min_log_ratio) over 2048 buckets of d, holding
 //       counts and fixed-point weights round(expf(d) * 2^S) (S: the vocabulary's sum of
 //       weights stays below 2^63). Integer sums are exact, so the result does not depend on
@@ -22,7 +26,9 @@
 //   (value desc, id asc) per thread in registers, merged in shared memory.
 //
 // Roofline: greedy reads the row once (4V bytes: 1 MB at V = 248320, ~0.2 us of H200 HBM
-// bandwidth if spread over the GPU; one block per row reaches a few hundred GB/s per SM).
+// bandwidth if spread over the GPU; one block per row reaches a few hundred GB/s per SM, which
+// is why P1 is spread over row_best_kernel's blocks: at one row the single block took 26 us,
+// docs/PERF.md session 20).
 // Sampling reads it in P1, P2 and usually one compaction, the draw staying in shared memory:
 // ~3 passes, all but the first from L2 (4 without a top_k/top_p cut, more for rows with
 // thousands of tied logits). Logprobs add one pass. Compute is a few operations per element.
@@ -424,9 +430,61 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
   __syncthreads();
 }
 
+// Slice length of row_best_kernel: a multiple of 4 (16-byte loads stay aligned in aligned rows).
+__host__ __device__ inline int32_t best_slice(int32_t vocab) {
+  const int32_t per = (vocab + kSampleBestParts - 1) / kSampleBestParts;
+  return (per + 3) / 4 * 4;
+}
+
+constexpr int kBestThreads = 256;
+
+// grid (kSampleBestParts, rows): block (p, i) finds the best masked logit of slice p of row i.
+__global__ void __launch_bounds__(kBestThreads) row_best_kernel(const float* logits, int64_t vocab,
+                                                                const SampleRowParams* params,
+                                                                SampleRowScratch* scratch) {
+  using BestBlock = BlockOps<kBestThreads>;
+  __shared__ BestBlock::Scratch red;
+  __shared__ int32_t masked[kSampleMaxMasked];
+  const SampleRowParams& p = params[blockIdx.y];
+  const int nm = min(max(p.num_masked, 0), kSampleMaxMasked);
+  if (threadIdx.x < nm) masked[threadIdx.x] = p.masked[threadIdx.x];
+  __syncthreads();
+  const int32_t V = int32_t(vocab), per = best_slice(V);
+  const int32_t lo = min(V, int32_t(blockIdx.x) * per), hi = min(V, lo + per);
+  const float* row = logits + int64_t(p.row) * vocab;
+  float best = kNegInf;
+  int32_t best_id = INT_MAX;
+  auto consider = [&](int32_t v, float s) {
+    if (isnan(s)) s = kNegInf;
+    for (int i = 0; i < nm; ++i)
+      if (masked[i] == v) s = kNegInf;
+    if (ranks_before(s, v, best, best_id)) {
+      best = s;
+      best_id = v;
+    }
+  };
+  int32_t v0 = lo;
+  if ((reinterpret_cast<uintptr_t>(row + lo) & 15) == 0) {  // aligned row: 16-byte loads
+    const float4* r4 = reinterpret_cast<const float4*>(row + lo);
+    const int32_t n4 = (hi - lo) / 4;
+    for (int32_t i = threadIdx.x; i < n4; i += kBestThreads) {
+      const float4 a = __ldg(r4 + i);
+      const int32_t v = lo + 4 * i;
+      consider(v, a.x), consider(v + 1, a.y), consider(v + 2, a.z), consider(v + 3, a.w);
+    }
+    v0 = lo + 4 * n4;
+  }
+  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kBestThreads) consider(v, __ldg(row + v));
+  BestBlock::best(best, best_id, red);
+  if (threadIdx.x == 0) {
+    scratch[blockIdx.y].best[blockIdx.x] = best;
+    scratch[blockIdx.y].best_id[blockIdx.x] = best_id;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t vocab,
                                                           const SampleRowParams* params, SampleRowResult* results,
-                                                          float wscale) {
+                                                          const SampleRowScratch* scratch, float wscale) {
   extern __shared__ __align__(16) unsigned char smem[];
   Tables& t = *reinterpret_cast<Tables*>(smem);
   __shared__ State st;
@@ -439,16 +497,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   RowView row{logits + int64_t(p.row) * vocab, int32_t(vocab), st.masked, nm, p.inv_temperature, 0.0f,
               p.min_log_ratio, 0.0f, wscale};
 
-  // P1: the greedy token and the maximum.
+  // P1: the greedy token and the maximum, the best of the slices' bests.
+  static_assert(kSampleBestParts <= kThreads);
   float best = kNegInf;
   int32_t best_id = INT_MAX;
-  for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
-    const float s = row.processed(v, raw);
-    if (ranks_before(s, v, best, best_id)) {
-      best = s;
-      best_id = v;
-    }
-  });
+  if (threadIdx.x < kSampleBestParts) {
+    best = scratch[blockIdx.x].best[threadIdx.x];
+    best_id = scratch[blockIdx.x].best_id[threadIdx.x];
+  }
   Block::best(best, best_id, st.scratch);
   if (best == kNegInf || p.greedy) {
     if (threadIdx.x == 0) out.token = best == kNegInf ? -1 : best_id;
@@ -642,7 +698,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
 }  // namespace sampling
 
 void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
-                 bool any_logprobs, cudaStream_t stream) {
+                 SampleRowScratch* scratch, bool any_logprobs, cudaStream_t stream) {
   if (n <= 0) return;
   if (vocab <= 0 || vocab >= (int64_t(1) << 24))
     throw Error("sample_rows: vocabulary of " + std::to_string(vocab) + " is outside [1, 2^24)");
@@ -656,8 +712,11 @@ void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* para
     return true;
   }();
   (void)configured;
+  sampling::row_best_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kBestThreads, 0, stream>>>(
+      logits, vocab, params, scratch);
+  MOESERVE_CUDA_CHECK_LAUNCH();
   sampling::sample_kernel<<<n, sampling::kThreads, sizeof(sampling::Tables), stream>>>(logits, vocab, params,
-                                                                                       results, wscale);
+                                                                                       results, scratch, wscale);
   MOESERVE_CUDA_CHECK_LAUNCH();
   if (!any_logprobs) return;
   sampling::logprobs_kernel<<<n, sampling::kLpThreads, 0, stream>>>(logits, vocab, params, results);

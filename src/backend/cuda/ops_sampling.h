@@ -42,11 +42,20 @@ struct SampleRowResult {
   float top_logprobs[kSampleMaxLogprobs] = {};
 };
 
+// Scratch of one sampled row: the best (value desc, id asc) masked logit of each of
+// kSampleBestParts slices of the row, found by that many blocks before the row's sampling block
+// combines them (the greedy token and the maximum: one pass over the row spread over the GPU).
+inline constexpr int kSampleBestParts = 64;
+struct SampleRowScratch {
+  float best[kSampleBestParts];
+  int32_t best_id[kSampleBestParts];
+};
+
 // Samples n rows: params[i] (device) names row params[i].row of `logits` (device, fp32
-// [rows, vocab], rows contiguous) and results[i] (device) receives its token and logprobs.
-// vocab < 2^24. any_logprobs false: no row asks for logprobs (skips their kernel).
-// Asynchronous on `stream`; no allocation.
+// [rows, vocab], rows contiguous) and results[i] (device) receives its token and logprobs;
+// scratch (device, n entries) is the kernels' own. vocab < 2^24. any_logprobs false: no row asks
+// for logprobs (skips their kernel). Asynchronous on `stream`; no allocation.
 void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
-                 bool any_logprobs, cudaStream_t stream);
+                 SampleRowScratch* scratch, bool any_logprobs, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

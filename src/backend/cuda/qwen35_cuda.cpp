@@ -42,6 +42,14 @@ void set_decode_attention(CudaModelOptions& o, const std::string& name) {
   o.tensor_core_attention = name == "auto" ? o.tensor_core_decode : name == "tensor-cores";
 }
 
+void set_shared_expert_decode(CudaModelOptions& o, const std::string& name) {
+  using Order = CudaModelOptions::SharedExpertOrder;
+  if (name == "side") o.shared_expert_decode = Order::Side;
+  else if (name == "before") o.shared_expert_decode = Order::Before;
+  else if (name == "after") o.shared_expert_decode = Order::After;
+  else throw Error(fmt::format("--shared-expert-decode must be side, before or after, got '{}'", name));
+}
+
 namespace {
 
 // Padded decode batch sizes that get their own CUDA graph.
@@ -728,7 +736,6 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
                           int(c.rotary_dim()), eps};
   const GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
                     int(c.linear_value_head_dim), int(c.linear_conv_kernel_dim), eps};
-  const int Is = int(c.shared_expert_intermediate_size);
   // The previous layer's shared expert, added by the next norm (after the routed experts, which add
   // only themselves): residual = fmaf(sigmoid(gate), shared, residual + routed), the combine's order
   // (ops_basic.h GatedAdd), so the routed experts' kernels never wait for the side stream.
@@ -825,37 +832,55 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
                                 {&moe.shared_up, shared_u_.data()}};
     if (std::min(G, M) > 0) generated_multi(moe_in, x32_.data(), std::min(G, M), s);
     // The shared expert (the prompt rows' gate logit, gate and up GEMMs, then every row's down
-    // projection) runs on the side stream while the routing and the routed experts run on this
-    // one (at decode both are latency-bound kernels that leave most of the GPU idle; in a prefill
-    // the shared expert's small GEMMs fill the SMs the expert kernels leave idle); the next norm
-    // waits for it (join_event_) and adds it: residual = (residual + routed) + sigmoid(gate)·shared.
-    const bool side = options_.batch_invariant;  // otherwise linear_ shares one dequant workspace
-    cudaStream_t ss = side ? aux_stream_ : s;
-    if (side) fork_side(s);
-    prompt_multi_rows(std::span<const LinearOut>(moe_in + 1, 3), x32_.data(), M, G, ss);
+    // projection; the next norm adds it: residual = (residual + routed) + sigmoid(gate)·shared).
+    // Steps with prompt tokens run it on the side stream beside the routing and the routed experts
+    // (the shared expert's small GEMMs fill the SMs the expert kernels leave idle; the next norm
+    // waits for it: join_event_). Decode steps take shared_expert_decode: on the side stream too,
+    // or on this one before or after the routed experts (at one token the fused expert kernel
+    // holds every SM, so a kernel beside it waits for its CTAs to retire: docs/PERF.md session 20).
+    // Not batch invariant: this stream only (linear_ shares one dequant workspace between streams).
+    using Order = CudaModelOptions::SharedExpertOrder;
+    Order order = G == M ? options_.shared_expert_decode : Order::Side;
+    if (!options_.batch_invariant) order = Order::Before;
+    if (order == Order::Side) fork_side(s);  // before the router's prompt rows: the side stream does not wait for them
     prompt_multi_rows(std::span<const LinearOut>(moe_in, 1), x32_.data(), M, G, s);
-    int sd = 0;  // rows whose down projection reads silu(g)·u directly (the gated GEMV)
-    if (G > 0 && options_.tensor_core_decode && tc_gemv_gated_supported(moe.shared_down)) {
-      tc_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
-      sd = G;
-    } else if (G > 0 && !options_.tensor_core_decode && row_gemv_gated_supported(moe.shared_down)) {
-      row_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
-      sd = G;
-    }
-    if (sd < M) {
-      const size_t o = size_t(sd) * size_t(Is);
-      silu_mul_split(shared_g_.data() + o, shared_u_.data() + o, M - sd, Is, shared_act_.data() + o, ss);
-      linear_rows(moe.shared_down, shared_act_.data() + o, M - sd, G - sd, shared_down_.data() + size_t(sd) * size_t(H),
-                  false, ss);
-    }
-    if (side) {
-      MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, ss));
+    if (order == Order::Side) {
+      enqueue_shared_expert(moe, M, G, aux_stream_);
+      MOESERVE_CUDA_CHECK(cudaEventRecord(join_event_, aux_stream_));
       shared_ready = join_event_;
+    } else if (order == Order::Before) {
+      enqueue_shared_expert(moe, M, G, s);
     }
     enqueue_experts(moe, M, G);
+    if (order == Order::After) enqueue_shared_expert(moe, M, G, s);
     pending_shared = GatedAdd{shared_down_.data(), shared_gate_logit_.data()};
   }
   norm_adding_shared(weights_.final_norm.data());
+}
+
+// The shared expert of a MoE block on stream ss, after the router set (generated_multi) wrote the
+// generated rows' gate logit, gate and up: the prompt rows' three GEMMs, then every row's down
+// projection into shared_down_ (generated rows through the gated GEMV, silu(g)·u read directly).
+void Qwen35CudaModel::enqueue_shared_expert(const CudaMoeWeights& moe, int M, int G, cudaStream_t ss) {
+  const int H = int(config_.hidden_size), Is = int(config_.shared_expert_intermediate_size);
+  const LinearOut gate_up[] = {{&moe.shared_expert_gate, shared_gate_logit_.data()},
+                               {&moe.shared_gate, shared_g_.data()},
+                               {&moe.shared_up, shared_u_.data()}};
+  prompt_multi_rows(gate_up, x32_.data(), M, G, ss);
+  int sd = 0;  // rows whose down projection reads silu(g)·u directly (the gated GEMV)
+  if (G > 0 && options_.tensor_core_decode && tc_gemv_gated_supported(moe.shared_down)) {
+    tc_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
+    sd = G;
+  } else if (G > 0 && !options_.tensor_core_decode && row_gemv_gated_supported(moe.shared_down)) {
+    row_gemv_f32_gated(shared_g_.data(), shared_u_.data(), G, moe.shared_down, shared_down_.data(), false, ss);
+    sd = G;
+  }
+  if (sd < M) {
+    const size_t o = size_t(sd) * size_t(Is);
+    silu_mul_split(shared_g_.data() + o, shared_u_.data() + o, M - sd, Is, shared_act_.data() + o, ss);
+    linear_rows(moe.shared_down, shared_act_.data() + o, M - sd, G - sd, shared_down_.data() + size_t(sd) * size_t(H),
+                false, ss);
+  }
 }
 
 }  // namespace moeserve::cuda

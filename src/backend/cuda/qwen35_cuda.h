@@ -65,6 +65,12 @@ struct CudaModelOptions {
   bool tensor_core_attention = false;
   // Programmatic dependent launch between small decode kernels (pdl.cuh); a process-wide setting.
   bool pdl = true;
+  // Where a decode step's shared expert (its down projection at generated rows) runs: Side, on the
+  // side stream beside the routed experts (as steps with prompt tokens always do); Before or After,
+  // on the step's stream before or after the routed experts. The same bits every way (the next norm
+  // adds the shared expert). set_shared_expert_decode() maps bench_decode's flag names onto it.
+  enum class SharedExpertOrder { Side, Before, After };
+  SharedExpertOrder shared_expert_decode = SharedExpertOrder::Side;
   // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
   // allows; prefill steps are then cut at multiples of 64 positions (prefill_alignment()).
   // Off: the sequential recurrence for every token.
@@ -83,6 +89,9 @@ void set_expert_activations(CudaModelOptions& o, const std::string& name);
 // call it after set_decode_kernels), "tensor-cores" or "cuda-cores" (tensor_core_attention). Throws
 // Error otherwise.
 void set_decode_attention(CudaModelOptions& o, const std::string& name);
+
+// "side", "before" or "after" (CudaModelOptions::shared_expert_decode). Throws Error otherwise.
+void set_shared_expert_decode(CudaModelOptions& o, const std::string& name);
 
 class Qwen35CudaModel final : public model::CausalLM {
  public:
@@ -122,6 +131,7 @@ class Qwen35CudaModel final : public model::CausalLM {
   };
   void enqueue_layers(int M, RowSplit split);
   void enqueue_experts(const CudaMoeWeights& moe, int M, int G);
+  void enqueue_shared_expert(const CudaMoeWeights& moe, int M, int G, cudaStream_t ss);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
   void prompt_multi_rows(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
