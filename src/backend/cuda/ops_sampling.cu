@@ -110,22 +110,28 @@ struct RowView {
   __device__ uint64_t weight(float d) const { return __float2ull_rn(__fmul_rn(expf(d), wscale)); }
 };
 
-// f(v, logits[v]) for this thread's share of the row: 16-byte loads, two in flight per
-// thread, when the row is aligned (vocab % 4 == 0), else one float at a time.
-template <int kBlock, class F>
+// f(v, logits[v]) for this thread's share of the row: 16-byte loads, kDepth in flight per
+// thread, when the row is aligned (vocab % 4 == 0), else one float at a time. One block per row
+// streams from L2 at about (bytes in flight) / (L2 latency): sample_kernel's 512 threads keep 8
+// loads each in flight (64 KB per SM), 4x the 2 of the logprobs kernel's ordered pass.
+template <int kBlock, int kDepth = 2, class F>
 __device__ __forceinline__ void for_each_logit(const float* row, int32_t vocab, F&& f) {
   int32_t done = 0;
   if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {
     const float4* r4 = reinterpret_cast<const float4*>(row);
     const int32_t n4 = vocab / 4;
     int32_t i = threadIdx.x;
-    for (; i + kBlock < n4; i += 2 * kBlock) {
-      const float4 a = __ldg(r4 + i), b = __ldg(r4 + i + kBlock);
-      const int32_t va = 4 * i, vb = 4 * (i + kBlock);
-      f(va, a.x), f(va + 1, a.y), f(va + 2, a.z), f(va + 3, a.w);
-      f(vb, b.x), f(vb + 1, b.y), f(vb + 2, b.z), f(vb + 3, b.w);
+    for (; i + (kDepth - 1) * kBlock < n4; i += kDepth * kBlock) {
+      float4 a[kDepth];
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) a[d] = __ldg(r4 + i + d * kBlock);
+#pragma unroll
+      for (int d = 0; d < kDepth; ++d) {
+        const int32_t v = 4 * (i + d * kBlock);
+        f(v, a[d].x), f(v + 1, a[d].y), f(v + 2, a[d].z), f(v + 3, a[d].w);
+      }
     }
-    if (i < n4) {
+    for (; i < n4; i += kBlock) {
       const float4 a = __ldg(r4 + i);
       f(4 * i, a.x), f(4 * i + 1, a.y), f(4 * i + 2, a.z), f(4 * i + 3, a.w);
     }
@@ -133,6 +139,9 @@ __device__ __forceinline__ void for_each_logit(const float* row, int32_t vocab, 
   }
   for (int32_t v = done + int32_t(threadIdx.x); v < vocab; v += kBlock) f(v, __ldg(row + v));
 }
+
+// sample_kernel's passes over a row (their f is order-free: integer atomics, slots sorted later).
+constexpr int kSampleDepth = 8;
 
 // Which candidates a refinement or compaction pass looks at.
 struct Filter {
@@ -178,7 +187,7 @@ __device__ void compact(const RowView& row, const Filter& f, uint64_t base_n, ui
                         State& st) {
   if (threadIdx.x == 0) st.compact_n = 0;
   __syncthreads();
-  for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+  for_each_logit<kThreads, kSampleDepth>(row.logits, row.vocab, [&](int32_t v, float raw) {
     const float x = row.scaled(v, raw), d = row.offset(x);
     if (!row.candidate(d)) return;
     const uint32_t key = float_key(x);
@@ -379,7 +388,7 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
       t.hist1_w[i] = 0;
     }
     __syncthreads();
-    for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+    for_each_logit<kThreads, kSampleDepth>(row.logits, row.vocab, [&](int32_t v, float raw) {
       const float x = row.scaled(v, raw), d = row.offset(x);
       if (!row.candidate(d)) return;
       const uint32_t key = float_key(x);
@@ -519,7 +528,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     t.hist0_w[i] = 0;
   }
   __syncthreads();
-  for_each_logit<kThreads>(row.logits, row.vocab, [&](int32_t v, float raw) {
+  for_each_logit<kThreads, kSampleDepth>(row.logits, row.vocab, [&](int32_t v, float raw) {
     const float d = row.offset(row.scaled(v, raw));
     if (!row.candidate(d)) return;
     const int b = row.bucket(d);
