@@ -9,9 +9,13 @@ and waits. This reads a kernel timeline and prints, for the steps it keeps:
     union of the kernels' intervals), the idle time inside the span, the overlapped time; with the
     host's step calls: the host call, its launch latency (call to first kernel) and tail (last
     kernel's end to the call's return);
-  - per kernel name: launches per step, mean duration, summed duration per step, and exposed time:
-    the part of the busy time in which it is the only kernel running (the exposed times plus the
-    overlapped time make the busy time);
+  - per kernel name: launches per step, mean duration, summed duration per step; exposed time: the
+    part of the busy time in which it is the only kernel running (the exposed times plus the
+    overlapped time make the busy time); critical time: in start order, the part of each kernel's
+    interval past the latest end before it, i.e. how far it pushes the step's end (the critical
+    times make the busy time; a kernel launched early that waits for its predecessor, programmatic
+    dependent launch, is charged from that end, so the critical time is what a kernel adds to
+    the step, where the exposed time splits overlaps away from both);
   - with --list N, the first N kernels of the median step in start order: start offset, duration,
     the gap since the latest end before it (negative: it overlapped), stream.
 
@@ -124,6 +128,16 @@ def split_by_host_steps(kernels, host):
     return groups
 
 
+def critical_times(step):
+    """{name: ns}: each kernel (in start order) charged with the part of its interval past the latest
+    end before it. The charges add up to the busy time (the union of the intervals)."""
+    critical, frontier = {}, step[0][0]
+    for a, b, name, _ in step:
+        critical[name] = critical.get(name, 0) + max(0, b - max(a, frontier))
+        frontier = max(frontier, b)
+    return critical
+
+
 def step_times(step):
     """(span, busy, exposed per name, overlapped) of one step's kernels, in ns."""
     events = []
@@ -159,18 +173,20 @@ def report(steps, host, skip, list_n, out, title=''):
     us = 1e-3
     mean = statistics.fmean
     spans, busys, overl = [], [], []
-    per_name = {}  # name -> [launches, summed duration, exposed]
+    per_name = {}  # name -> [launches, summed duration, exposed, critical]
     for st in kept:
         span, busy, exposed, overlapped = step_times(st)
         spans.append(span)
         busys.append(busy)
         overl.append(overlapped)
         for a, b, name, _ in st:
-            e = per_name.setdefault(name, [0, 0, 0])
+            e = per_name.setdefault(name, [0, 0, 0, 0])
             e[0] += 1
             e[1] += b - a
         for name, t in exposed.items():
-            per_name.setdefault(name, [0, 0, 0])[2] += t
+            per_name[name][2] += t
+        for name, t in critical_times(st).items():
+            per_name[name][3] += t
     print(f'{title}steps: {len(steps)} found, {n} kept (first {skip} skipped); kernels per step: '
           f'{mean(len(s) for s in kept):.1f}', file=out)
     print(f'step GPU span {mean(spans) * us:.2f} us (median {statistics.median(spans) * us:.2f}), busy '
@@ -189,10 +205,11 @@ def report(steps, host, skip, list_n, out, title=''):
         if gaps:
             print(f'gap to the next step (host: sampling, copies, launch) {mean(gaps) * us:.2f} us '
                   f'(over {len(gaps)} steps)', file=out)
-    print(f'\n{"per step":>9} {"launches":>8} {"mean us":>9} {"sum us":>9} {"exposed us":>10}  kernel', file=out)
-    for name, (cnt, tot, exp) in sorted(per_name.items(), key=lambda kv: -kv[1][2]):
-        print(f'{"":9} {cnt / n:8.1f} {tot / cnt * us:9.2f} {tot / n * us:9.2f} {exp / n * us:10.2f}  {name}',
-              file=out)
+    print(f'\n{"per step":>9} {"launches":>8} {"mean us":>9} {"sum us":>9} {"exposed us":>10} {"critical us":>11}'
+          f'  kernel', file=out)
+    for name, (cnt, tot, exp, crit) in sorted(per_name.items(), key=lambda kv: (-kv[1][3], -kv[1][2])):
+        print(f'{"":9} {cnt / n:8.1f} {tot / cnt * us:9.2f} {tot / n * us:9.2f} {exp / n * us:10.2f} '
+              f'{crit / n * us:11.2f}  {name}', file=out)
     if list_n:
         order = sorted(range(n), key=lambda i: spans[i])
         st = kept[order[n // 2]]

@@ -67,12 +67,12 @@ class NsysStepTimelineTest(TimelineFileTest):
 
     @staticmethod
     def kernel_rows(text):
-        """{name: [launches per step, mean us, sum us per step, exposed us per step]} of the table."""
+        """{name: [launches per step, mean us, sum us per step, exposed us, critical us per step]} of the table."""
         rows = {}
         for line in text.splitlines():
             f = line.split()
             if line.startswith(' ' * 9) and f and f[0] != 'launches':
-                rows[' '.join(f[4:])] = [float(v) for v in f[:4]]
+                rows[' '.join(f[5:])] = [float(v) for v in f[:5]]
         return rows
 
     def test_short_names(self):
@@ -90,15 +90,23 @@ class NsysStepTimelineTest(TimelineFileTest):
     def test_exposed_time_per_kernel(self):
         _, text = self.run_tool()
         rows = self.kernel_rows(text)
-        self.assertEqual(rows['norm_kernel<float>'], [1.0, 10.0, 10.0, 8.0])   # [0, 8] alone
-        self.assertEqual(rows['gemv<4, true>'], [1.0, 12.0, 12.0, 7.0])                # [10, 12] + [15, 20]
-        self.assertEqual(rows['shared_down'], [1.0, 3.0, 3.0, 0.0])           # inside B
-        self.assertEqual(rows['lm_head'], [1.0, 8.0, 8.0, 8.0])
+        # Exposed: alone; critical: past the latest end before it (B from A's end at 10, C none: inside B,
+        # D from its start at 22: the idle gap is no kernel's).
+        self.assertEqual(rows['norm_kernel<float>'], [1.0, 10.0, 10.0, 8.0, 10.0])   # [0, 8] alone
+        self.assertEqual(rows['gemv<4, true>'], [1.0, 12.0, 12.0, 7.0, 10.0])        # [10, 12] + [15, 20]
+        self.assertEqual(rows['shared_down'], [1.0, 3.0, 3.0, 0.0, 0.0])             # inside B
+        self.assertEqual(rows['lm_head'], [1.0, 8.0, 8.0, 8.0, 8.0])
         exposed = sum(r[3] for r in rows.values())
         self.assertEqual(exposed + 5.0, 28.0)  # exposed + overlapped = busy
+        self.assertEqual(sum(r[4] for r in rows.values()), 28.0)  # the critical times make the busy time
         self.assertIn('steps: 3 found, 2 kept (first 1 skipped)', text)
-        # Largest exposed first.
-        self.assertEqual(list(rows), ['norm_kernel<float>', 'lm_head', 'gemv<4, true>', 'shared_down'])
+        # Largest critical first (ties: largest exposed first).
+        self.assertEqual(list(rows), ['norm_kernel<float>', 'gemv<4, true>', 'lm_head', 'shared_down'])
+
+    def test_critical_time_charges_an_early_launch_from_its_predecessors_end(self):
+        # P [0, 10]; Q launched at 2 (programmatic), waits, ends at 14; R [3, 5] on a side stream.
+        step = [(0, 10, 'p', 7), (2, 14, 'q', 7), (3, 5, 'r', 9)]
+        self.assertEqual(tl.critical_times(step), {'p': 10, 'q': 4, 'r': 0})
 
     def test_step_start_regex_and_listing(self):
         steps, text = self.run_tool('--step-start', '^lm_head', '--skip', '0', '--list', '4')
