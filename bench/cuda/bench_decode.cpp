@@ -97,6 +97,12 @@ int main(int argc, char** argv) {
   app.add_option("--decode-attention", decode_attention,
                  "generated tokens' attention, as serve --decode-attention: auto (tensor cores with --decode-kernels "
                  "mixed / tensor-cores), tensor-cores or cuda-cores");
+  double temperature = 0.0, top_p = 1.0;
+  int top_k = 0;
+  app.add_option("--temperature", temperature,
+                 "sample the decode steps' tokens on the device at this temperature (default 0: greedy)");
+  app.add_option("--top-k", top_k, "with --temperature: top_k (<= 0: off)");
+  app.add_option("--top-p", top_p, "with --temperature: top_p");
   std::string shared_expert_decode = "side";
   app.add_option("--shared-expert-decode", shared_expert_decode,
                  "decode steps' shared expert: side (a second stream, beside the routed experts), before or after "
@@ -183,14 +189,24 @@ int main(int argc, char** argv) {
       }
       model::StepOutput out;
       m->forward(batch, out);  // prefill the contexts
-      if (!host_logits)  // the server samples on the device: only the token comes back
-        for (auto& s : batch) s.device_sample = model::DeviceSampleParams{};
+      if (!host_logits) {  // the server samples on the device: only the token comes back
+        model::DeviceSampleParams sp;
+        if (temperature > 0.0) {
+          sp.greedy = false;
+          sp.inv_temperature = float(1.0 / temperature);  // as runtime::inverse_temperature
+          sp.top_k = top_k;
+          sp.top_p = top_p;
+        }
+        for (auto& s : batch) s.device_sample = sp;
+      }
+      std::uniform_real_distribution<double> draw(0.0, 1.0);
       std::vector<std::vector<int32_t>> next(size_t(b), std::vector<int32_t>(1, 0));
       auto step = [&](int pos) {
         for (int i = 0; i < b; ++i) {
           next[size_t(i)][0] = tok(rng);
           batch[size_t(i)].tokens = next[size_t(i)];
           batch[size_t(i)].start_pos = pos;
+          if (batch[size_t(i)].device_sample) batch[size_t(i)].device_sample->uniform = draw(rng);
         }
         m->forward(batch, out);
       };

@@ -221,6 +221,84 @@ TEST_F(GpuSampling, MatchesTheHostSamplerAtOddSizes) {
   EXPECT_LE(t.boundary * 20, t.rows);
 }
 
+// Sampled rows are decided from the slices' candidate lists when their cuts fall inside the lists'
+// complete prefix, else by the one-block passes; both give the same token. Each row is sampled with
+// the lists allowed and with the passes forced (set_sampling_from_slices(false)); which way decided
+// it is reported per row (SampleRowResult::decided_by).
+TEST_F(GpuSampling, SliceListsDecideTheUsualRowsWithThePassesTokens) {
+  const int64_t vocab = 248320;
+  struct Setting {
+    int top_k;
+    double top_p;
+    double temperature;
+  };
+  // Qwen's defaults; top_p only; top_k only; no cut at all; a top_k past the lists; a top_p that
+  // keeps half of a flat row.
+  const Setting settings[] = {{20, 0.95, 0.7}, {-1, 0.8, 0.6}, {50, 1.0, 1.0}, {-1, 1.0, 1.0},
+                              {1000, 1.0, 1.0}, {-1, 0.5, 1.0}};
+  constexpr int kSettings = int(sizeof(settings) / sizeof(settings[0]));
+  std::mt19937_64 gen(21);
+  std::vector<float> flat;
+  std::vector<cuda::SampleRowParams> params;
+  std::vector<int> kinds;
+  for (int kind = 0; kind < 6; ++kind)
+    for (int rep = 0; rep < 4; ++rep) {
+      const auto row = make_row(vocab, kind, gen);
+      for (int si = 0; si < kSettings; ++si) {
+        const Setting& st = settings[si];
+        cuda::SampleRowParams q;
+        q.row = int32_t(params.size());
+        q.greedy = 0;
+        q.inv_temperature = runtime::inverse_temperature(st.temperature);
+        q.min_log_ratio = runtime::min_p_log_ratio(rep == 3 ? 0.05 : 0.0);
+        q.top_k = st.top_k;
+        q.top_p = st.top_p;
+        q.uniform = double(gen() >> 11) * 0x1.0p-53;
+        if (rep == 2) {  // the best token held back
+          q.num_masked = 1;
+          q.masked[0] = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+        }
+        params.push_back(q);
+        kinds.push_back(kind * 100 + si);
+        flat.insert(flat.end(), row.begin(), row.end());
+      }
+    }
+  const int n = int(params.size());
+  cuda::DeviceBuffer<float> logits(flat.size());
+  logits.upload(flat.data(), flat.size(), stream_);
+  cuda::DeviceBuffer<cuda::SampleRowParams> dparams(static_cast<size_t>(n));
+  dparams.upload(params.data(), params.size(), stream_);
+  cuda::DeviceBuffer<cuda::SampleRowResult> results(static_cast<size_t>(n));
+  cuda::DeviceBuffer<cuda::SampleRowScratch> scratch(static_cast<size_t>(n));
+  auto run = [&](bool slices) {
+    cuda::set_sampling_from_slices(slices);
+    cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), true, false, stream_);
+    cuda::set_sampling_from_slices(true);
+    std::vector<cuda::SampleRowResult> r(static_cast<size_t>(n));
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(r.data(), results.data(), r.size() * sizeof(r[0]), cudaMemcpyDeviceToHost,
+                                        stream_));
+    MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return r;
+  };
+  const auto passes = run(false), lists = run(true);
+  int by_lists = 0;
+  for (int i = 0; i < n; ++i) {
+    const int kind = kinds[size_t(i)] / 100, si = kinds[size_t(i)] % 100;
+    SCOPED_TRACE("row " + std::to_string(i) + " kind " + std::to_string(kind) + " setting " + std::to_string(si));
+    EXPECT_EQ(lists[size_t(i)].token, passes[size_t(i)].token);
+    EXPECT_EQ(passes[size_t(i)].decided_by, 2);
+    by_lists += lists[size_t(i)].decided_by == 1;
+    // LLM-like rows: top_k 20 / 50 and no cut are always decided by the lists (the draw without a cut
+    // goes through the slices' weights); everything-equal rows with a top_k cut never are (the tie group
+    // of the k-th token runs past every list).
+    if (kind == 0 && (si == 0 || si == 2 || si == 3)) EXPECT_EQ(lists[size_t(i)].decided_by, 1);
+    if (kind == 4 && (si == 0 || si == 2 || si == 4)) EXPECT_EQ(lists[size_t(i)].decided_by, 2);
+  }
+  std::printf("slice lists decided %d of %d sampled rows\n", by_lists, n);
+  EXPECT_GT(by_lists, n / 3);
+  EXPECT_LT(by_lists, n);
+}
+
 TEST_F(GpuSampling, FailsLikeTheHostWhenNothingIsLeft) {
   const int64_t vocab = 1000;
   std::vector<std::vector<float>> rows;
@@ -471,11 +549,13 @@ TEST_F(GpuSampling, Timing) {
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
       cudaEventCreate(&e1);
-      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), logprobs, stream_);  // warm-up
+      cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), !greedy, logprobs,
+                        stream_);  // warm-up
       const int reps = 20;
       cudaEventRecord(e0, stream_);
       for (int r = 0; r < reps; ++r)
-        cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), logprobs, stream_);
+        cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), !greedy, logprobs,
+                        stream_);
       cudaEventRecord(e1, stream_);
       cudaEventSynchronize(e1);
       float ms = 0;

@@ -51,7 +51,7 @@ void DeviceRowSampler::finish(const float* logits, std::span<const LogitRowTarge
   MOESERVE_CHECK(n <= size_t(max_rows_), "device sampling: {} rows in one pass, at most {}", n, max_rows_);
   const size_t V = size_t(vocab_);
   int nd = 0;
-  bool any_logprobs = false;
+  bool any_logprobs = false, any_sampled = false;
   for (size_t i = 0; i < n; ++i) {
     const LogitRowTarget& t = targets[i];
     if (t.out_row >= 0) continue;
@@ -59,12 +59,14 @@ void DeviceRowSampler::finish(const float* logits, std::span<const LogitRowTarge
                    "device sampling: row {} has no sampling parameters", i);
     params_host_[nd] = to_row_params(*batch[t.batch_index].device_sample, int32_t(i));
     any_logprobs = any_logprobs || params_host_[nd].num_logprobs >= 0;
+    any_sampled = any_sampled || !params_host_[nd].greedy;
     ++nd;
   }
   if (nd > 0) {
     MOESERVE_CUDA_CHECK(cudaMemcpyAsync(params_.data(), params_host_, size_t(nd) * sizeof(SampleRowParams),
                                         cudaMemcpyHostToDevice, stream));
-    sample_rows(logits, vocab_, params_.data(), nd, results_.data(), scratch_.data(), any_logprobs, stream);
+    sample_rows(logits, vocab_, params_.data(), nd, results_.data(), scratch_.data(), any_sampled, any_logprobs,
+                stream);
     MOESERVE_CUDA_CHECK(cudaMemcpyAsync(results_host_, results_.data(), size_t(nd) * sizeof(SampleRowResult),
                                         cudaMemcpyDeviceToHost, stream));
   }

@@ -3,6 +3,16 @@
 //
 // row_best_kernel: the best (value desc, id asc) masked logit of each slice of the row (slices
 // of ceil(V / parts) rounded up to a multiple of 4), into the row's SampleRowScratch.
+// row_slice_kernel (rows that sample): per slice, the candidates' count and weight (exact integer
+// sums) and the slice's first kSampleSliceKeep candidates in candidate order: each thread keeps
+// its best kThreadKeep, the block sorts them and keeps the first 32. A truncation (a thread with
+// more than kThreadKeep candidates, a block with more than 32 kept) leaves a boundary: every
+// candidate of the slice that ranks at or before it is in the list. sample_kernel merges the
+// lists (<= 2048 keys, sorted in shared memory); the merged prefix up to the earliest boundary is
+// exactly the row's first candidates. When top_k's cut (with its ties), top_p's crossing and the
+// draw fall inside that prefix (or, with no cut, the draw goes through the slices' weights in id
+// order), the row is decided there, with the same integer weights and the same decisions as the
+// passes below; otherwise the passes below run (flat rows, huge tie groups).
 // sample_kernel, for a row of V fp32 logits (d = scaled - max(scaled), see causal_lm.h):
 //   P1  argmax of the masked logits from the slices' bests (the order is total, so the best of
 //       the bests is the row's best, whatever the slicing): the greedy token, and max(scaled).
@@ -32,6 +42,7 @@
 // Sampling reads it in P1, P2 and usually one compaction, the draw staying in shared memory:
 // ~3 passes, all but the first from L2 (4 without a top_k/top_p cut, more for rows with
 // thousands of tied logits). Logprobs add one pass. Compute is a few operations per element.
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -491,9 +502,210 @@ __global__ void __launch_bounds__(kBestThreads) row_best_kernel(const float* log
   }
 }
 
+constexpr int kSliceThreads = 256;
+constexpr int kThreadKeep = 4;  // candidates a thread of row_slice_kernel keeps
+static_assert(kSampleBestParts * kSampleSliceKeep == kCacheCap, "the merged lists fill the cache");
+static_assert(kSliceThreads * kThreadKeep >= kSampleSliceKeep);
+
+// The sort key of a candidate: ascending = candidate order (scaled desc, id asc), as cache_keys.
+__device__ __forceinline__ uint64_t candidate_key(float x, int32_t v) {
+  return (uint64_t(~float_key(x)) << 32) | uint32_t(v);
+}
+
+// The best of the slices' bests (every block of a row forms the same value from the same
+// partials), into v / id.
+template <class B>
+__device__ __forceinline__ void best_of_slices(const SampleRowScratch& sc, float& v, int32_t& id,
+                                               typename B::Scratch& red) {
+  v = kNegInf;
+  id = INT_MAX;
+  if (threadIdx.x < kSampleBestParts) {
+    v = sc.best[threadIdx.x];
+    id = sc.best_id[threadIdx.x];
+  }
+  B::best(v, id, red);
+}
+
+// grid (kSampleBestParts, rows), after row_best_kernel: block (p, i) lists slice p's candidates of
+// row i (sampled rows only; see the top of the file).
+__global__ void __launch_bounds__(kSliceThreads) row_slice_kernel(const float* logits, int64_t vocab,
+                                                                  const SampleRowParams* params,
+                                                                  SampleRowScratch* scratch, float wscale) {
+  using SB = BlockOps<kSliceThreads>;
+  __shared__ SB::Scratch red;
+  __shared__ int32_t masked[kSampleMaxMasked];
+  __shared__ uint64_t keys[kSliceThreads * kThreadKeep];
+  const SampleRowParams& p = params[blockIdx.y];
+  if (p.greedy) return;  // the row's sampling block needs only the bests
+  SampleRowScratch& sc = scratch[blockIdx.y];
+  const int nm = min(max(p.num_masked, 0), kSampleMaxMasked);
+  if (threadIdx.x < nm) masked[threadIdx.x] = p.masked[threadIdx.x];
+  __syncthreads();
+  float best;
+  int32_t best_id;
+  best_of_slices<SB>(sc, best, best_id, red);
+  RowView row{logits + int64_t(p.row) * vocab, int32_t(vocab), masked, nm, p.inv_temperature, 0.0f,
+              p.min_log_ratio, 0.0f, wscale};
+  row.max_x = canonical(__fmul_rn(best, row.inv_t));
+  if (best == kNegInf || !isfinite(row.max_x)) return;  // sample_kernel decides without the lists
+
+  const int32_t V = int32_t(vocab), per = best_slice(V);
+  const int32_t lo = min(V, int32_t(blockIdx.x) * per), hi = min(V, lo + per);
+  uint64_t top[kThreadKeep];  // this thread's best candidates, ascending keys
+#pragma unroll
+  for (int j = 0; j < kThreadKeep; ++j) top[j] = ~uint64_t(0);
+  uint64_t n = 0, w = 0;
+  auto consider = [&](int32_t v, float raw) {
+    const float x = row.scaled(v, raw), d = row.offset(x);
+    if (!row.candidate(d)) return;
+    ++n;
+    w += row.weight(d);
+    uint64_t k = candidate_key(x, v);
+#pragma unroll
+    for (int j = 0; j < kThreadKeep; ++j) {  // insertion into the sorted list (the largest drops out)
+      const uint64_t lo_k = k < top[j] ? k : top[j], hi_k = k < top[j] ? top[j] : k;
+      top[j] = lo_k;
+      k = hi_k;
+    }
+  };
+  int32_t v0 = lo;
+  if ((reinterpret_cast<uintptr_t>(row.logits + lo) & 15) == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row.logits + lo);
+    const int32_t n4 = (hi - lo) / 4;
+    for (int32_t i = threadIdx.x; i < n4; i += kSliceThreads) {
+      const float4 a = __ldg(r4 + i);
+      const int32_t v = lo + 4 * i;
+      consider(v, a.x), consider(v + 1, a.y), consider(v + 2, a.z), consider(v + 3, a.w);
+    }
+    v0 = lo + 4 * n4;
+  }
+  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kSliceThreads) consider(v, __ldg(row.logits + v));
+
+  // A thread that dropped candidates: everything of its ranking at or before its last kept one is kept.
+  const uint64_t thread_bound = n > uint64_t(kThreadKeep) ? top[kThreadKeep - 1] : ~uint64_t(0);
+#pragma unroll
+  for (int j = 0; j < kThreadKeep; ++j) keys[threadIdx.x * kThreadKeep + j] = top[j];
+  const uint64_t slice_n = SB::sum(n, red), slice_w = SB::sum(w, red);
+  const uint64_t kept = SB::sum(n < uint64_t(kThreadKeep) ? n : uint64_t(kThreadKeep), red);
+  uint64_t bound = SB::min(thread_bound, red);  // synchronises: keys are written
+  SB::bitonic_sort(keys, kSliceThreads * kThreadKeep);
+  if (kept > uint64_t(kSampleSliceKeep) && keys[kSampleSliceKeep - 1] < bound) bound = keys[kSampleSliceKeep - 1];
+  const int len = int(kept < uint64_t(kSampleSliceKeep) ? kept : uint64_t(kSampleSliceKeep));
+  if (threadIdx.x < kSampleSliceKeep) sc.slice_keys[blockIdx.x][threadIdx.x] = keys[threadIdx.x];
+  if (threadIdx.x == 0) {
+    sc.slice_n[blockIdx.x] = slice_n;
+    sc.slice_w[blockIdx.x] = slice_w;
+    sc.slice_bound[blockIdx.x] = bound;
+    sc.slice_len[blockIdx.x] = len;
+  }
+}
+
+// A sampled row decided from the slices' lists (row_slice_kernel), or false: the caller runs the
+// passes over the row. `row` has max_x set; every thread calls this and gets the same answer.
+__device__ bool sample_from_slices(const RowView& row, const SampleRowParams& p, const SampleRowScratch& sc,
+                                   Tables& t, State& st, int32_t& token) {
+  uint64_t n_loc = 0, w_loc = 0, len_loc = 0, b_loc = ~uint64_t(0);
+  if (threadIdx.x < kSampleBestParts) {
+    n_loc = sc.slice_n[threadIdx.x];
+    w_loc = sc.slice_w[threadIdx.x];
+    len_loc = uint64_t(sc.slice_len[threadIdx.x]);
+    b_loc = sc.slice_bound[threadIdx.x];
+  }
+  const uint64_t num_candidates = Block::sum(n_loc, st.scratch), total_w = Block::sum(w_loc, st.scratch);
+  const int n = int(Block::sum(len_loc, st.scratch));
+  const uint64_t bound = Block::min(b_loc, st.scratch);
+  if (num_candidates == 0 || total_w == 0) {  // as the passes find
+    token = -1;
+    return true;
+  }
+  // The merged lists, sorted: candidate order.
+  for (int i = threadIdx.x; i < kCacheCap; i += kThreads) {
+    const int sl = i / kSampleSliceKeep, j = i % kSampleSliceKeep;
+    t.cache_keys[i] = j < sc.slice_len[sl] ? sc.slice_keys[sl][j] : ~uint64_t(0);
+  }
+  __syncthreads();
+  Block::bitonic_sort(t.cache_keys, kCacheCap);
+  // Running weights, and P: the complete prefix (keys at or before the earliest boundary).
+  constexpr int per = kCacheCap / kThreads;
+  uint64_t w[per];
+  uint64_t local = 0, in_prefix = 0;
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    w[j] = 0;
+    if (i < n) {
+      w[j] = row.weight(row.offset(key_float(~uint32_t(t.cache_keys[i] >> 32))));
+      in_prefix += t.cache_keys[i] <= bound ? 1 : 0;
+    }
+    local += w[j];
+  }
+  uint64_t total;
+  uint64_t run = Block::exclusive_scan(local, st.scratch, &total);
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    run += w[j];
+    if (i < n) t.cache_cum[i] = run;
+  }
+  const int P = int(Block::sum(in_prefix, st.scratch));  // synchronises: cache_cum is written
+  const bool everything = bound == ~uint64_t(0);          // no list dropped a candidate: P == n
+
+  // top_k: the first top_k candidates and the ties of the last; they must lie in the prefix.
+  uint64_t kept_w = total_w;
+  int kept_m = 0;  // > 0: the kept tokens are the first kept_m of the cache
+  if (p.top_k > 0 && uint64_t(p.top_k) < num_candidates) {
+    const int i = p.top_k - 1;
+    if (i >= P) return false;
+    const uint32_t hi_bits = uint32_t(t.cache_keys[i] >> 32);
+    int last = i;
+    while (last + 1 < n && uint32_t(t.cache_keys[last + 1] >> 32) == hi_bits) ++last;  // every thread alike
+    if (!everything && last >= P - 1) return false;  // the tie group may go on past the prefix
+    kept_w = t.cache_cum[last];
+    kept_m = last + 1;
+  }
+  // top_p: the candidate whose running weight passes ceil(top_p · kept) − 1, inside the kept ones.
+  if (p.top_p < 1.0) {
+    const double target = ceil(p.top_p * double(kept_w));
+    const uint64_t need = target < 1.0 ? 1 : (target >= double(kept_w) ? kept_w : uint64_t(target));
+    const uint64_t c = need - 1;
+    const int limit = kept_m > 0 ? kept_m : P;
+    if (limit == 0 || t.cache_cum[limit - 1] <= c) return false;
+    int lo = 0, hi = limit - 1;  // smallest i with cum[i] > c
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (t.cache_cum[mid] > c) hi = mid;
+      else lo = mid + 1;
+    }
+    kept_w = t.cache_cum[lo];
+    kept_m = lo + 1;
+  }
+  // The draw over the kept tokens in id order.
+  uint64_t c = uint64_t(p.uniform * double(kept_w));
+  if (c >= kept_w) c = kept_w - 1;
+  if (kept_m > 0) {
+    token = draw_in_cache(kept_m, c, t, st);
+    return true;
+  }
+  // No cut: every candidate is kept. The slices are consecutive ids: the slice holding the
+  // crossing by their weights, then the token inside it.
+  const int32_t V = row.vocab, per_slice = best_slice(V);
+  int s = 0;
+  uint64_t before = 0;
+  while (s + 1 < kSampleBestParts && before + sc.slice_w[s] <= c) before += sc.slice_w[s++];
+  const int32_t lo = min(V, s * per_slice), hi = min(V, lo + per_slice);
+  const int32_t at = find_in_id_order(
+      hi - lo,
+      [&](int32_t i) -> uint64_t {
+        const float d = row.offset(row.scaled(lo + i));
+        return row.candidate(d) ? row.weight(d) : 0;
+      },
+      c - before, st);
+  token = at < 0 ? -1 : lo + at;
+  return true;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t vocab,
                                                           const SampleRowParams* params, SampleRowResult* results,
-                                                          const SampleRowScratch* scratch, float wscale) {
+                                                          const SampleRowScratch* scratch, bool from_slices,
+                                                          float wscale) {
   extern __shared__ __align__(16) unsigned char smem[];
   Tables& t = *reinterpret_cast<Tables*>(smem);
   __shared__ State st;
@@ -508,19 +720,29 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 
   // P1: the greedy token and the maximum, the best of the slices' bests.
   static_assert(kSampleBestParts <= kThreads);
-  float best = kNegInf;
-  int32_t best_id = INT_MAX;
-  if (threadIdx.x < kSampleBestParts) {
-    best = scratch[blockIdx.x].best[threadIdx.x];
-    best_id = scratch[blockIdx.x].best_id[threadIdx.x];
-  }
-  Block::best(best, best_id, st.scratch);
+  float best;
+  int32_t best_id;
+  best_of_slices<Block>(scratch[blockIdx.x], best, best_id, st.scratch);
   if (best == kNegInf || p.greedy) {
-    if (threadIdx.x == 0) out.token = best == kNegInf ? -1 : best_id;
+    if (threadIdx.x == 0) {
+      out.token = best == kNegInf ? -1 : best_id;
+      out.decided_by = 0;
+    }
     return;
   }
   row.max_x = canonical(__fmul_rn(best, row.inv_t));
   row.inv_width = row.thr < 0.0f ? __fdiv_rn(float(kBuckets), -row.thr) : 0.0f;
+  if (from_slices && isfinite(row.max_x)) {  // row_slice_kernel wrote the lists
+    int32_t token;
+    if (sample_from_slices(row, p, scratch[blockIdx.x], t, st, token)) {
+      if (threadIdx.x == 0) {
+        out.token = token;
+        out.decided_by = 1;
+      }
+      return;
+    }
+  }
+  if (threadIdx.x == 0) out.decided_by = 2;
 
   // P2: the candidates' histogram.
   for (int i = threadIdx.x; i < kBuckets; i += kThreads) {
@@ -706,8 +928,14 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
 }  // namespace
 }  // namespace sampling
 
+namespace {
+std::atomic<bool> g_from_slices{true};
+}  // namespace
+
+void set_sampling_from_slices(bool on) { g_from_slices.store(on, std::memory_order_relaxed); }
+
 void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
-                 SampleRowScratch* scratch, bool any_logprobs, cudaStream_t stream) {
+                 SampleRowScratch* scratch, bool any_sampled, bool any_logprobs, cudaStream_t stream) {
   if (n <= 0) return;
   if (vocab <= 0 || vocab >= (int64_t(1) << 24))
     throw Error("sample_rows: vocabulary of " + std::to_string(vocab) + " is outside [1, 2^24)");
@@ -724,8 +952,14 @@ void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* para
   sampling::row_best_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kBestThreads, 0, stream>>>(
       logits, vocab, params, scratch);
   MOESERVE_CUDA_CHECK_LAUNCH();
-  sampling::sample_kernel<<<n, sampling::kThreads, sizeof(sampling::Tables), stream>>>(logits, vocab, params,
-                                                                                       results, scratch, wscale);
+  const bool from_slices = any_sampled && g_from_slices.load(std::memory_order_relaxed);
+  if (from_slices) {
+    sampling::row_slice_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kSliceThreads, 0, stream>>>(
+        logits, vocab, params, scratch, wscale);
+    MOESERVE_CUDA_CHECK_LAUNCH();
+  }
+  sampling::sample_kernel<<<n, sampling::kThreads, sizeof(sampling::Tables), stream>>>(
+      logits, vocab, params, results, scratch, from_slices, wscale);
   MOESERVE_CUDA_CHECK_LAUNCH();
   if (!any_logprobs) return;
   sampling::logprobs_kernel<<<n, sampling::kLpThreads, 0, stream>>>(logits, vocab, params, results);

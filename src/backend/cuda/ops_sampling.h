@@ -36,26 +36,44 @@ struct SampleRowParams {
 
 struct SampleRowResult {
   int32_t token = -1;  // -1: every logit masked, -inf or NaN
+  // How the token was found: 0 the argmax (greedy, or nothing finite), 1 the slices' candidate
+  // lists, 2 the one-block passes over the row (ops_sampling.cu).
+  int32_t decided_by = 0;
   float logprob = 0.0f;
   int32_t num_top = 0;
   int32_t top_ids[kSampleMaxLogprobs] = {};
   float top_logprobs[kSampleMaxLogprobs] = {};
 };
 
-// Scratch of one sampled row: the best (value desc, id asc) masked logit of each of
-// kSampleBestParts slices of the row, found by that many blocks before the row's sampling block
-// combines them (the greedy token and the maximum: one pass over the row spread over the GPU).
+// Scratch of one sampled row, written by the blocks that run before the row's sampling block,
+// kSampleBestParts per row, each over one slice of the row (ceil(vocab / parts) rounded up to a
+// multiple of 4): the best (value desc, id asc) masked logit of each slice (every row: the
+// greedy token and the maximum in one pass spread over the GPU); for rows that sample, each
+// slice's candidates (count and fixed-point weight) and its first kSampleSliceKeep candidates in
+// candidate order, complete up to slice_bound (ops_sampling.cu).
 inline constexpr int kSampleBestParts = 64;
+inline constexpr int kSampleSliceKeep = 32;
 struct SampleRowScratch {
   float best[kSampleBestParts];
   int32_t best_id[kSampleBestParts];
+  uint64_t slice_n[kSampleBestParts];
+  uint64_t slice_w[kSampleBestParts];
+  uint64_t slice_bound[kSampleBestParts];
+  int32_t slice_len[kSampleBestParts];
+  uint64_t slice_keys[kSampleBestParts][kSampleSliceKeep];
 };
 
 // Samples n rows: params[i] (device) names row params[i].row of `logits` (device, fp32
 // [rows, vocab], rows contiguous) and results[i] (device) receives its token and logprobs;
-// scratch (device, n entries) is the kernels' own. vocab < 2^24. any_logprobs false: no row asks
-// for logprobs (skips their kernel). Asynchronous on `stream`; no allocation.
+// scratch (device, n entries) is the kernels' own. vocab < 2^24. any_sampled false: every row is
+// greedy (skips the slices' candidate pass); any_logprobs false: no row asks for logprobs (skips
+// their kernel). Asynchronous on `stream`; no allocation.
 void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* params, int n, SampleRowResult* results,
-                 SampleRowScratch* scratch, bool any_logprobs, cudaStream_t stream);
+                 SampleRowScratch* scratch, bool any_sampled, bool any_logprobs, cudaStream_t stream);
+
+// Whether sampled rows may be decided from the slices' candidate lists (the default) or always take
+// the one-block passes over the row; the same tokens either way. A process-wide switch for tests
+// and measurements (read at launch).
+void set_sampling_from_slices(bool on);
 
 }  // namespace moeserve::cuda

@@ -79,6 +79,21 @@ struct BlockOps {
     return t;
   }
 
+  __device__ static uint64_t min(uint64_t v, Scratch& s) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t other = __shfl_xor_sync(0xffffffffu, v, o);
+      v = other < v ? other : v;
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) s.u64[threadIdx.x >> 5] = v;
+    __syncthreads();
+    uint64_t m = s.u64[0];
+    for (int w = 1; w < kWarps; ++w) m = s.u64[w] < m ? s.u64[w] : m;
+    __syncthreads();
+    return m;
+  }
+
   // The (value, id) that ranks first (value desc, id asc), to every thread.
   __device__ static void best(float& v, int32_t& id, Scratch& s) {
 #pragma unroll
