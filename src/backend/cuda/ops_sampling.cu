@@ -32,8 +32,10 @@
 //       inside a prefix compaction: the usual case) they are re-sorted by id there; else a
 //       coalesced pass per warp-sized slice, then a per-thread pass inside the slice that
 //       holds the crossing.
-// logprobs_kernel (rows that ask): online log-sum-exp of the raw logits and the 20 best
-//   (value desc, id asc) per thread in registers, merged in shared memory.
+// logprobs_slice_kernel (rows that ask, kSampleBestParts blocks per row): per slice, the online
+//   log-sum-exp of the raw logits and the 20 best (value desc, id asc) per thread in registers,
+//   merged in shared memory; logprobs_merge_kernel (a thread per row) merges the slices' pairs in
+//   slice order and their lists, and writes the token's logprob and the alternatives.
 //
 // Roofline: greedy reads the row once (4V bytes: 1 MB at V = 248320, ~0.2 us of H200 HBM
 // bandwidth if spread over the GPU; one block per row reaches a few hundred GB/s per SM, which
@@ -818,17 +820,29 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 constexpr int kLpThreads = 256;
 constexpr int kTop = kSampleMaxLogprobs;
 
-__global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logits, int64_t vocab,
-                                                              const SampleRowParams* params,
-                                                              SampleRowResult* results) {
+// The log-sum-exp pair (m, s): Σ exp(x − m) = s over the values taken so far.
+__device__ __forceinline__ void merge_ms(float& m1, float& s1, float m2, float s2) {
+  const float mm = fmaxf(m1, m2);
+  if (mm == kNegInf) return;
+  s1 = (m1 == kNegInf ? 0.0f : s1 * expf(m1 - mm)) + (m2 == kNegInf ? 0.0f : s2 * expf(m2 - mm));
+  m1 = mm;
+}
+
+// grid (kSampleBestParts, rows), after sample_kernel, for rows that ask for logprobs: block (p, i)
+// forms slice p's log-sum-exp of the raw logits (online, per thread, then merged in a fixed order)
+// and its 20 best (value desc, id asc; NaN as -inf), into the row's scratch.
+__global__ void __launch_bounds__(kLpThreads) logprobs_slice_kernel(const float* logits, int64_t vocab,
+                                                                    const SampleRowParams* params,
+                                                                    const SampleRowResult* results,
+                                                                    SampleRowScratch* scratch) {
   __shared__ float top_v[kLpThreads][kTop];
   __shared__ int32_t top_i[kLpThreads][kTop];
   __shared__ float red_m[kLpThreads / 32], red_s[kLpThreads / 32];
-  const SampleRowParams& p = params[blockIdx.x];
-  SampleRowResult& out = results[blockIdx.x];
-  const int32_t token = out.token;
-  if (p.num_logprobs < 0 || token < 0) return;
+  const SampleRowParams& p = params[blockIdx.y];
+  if (p.num_logprobs < 0 || results[blockIdx.y].token < 0) return;
   const float* row = logits + int64_t(p.row) * vocab;
+  const int32_t V = int32_t(vocab), per = best_slice(V);
+  const int32_t lo = min(V, int32_t(blockIdx.x) * per), hi = min(V, lo + per);
 
   float m = kNegInf, s = 0.0f;
   float tv[kTop];
@@ -838,7 +852,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
     tv[j] = kNegInf;
     ti[j] = INT_MAX;
   }
-  for_each_logit<kLpThreads>(row, int32_t(vocab), [&](int32_t v, float x) {
+  auto take = [&](int32_t v, float x) {
     if (isnan(x)) x = kNegInf;
     if (x != kNegInf) {
       if (x > m) {
@@ -863,14 +877,21 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
         }
       }
     }
-  });
-  // log-sum-exp across the block.
-  auto merge_ms = [](float& m1, float& s1, float m2, float s2) {
-    const float mm = fmaxf(m1, m2);
-    if (mm == kNegInf) return;
-    s1 = (m1 == kNegInf ? 0.0f : s1 * expf(m1 - mm)) + (m2 == kNegInf ? 0.0f : s2 * expf(m2 - mm));
-    m1 = mm;
   };
+  int32_t v0 = lo;
+  if ((reinterpret_cast<uintptr_t>(row + lo) & 15) == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row + lo);
+    const int32_t n4 = (hi - lo) / 4;
+    for (int32_t i = threadIdx.x; i < n4; i += kLpThreads) {
+      const float4 a = __ldg(r4 + i);
+      const int32_t v = lo + 4 * i;
+      take(v, a.x), take(v + 1, a.y), take(v + 2, a.z), take(v + 3, a.w);
+    }
+    v0 = lo + 4 * n4;
+  }
+  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kLpThreads) take(v, __ldg(row + v));
+
+  // log-sum-exp across the block: xor tree in each warp, then the warps in order.
   for (int o = 16; o > 0; o >>= 1) {
     const float om = __shfl_xor_sync(0xffffffffu, m, o), os = __shfl_xor_sync(0xffffffffu, s, o);
     merge_ms(m, s, om, os);
@@ -908,20 +929,50 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_kernel(const float* logit
     }
     __syncthreads();
   }
+  SampleRowScratch& sc = scratch[blockIdx.y];
+  if (threadIdx.x < kTop) {
+    sc.lp_top_v[blockIdx.x][threadIdx.x] = top_v[0][threadIdx.x];
+    sc.lp_top_i[blockIdx.x][threadIdx.x] = top_i[0][threadIdx.x];
+  }
   if (threadIdx.x != 0) return;
   float bm = red_m[0], bs = red_s[0];
   for (int w = 1; w < kLpThreads / 32; ++w) merge_ms(bm, bs, red_m[w], red_s[w]);
+  sc.lp_m[blockIdx.x] = bm;
+  sc.lp_s[blockIdx.x] = bs;
+}
+
+// One thread per row that asks: the slices' log-sum-exp pairs merged in slice order, their 20-best
+// lists merged (the row's 20 best: each is among its slice's 20 best), and the token's logprob.
+__global__ void logprobs_merge_kernel(const float* logits, int64_t vocab, const SampleRowParams* params,
+                                      SampleRowResult* results, const SampleRowScratch* scratch, int n) {
+  const int r = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+  if (r >= n) return;
+  const SampleRowParams& p = params[r];
+  SampleRowResult& out = results[r];
+  const int32_t token = out.token;
+  if (p.num_logprobs < 0 || token < 0) return;
+  const SampleRowScratch& sc = scratch[r];
+  float bm = sc.lp_m[0], bs = sc.lp_s[0];
+  for (int k = 1; k < kSampleBestParts; ++k) merge_ms(bm, bs, sc.lp_m[k], sc.lp_s[k]);
   const double lse = bm == kNegInf ? __longlong_as_double(0x7ff0000000000000ll) : double(bm) + log(double(bs));
   auto logprob_of = [&](float x) { return x == kNegInf ? kNegInf : float(double(x) - lse); };
-  float tx = row[token];
+  float tx = logits[int64_t(p.row) * vocab + token];
   if (isnan(tx)) tx = kNegInf;
   out.logprob = logprob_of(tx);
-  int n = p.num_logprobs < kTop ? p.num_logprobs : kTop;
-  if (vocab < n) n = int(vocab);
-  out.num_top = n;
-  for (int j = 0; j < n; ++j) {
-    out.top_ids[j] = top_i[0][j];
-    out.top_logprobs[j] = logprob_of(top_v[0][j]);
+  int nt = p.num_logprobs < kTop ? p.num_logprobs : kTop;
+  if (vocab < nt) nt = int(vocab);
+  out.num_top = nt;
+  int head[kSampleBestParts];  // each slice's next entry
+  for (int k = 0; k < kSampleBestParts; ++k) head[k] = 0;
+  for (int j = 0; j < nt; ++j) {
+    int bk = 0;
+    for (int k = 1; k < kSampleBestParts; ++k)
+      if (head[k] < kTop && (head[bk] >= kTop || ranks_before(sc.lp_top_v[k][head[k]], sc.lp_top_i[k][head[k]],
+                                                              sc.lp_top_v[bk][head[bk]], sc.lp_top_i[bk][head[bk]])))
+        bk = k;
+    out.top_ids[j] = sc.lp_top_i[bk][head[bk]];
+    out.top_logprobs[j] = logprob_of(sc.lp_top_v[bk][head[bk]]);
+    ++head[bk];
   }
 }
 
@@ -962,7 +1013,10 @@ void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* para
       logits, vocab, params, results, scratch, from_slices, wscale);
   MOESERVE_CUDA_CHECK_LAUNCH();
   if (!any_logprobs) return;
-  sampling::logprobs_kernel<<<n, sampling::kLpThreads, 0, stream>>>(logits, vocab, params, results);
+  sampling::logprobs_slice_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kLpThreads, 0, stream>>>(
+      logits, vocab, params, results, scratch);
+  MOESERVE_CUDA_CHECK_LAUNCH();
+  sampling::logprobs_merge_kernel<<<(n + 63) / 64, 64, 0, stream>>>(logits, vocab, params, results, scratch, n);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 

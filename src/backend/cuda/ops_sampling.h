@@ -50,7 +50,8 @@ struct SampleRowResult {
 // multiple of 4): the best (value desc, id asc) masked logit of each slice (every row: the
 // greedy token and the maximum in one pass spread over the GPU); for rows that sample, each
 // slice's candidates (count and fixed-point weight) and its first kSampleSliceKeep candidates in
-// candidate order, complete up to slice_bound (ops_sampling.cu).
+// candidate order, complete up to slice_bound; for rows that ask for logprobs, each slice's
+// log-sum-exp and best logits (ops_sampling.cu).
 inline constexpr int kSampleBestParts = 64;
 inline constexpr int kSampleSliceKeep = 32;
 struct SampleRowScratch {
@@ -61,6 +62,12 @@ struct SampleRowScratch {
   uint64_t slice_bound[kSampleBestParts];
   int32_t slice_len[kSampleBestParts];
   uint64_t slice_keys[kSampleBestParts][kSampleSliceKeep];
+  // Rows that ask for logprobs: each slice's log-sum-exp pair (Σ exp(x − lp_m) = lp_s over its raw
+  // logits) and its kSampleMaxLogprobs best (value desc, id asc).
+  float lp_m[kSampleBestParts];
+  float lp_s[kSampleBestParts];
+  float lp_top_v[kSampleBestParts][kSampleMaxLogprobs];
+  int32_t lp_top_i[kSampleBestParts][kSampleMaxLogprobs];
 };
 
 // Samples n rows: params[i] (device) names row params[i].row of `logits` (device, fp32
