@@ -270,31 +270,39 @@ TEST_F(GpuSampling, SliceListsDecideTheUsualRowsWithThePassesTokens) {
   dparams.upload(params.data(), params.size(), stream_);
   cuda::DeviceBuffer<cuda::SampleRowResult> results(static_cast<size_t>(n));
   cuda::DeviceBuffer<cuda::SampleRowScratch> scratch(static_cast<size_t>(n));
-  auto run = [&](bool slices) {
+  // Rows [first, first + count) in one call: the slices per row depend on the rows of the call (64 for
+  // one row, 2 for all 144).
+  auto run = [&](bool slices, int first, int count, std::vector<cuda::SampleRowResult>& into) {
     cuda::set_sampling_from_slices(slices);
-    cuda::sample_rows(logits.data(), vocab, dparams.data(), n, results.data(), scratch.data(), true, false, stream_);
+    cuda::sample_rows(logits.data(), vocab, dparams.data() + first, count, results.data() + first,
+                      scratch.data() + first, true, false, stream_);
     cuda::set_sampling_from_slices(true);
-    std::vector<cuda::SampleRowResult> r(static_cast<size_t>(n));
-    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(r.data(), results.data(), r.size() * sizeof(r[0]), cudaMemcpyDeviceToHost,
-                                        stream_));
+    into.resize(static_cast<size_t>(n));
+    MOESERVE_CUDA_CHECK(cudaMemcpyAsync(into.data() + first, results.data() + first, size_t(count) * sizeof(into[0]),
+                                        cudaMemcpyDeviceToHost, stream_));
     MOESERVE_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return r;
   };
-  const auto passes = run(false), lists = run(true);
-  int by_lists = 0;
+  std::vector<cuda::SampleRowResult> passes, together, alone;
+  run(false, 0, n, passes);
+  run(true, 0, n, together);
+  for (int i = 0; i < n; ++i) run(true, i, 1, alone);
+  int by_lists = 0, by_lists_together = 0;
   for (int i = 0; i < n; ++i) {
     const int kind = kinds[size_t(i)] / 100, si = kinds[size_t(i)] % 100;
     SCOPED_TRACE("row " + std::to_string(i) + " kind " + std::to_string(kind) + " setting " + std::to_string(si));
-    EXPECT_EQ(lists[size_t(i)].token, passes[size_t(i)].token);
+    EXPECT_EQ(alone[size_t(i)].token, passes[size_t(i)].token);
+    EXPECT_EQ(together[size_t(i)].token, passes[size_t(i)].token);
     EXPECT_EQ(passes[size_t(i)].decided_by, 2);
-    by_lists += lists[size_t(i)].decided_by == 1;
-    // LLM-like rows: top_k 20 / 50 and no cut are always decided by the lists (the draw without a cut
-    // goes through the slices' weights); everything-equal rows with a top_k cut never are (the tie group
-    // of the k-th token runs past every list).
-    if (kind == 0 && (si == 0 || si == 2 || si == 3)) EXPECT_EQ(lists[size_t(i)].decided_by, 1);
-    if (kind == 4 && (si == 0 || si == 2 || si == 4)) EXPECT_EQ(lists[size_t(i)].decided_by, 2);
+    by_lists += alone[size_t(i)].decided_by == 1;
+    by_lists_together += together[size_t(i)].decided_by == 1;
+    // A row alone (64 slices): LLM-like rows with top_k 20 / 50 and with no cut are always decided by the
+    // lists (the draw without a cut goes through the slices' weights); everything-equal rows with a top_k
+    // cut never are (the tie group of the k-th token runs past every list).
+    if (kind == 0 && (si == 0 || si == 2 || si == 3)) EXPECT_EQ(alone[size_t(i)].decided_by, 1);
+    if (kind == 4 && (si == 0 || si == 2 || si == 4)) EXPECT_EQ(alone[size_t(i)].decided_by, 2);
   }
-  std::printf("slice lists decided %d of %d sampled rows\n", by_lists, n);
+  std::printf("slice lists decided %d of %d sampled rows alone, %d in one call of all\n", by_lists, n,
+              by_lists_together);
   EXPECT_GT(by_lists, n / 3);
   EXPECT_LT(by_lists, n);
 }

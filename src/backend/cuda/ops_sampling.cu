@@ -44,12 +44,14 @@
 // Sampling reads it in P1, P2 and usually one compaction, the draw staying in shared memory:
 // ~3 passes, all but the first from L2 (4 without a top_k/top_p cut, more for rows with
 // thousands of tied logits). Logprobs add one pass. Compute is a few operations per element.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cmath>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_sampling.h"
 #include "backend/cuda/ops_sampling_block.cuh"
 
@@ -453,8 +455,8 @@ __device__ void search(const RowView& row, bool by_weight, uint64_t c, Tables& t
 }
 
 // Slice length of row_best_kernel: a multiple of 4 (16-byte loads stay aligned in aligned rows).
-__host__ __device__ inline int32_t best_slice(int32_t vocab) {
-  const int32_t per = (vocab + kSampleBestParts - 1) / kSampleBestParts;
+__host__ __device__ inline int32_t best_slice(int32_t vocab, int parts) {
+  const int32_t per = (vocab + parts - 1) / parts;
   return (per + 3) / 4 * 4;
 }
 
@@ -471,7 +473,7 @@ __global__ void __launch_bounds__(kBestThreads) row_best_kernel(const float* log
   const int nm = min(max(p.num_masked, 0), kSampleMaxMasked);
   if (threadIdx.x < nm) masked[threadIdx.x] = p.masked[threadIdx.x];
   __syncthreads();
-  const int32_t V = int32_t(vocab), per = best_slice(V);
+  const int32_t V = int32_t(vocab), per = best_slice(V, int(gridDim.x));
   const int32_t lo = min(V, int32_t(blockIdx.x) * per), hi = min(V, lo + per);
   const float* row = logits + int64_t(p.row) * vocab;
   float best = kNegInf;
@@ -517,11 +519,11 @@ __device__ __forceinline__ uint64_t candidate_key(float x, int32_t v) {
 // The best of the slices' bests (every block of a row forms the same value from the same
 // partials), into v / id.
 template <class B>
-__device__ __forceinline__ void best_of_slices(const SampleRowScratch& sc, float& v, int32_t& id,
+__device__ __forceinline__ void best_of_slices(const SampleRowScratch& sc, int parts, float& v, int32_t& id,
                                                typename B::Scratch& red) {
   v = kNegInf;
   id = INT_MAX;
-  if (threadIdx.x < kSampleBestParts) {
+  if (int(threadIdx.x) < parts) {
     v = sc.best[threadIdx.x];
     id = sc.best_id[threadIdx.x];
   }
@@ -545,13 +547,13 @@ __global__ void __launch_bounds__(kSliceThreads) row_slice_kernel(const float* l
   __syncthreads();
   float best;
   int32_t best_id;
-  best_of_slices<SB>(sc, best, best_id, red);
+  best_of_slices<SB>(sc, int(gridDim.x), best, best_id, red);
   RowView row{logits + int64_t(p.row) * vocab, int32_t(vocab), masked, nm, p.inv_temperature, 0.0f,
               p.min_log_ratio, 0.0f, wscale};
   row.max_x = canonical(__fmul_rn(best, row.inv_t));
   if (best == kNegInf || !isfinite(row.max_x)) return;  // sample_kernel decides without the lists
 
-  const int32_t V = int32_t(vocab), per = best_slice(V);
+  const int32_t V = int32_t(vocab), per = best_slice(V, int(gridDim.x));
   const int32_t lo = min(V, int32_t(blockIdx.x) * per), hi = min(V, lo + per);
   uint64_t top[kThreadKeep];  // this thread's best candidates, ascending keys
 #pragma unroll
@@ -605,9 +607,9 @@ __global__ void __launch_bounds__(kSliceThreads) row_slice_kernel(const float* l
 // A sampled row decided from the slices' lists (row_slice_kernel), or false: the caller runs the
 // passes over the row. `row` has max_x set; every thread calls this and gets the same answer.
 __device__ bool sample_from_slices(const RowView& row, const SampleRowParams& p, const SampleRowScratch& sc,
-                                   Tables& t, State& st, int32_t& token) {
+                                   int parts, Tables& t, State& st, int32_t& token) {
   uint64_t n_loc = 0, w_loc = 0, len_loc = 0, b_loc = ~uint64_t(0);
-  if (threadIdx.x < kSampleBestParts) {
+  if (int(threadIdx.x) < parts) {
     n_loc = sc.slice_n[threadIdx.x];
     w_loc = sc.slice_w[threadIdx.x];
     len_loc = uint64_t(sc.slice_len[threadIdx.x]);
@@ -623,7 +625,7 @@ __device__ bool sample_from_slices(const RowView& row, const SampleRowParams& p,
   // The merged lists, sorted: candidate order.
   for (int i = threadIdx.x; i < kCacheCap; i += kThreads) {
     const int sl = i / kSampleSliceKeep, j = i % kSampleSliceKeep;
-    t.cache_keys[i] = j < sc.slice_len[sl] ? sc.slice_keys[sl][j] : ~uint64_t(0);
+    t.cache_keys[i] = sl < parts && j < sc.slice_len[sl] ? sc.slice_keys[sl][j] : ~uint64_t(0);
   }
   __syncthreads();
   Block::bitonic_sort(t.cache_keys, kCacheCap);
@@ -688,10 +690,10 @@ __device__ bool sample_from_slices(const RowView& row, const SampleRowParams& p,
   }
   // No cut: every candidate is kept. The slices are consecutive ids: the slice holding the
   // crossing by their weights, then the token inside it.
-  const int32_t V = row.vocab, per_slice = best_slice(V);
+  const int32_t V = row.vocab, per_slice = best_slice(V, parts);
   int s = 0;
   uint64_t before = 0;
-  while (s + 1 < kSampleBestParts && before + sc.slice_w[s] <= c) before += sc.slice_w[s++];
+  while (s + 1 < parts && before + sc.slice_w[s] <= c) before += sc.slice_w[s++];
   const int32_t lo = min(V, s * per_slice), hi = min(V, lo + per_slice);
   const int32_t at = find_in_id_order(
       hi - lo,
@@ -706,8 +708,8 @@ __device__ bool sample_from_slices(const RowView& row, const SampleRowParams& p,
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int64_t vocab,
                                                           const SampleRowParams* params, SampleRowResult* results,
-                                                          const SampleRowScratch* scratch, bool from_slices,
-                                                          float wscale) {
+                                                          const SampleRowScratch* scratch, int parts,
+                                                          bool from_slices, float wscale) {
   extern __shared__ __align__(16) unsigned char smem[];
   Tables& t = *reinterpret_cast<Tables*>(smem);
   __shared__ State st;
@@ -724,7 +726,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   static_assert(kSampleBestParts <= kThreads);
   float best;
   int32_t best_id;
-  best_of_slices<Block>(scratch[blockIdx.x], best, best_id, st.scratch);
+  best_of_slices<Block>(scratch[blockIdx.x], parts, best, best_id, st.scratch);
   if (best == kNegInf || p.greedy) {
     if (threadIdx.x == 0) {
       out.token = best == kNegInf ? -1 : best_id;
@@ -736,7 +738,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
   row.inv_width = row.thr < 0.0f ? __fdiv_rn(float(kBuckets), -row.thr) : 0.0f;
   if (from_slices && isfinite(row.max_x)) {  // row_slice_kernel wrote the lists
     int32_t token;
-    if (sample_from_slices(row, p, scratch[blockIdx.x], t, st, token)) {
+    if (sample_from_slices(row, p, scratch[blockIdx.x], parts, t, st, token)) {
       if (threadIdx.x == 0) {
         out.token = token;
         out.decided_by = 1;
@@ -841,7 +843,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_slice_kernel(const float*
   const SampleRowParams& p = params[blockIdx.y];
   if (p.num_logprobs < 0 || results[blockIdx.y].token < 0) return;
   const float* row = logits + int64_t(p.row) * vocab;
-  const int32_t V = int32_t(vocab), per = best_slice(V);
+  const int32_t V = int32_t(vocab), per = best_slice(V, int(gridDim.x));
   const int32_t lo = min(V, int32_t(blockIdx.x) * per), hi = min(V, lo + per);
 
   float m = kNegInf, s = 0.0f;
@@ -944,7 +946,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_slice_kernel(const float*
 // One thread per row that asks: the slices' log-sum-exp pairs merged in slice order, their 20-best
 // lists merged (the row's 20 best: each is among its slice's 20 best), and the token's logprob.
 __global__ void logprobs_merge_kernel(const float* logits, int64_t vocab, const SampleRowParams* params,
-                                      SampleRowResult* results, const SampleRowScratch* scratch, int n) {
+                                      SampleRowResult* results, const SampleRowScratch* scratch, int parts, int n) {
   const int r = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
   if (r >= n) return;
   const SampleRowParams& p = params[r];
@@ -953,7 +955,7 @@ __global__ void logprobs_merge_kernel(const float* logits, int64_t vocab, const 
   if (p.num_logprobs < 0 || token < 0) return;
   const SampleRowScratch& sc = scratch[r];
   float bm = sc.lp_m[0], bs = sc.lp_s[0];
-  for (int k = 1; k < kSampleBestParts; ++k) merge_ms(bm, bs, sc.lp_m[k], sc.lp_s[k]);
+  for (int k = 1; k < parts; ++k) merge_ms(bm, bs, sc.lp_m[k], sc.lp_s[k]);
   const double lse = bm == kNegInf ? __longlong_as_double(0x7ff0000000000000ll) : double(bm) + log(double(bs));
   auto logprob_of = [&](float x) { return x == kNegInf ? kNegInf : float(double(x) - lse); };
   float tx = logits[int64_t(p.row) * vocab + token];
@@ -963,10 +965,10 @@ __global__ void logprobs_merge_kernel(const float* logits, int64_t vocab, const 
   if (vocab < nt) nt = int(vocab);
   out.num_top = nt;
   int head[kSampleBestParts];  // each slice's next entry
-  for (int k = 0; k < kSampleBestParts; ++k) head[k] = 0;
+  for (int k = 0; k < parts; ++k) head[k] = 0;
   for (int j = 0; j < nt; ++j) {
     int bk = 0;
-    for (int k = 1; k < kSampleBestParts; ++k)
+    for (int k = 1; k < parts; ++k)
       if (head[k] < kTop && (head[bk] >= kTop || ranks_before(sc.lp_top_v[k][head[k]], sc.lp_top_i[k][head[k]],
                                                               sc.lp_top_v[bk][head[bk]], sc.lp_top_i[bk][head[bk]])))
         bk = k;
@@ -1000,23 +1002,27 @@ void sample_rows(const float* logits, int64_t vocab, const SampleRowParams* para
     return true;
   }();
   (void)configured;
-  sampling::row_best_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kBestThreads, 0, stream>>>(
+  // Slices per row: all kSampleBestParts for a few rows, fewer as rows add blocks of their own (about
+  // two blocks per SM in all; at 256 rows 64 slices each ran 2x slower than one block per row).
+  const int parts = std::clamp((2 * current_device_sm_count() + n - 1) / n, 1, kSampleBestParts);
+  sampling::row_best_kernel<<<dim3(unsigned(parts), unsigned(n)), sampling::kBestThreads, 0, stream>>>(
       logits, vocab, params, scratch);
   MOESERVE_CUDA_CHECK_LAUNCH();
   const bool from_slices = any_sampled && g_from_slices.load(std::memory_order_relaxed);
   if (from_slices) {
-    sampling::row_slice_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kSliceThreads, 0, stream>>>(
+    sampling::row_slice_kernel<<<dim3(unsigned(parts), unsigned(n)), sampling::kSliceThreads, 0, stream>>>(
         logits, vocab, params, scratch, wscale);
     MOESERVE_CUDA_CHECK_LAUNCH();
   }
   sampling::sample_kernel<<<n, sampling::kThreads, sizeof(sampling::Tables), stream>>>(
-      logits, vocab, params, results, scratch, from_slices, wscale);
+      logits, vocab, params, results, scratch, parts, from_slices, wscale);
   MOESERVE_CUDA_CHECK_LAUNCH();
   if (!any_logprobs) return;
-  sampling::logprobs_slice_kernel<<<dim3(kSampleBestParts, unsigned(n)), sampling::kLpThreads, 0, stream>>>(
+  sampling::logprobs_slice_kernel<<<dim3(unsigned(parts), unsigned(n)), sampling::kLpThreads, 0, stream>>>(
       logits, vocab, params, results, scratch);
   MOESERVE_CUDA_CHECK_LAUNCH();
-  sampling::logprobs_merge_kernel<<<(n + 63) / 64, 64, 0, stream>>>(logits, vocab, params, results, scratch, n);
+  sampling::logprobs_merge_kernel<<<(n + 63) / 64, 64, 0, stream>>>(logits, vocab, params, results, scratch, parts,
+                                                                   n);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
