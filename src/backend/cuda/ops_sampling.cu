@@ -196,6 +196,27 @@ __device__ void find_crossing(const uint32_t* hn, const uint64_t* hw, int nb, bo
   __syncthreads();
 }
 
+// cache_cum[i] = the weights of cache entries 0..i (the first n entries, sorted): one weight per
+// entry from its key's scaled logit, the running sum by a block scan.
+__device__ void cache_running_weights(const RowView& row, int n, Tables& t, State& st) {
+  constexpr int per = kCacheCap / kThreads;
+  uint64_t w[per];
+  uint64_t local = 0;
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    w[j] = 0;
+    if (i < n) w[j] = row.weight(row.offset(key_float(~uint32_t(t.cache_keys[i] >> 32))));
+    local += w[j];
+  }
+  uint64_t total;
+  uint64_t run = Block::exclusive_scan(local, st.scratch, &total);
+  for (int j = 0; j < per; ++j) {
+    const int i = threadIdx.x * per + j;
+    run += w[j];
+    if (i < n) t.cache_cum[i] = run;
+  }
+}
+
 // Gathers the candidates that pass `f` into the cache, sorted, with running weights; base_n
 // and base_w are the count and weight of the candidates before them in candidate order.
 __device__ void compact(const RowView& row, const Filter& f, uint64_t base_n, uint64_t base_w, Tables& t,
@@ -218,22 +239,7 @@ __device__ void compact(const RowView& row, const Filter& f, uint64_t base_n, ui
   __syncthreads();
   Block::bitonic_sort(t.cache_keys, npad);
 
-  constexpr int per = kCacheCap / kThreads;
-  uint64_t w[per];
-  uint64_t local = 0;
-  for (int j = 0; j < per; ++j) {
-    const int i = threadIdx.x * per + j;
-    w[j] = 0;
-    if (i < n) w[j] = row.weight(row.offset(key_float(~uint32_t(t.cache_keys[i] >> 32))));
-    local += w[j];
-  }
-  uint64_t total;
-  uint64_t run = Block::exclusive_scan(local, st.scratch, &total);
-  for (int j = 0; j < per; ++j) {
-    const int i = threadIdx.x * per + j;
-    run += w[j];
-    if (i < n) t.cache_cum[i] = run;
-  }
+  cache_running_weights(row, n, t, st);
   if (threadIdx.x == 0) {
     st.cache_valid = 1;
     st.cache_n = n;
@@ -462,6 +468,24 @@ __host__ __device__ inline int32_t best_slice(int32_t vocab, int parts) {
 
 constexpr int kBestThreads = 256;
 
+// f(v, row[v]) for this thread's share of the slice [lo, hi) of a row: 16-byte loads when the
+// slice starts 16-byte aligned (aligned rows: slices are multiples of 4), else one float at a time.
+template <int kBlock, class F>
+__device__ __forceinline__ void for_each_in_slice(const float* row, int32_t lo, int32_t hi, F&& f) {
+  int32_t v0 = lo;
+  if ((reinterpret_cast<uintptr_t>(row + lo) & 15) == 0) {
+    const float4* r4 = reinterpret_cast<const float4*>(row + lo);
+    const int32_t n4 = (hi - lo) / 4;
+    for (int32_t i = threadIdx.x; i < n4; i += kBlock) {
+      const float4 a = __ldg(r4 + i);
+      const int32_t v = lo + 4 * i;
+      f(v, a.x), f(v + 1, a.y), f(v + 2, a.z), f(v + 3, a.w);
+    }
+    v0 = lo + 4 * n4;
+  }
+  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kBlock) f(v, __ldg(row + v));
+}
+
 // grid (kSampleBestParts, rows): block (p, i) finds the best masked logit of slice p of row i.
 __global__ void __launch_bounds__(kBestThreads) row_best_kernel(const float* logits, int64_t vocab,
                                                                 const SampleRowParams* params,
@@ -487,18 +511,7 @@ __global__ void __launch_bounds__(kBestThreads) row_best_kernel(const float* log
       best_id = v;
     }
   };
-  int32_t v0 = lo;
-  if ((reinterpret_cast<uintptr_t>(row + lo) & 15) == 0) {  // aligned row: 16-byte loads
-    const float4* r4 = reinterpret_cast<const float4*>(row + lo);
-    const int32_t n4 = (hi - lo) / 4;
-    for (int32_t i = threadIdx.x; i < n4; i += kBestThreads) {
-      const float4 a = __ldg(r4 + i);
-      const int32_t v = lo + 4 * i;
-      consider(v, a.x), consider(v + 1, a.y), consider(v + 2, a.z), consider(v + 3, a.w);
-    }
-    v0 = lo + 4 * n4;
-  }
-  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kBestThreads) consider(v, __ldg(row + v));
+  for_each_in_slice<kBestThreads>(row, lo, hi, consider);
   BestBlock::best(best, best_id, red);
   if (threadIdx.x == 0) {
     scratch[blockIdx.y].best[blockIdx.x] = best;
@@ -572,18 +585,7 @@ __global__ void __launch_bounds__(kSliceThreads) row_slice_kernel(const float* l
       k = hi_k;
     }
   };
-  int32_t v0 = lo;
-  if ((reinterpret_cast<uintptr_t>(row.logits + lo) & 15) == 0) {
-    const float4* r4 = reinterpret_cast<const float4*>(row.logits + lo);
-    const int32_t n4 = (hi - lo) / 4;
-    for (int32_t i = threadIdx.x; i < n4; i += kSliceThreads) {
-      const float4 a = __ldg(r4 + i);
-      const int32_t v = lo + 4 * i;
-      consider(v, a.x), consider(v + 1, a.y), consider(v + 2, a.z), consider(v + 3, a.w);
-    }
-    v0 = lo + 4 * n4;
-  }
-  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kSliceThreads) consider(v, __ldg(row.logits + v));
+  for_each_in_slice<kSliceThreads>(row.logits, lo, hi, consider);
 
   // A thread that dropped candidates: everything of its ranking at or before its last kept one is kept.
   const uint64_t thread_bound = n > uint64_t(kThreadKeep) ? top[kThreadKeep - 1] : ~uint64_t(0);
@@ -630,25 +632,9 @@ __device__ bool sample_from_slices(const RowView& row, const SampleRowParams& p,
   __syncthreads();
   Block::bitonic_sort(t.cache_keys, kCacheCap);
   // Running weights, and P: the complete prefix (keys at or before the earliest boundary).
-  constexpr int per = kCacheCap / kThreads;
-  uint64_t w[per];
-  uint64_t local = 0, in_prefix = 0;
-  for (int j = 0; j < per; ++j) {
-    const int i = threadIdx.x * per + j;
-    w[j] = 0;
-    if (i < n) {
-      w[j] = row.weight(row.offset(key_float(~uint32_t(t.cache_keys[i] >> 32))));
-      in_prefix += t.cache_keys[i] <= bound ? 1 : 0;
-    }
-    local += w[j];
-  }
-  uint64_t total;
-  uint64_t run = Block::exclusive_scan(local, st.scratch, &total);
-  for (int j = 0; j < per; ++j) {
-    const int i = threadIdx.x * per + j;
-    run += w[j];
-    if (i < n) t.cache_cum[i] = run;
-  }
+  cache_running_weights(row, n, t, st);
+  uint64_t in_prefix = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) in_prefix += t.cache_keys[i] <= bound ? 1 : 0;
   const int P = int(Block::sum(in_prefix, st.scratch));  // synchronises: cache_cum is written
   const bool everything = bound == ~uint64_t(0);          // no list dropped a candidate: P == n
 
@@ -880,18 +866,7 @@ __global__ void __launch_bounds__(kLpThreads) logprobs_slice_kernel(const float*
       }
     }
   };
-  int32_t v0 = lo;
-  if ((reinterpret_cast<uintptr_t>(row + lo) & 15) == 0) {
-    const float4* r4 = reinterpret_cast<const float4*>(row + lo);
-    const int32_t n4 = (hi - lo) / 4;
-    for (int32_t i = threadIdx.x; i < n4; i += kLpThreads) {
-      const float4 a = __ldg(r4 + i);
-      const int32_t v = lo + 4 * i;
-      take(v, a.x), take(v + 1, a.y), take(v + 2, a.z), take(v + 3, a.w);
-    }
-    v0 = lo + 4 * n4;
-  }
-  for (int32_t v = v0 + int32_t(threadIdx.x); v < hi; v += kLpThreads) take(v, __ldg(row + v));
+  for_each_in_slice<kLpThreads>(row, lo, hi, take);
 
   // log-sum-exp across the block: xor tree in each warp, then the warps in order.
   for (int o = 16; o > 0; o >>= 1) {
