@@ -835,9 +835,10 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     // projection; the next norm adds it: residual = (residual + routed) + sigmoid(gate)·shared).
     // Steps with prompt tokens run it on the side stream beside the routing and the routed experts
     // (the shared expert's small GEMMs fill the SMs the expert kernels leave idle; the next norm
-    // waits for it: join_event_). Decode steps take shared_expert_decode: on the side stream too,
-    // or on this one before or after the routed experts (at one token the fused expert kernel
-    // holds every SM, so a kernel beside it waits for its CTAs to retire: docs/PERF.md session 20).
+    // waits for it: join_event_). Decode steps take shared_expert_decode: on the side stream too
+    // (the default; at one token the fused expert kernel holds every SM, so the down projection
+    // waits beside it for CTAs to retire, yet ends within ~1-2 us of it), or on this stream before
+    // or after the routed experts (2.7 us more per layer in the chain: docs/PERF.md run S20-2).
     // Not batch invariant: this stream only (linear_ shares one dequant workspace between streams).
     using Order = CudaModelOptions::SharedExpertOrder;
     Order order = G == M ? options_.shared_expert_decode : Order::Side;
