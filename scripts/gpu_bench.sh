@@ -44,6 +44,9 @@ run() {
 
 run decode_122b 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
   --batch 1,8 --context 512 --steps 16 --prefill 1024,8192
+# Sampled decode steps (Qwen's sampling defaults) against the greedy ones above.
+run decode_122b_sampled 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
+  --batch 1,8 --context 512 --steps 16 --prefill '' --temperature 0.7 --top-k 20 --top-p 0.95
 run decode_122b_b64 240 "$DECODE" --config "$C122" --weights hybrid-int4-fp8 --int8-lm-head \
   --batch 64 --context 128 --steps 8 --prefill 16
 # The same at serve's default context limit for the 122B (262,144 tokens: block-table rows of 16,384).
