@@ -19,7 +19,6 @@ namespace moeserve::bench {
 
 struct KernelVariantFlags {
   std::string gemv_feed = "lean";
-  int gemv_ring_depth = 0;
   int gemv_tiled = 2;
   int moe_decode = 1;
   int moe_grouped_max = 64;
@@ -34,9 +33,7 @@ struct KernelVariantFlags {
   bool tc_gemv_wgmma = true;
 
   void add_to(CLI::App& app) {
-    app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers, ring");
-    app.add_option("--gemv-ring-depth", gemv_ring_depth,
-                   "ring feed: slots per warp (0: as many as shared memory allows, else 1..16)");
+    app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
     app.add_option("--gemv-tiled-variant", gemv_tiled,
                    "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
                    "shape; 0 x via L1");
@@ -74,7 +71,6 @@ struct KernelVariantFlags {
   // Sets the process-wide switches (before any graph is captured); throws on a bad value.
   void apply() const {
     cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
-    cuda::set_row_gemv_ring_depth(gemv_ring_depth);
     cuda::set_row_gemv_tiled_variant(gemv_tiled);
     cuda::set_moe_decode_variant(moe_decode);
     cuda::set_moe_int_decode_variant(moe_int_decode);

@@ -685,36 +685,14 @@ TEST(GpuOpsLinear, RowGemvF32OneAndTwoTokensTallAndShort) {
 
 namespace {
 
-// Puts the process-wide feed and ring depth back when the test ends (the other tests run the default).
+// Puts the process-wide feed back when the test ends (the other tests run the default).
 struct FeedGuard {
   cuda::RowGemvFeed saved = cuda::row_gemv_feed();
-  int saved_depth = cuda::row_gemv_ring_depth();
-  ~FeedGuard() {
-    cuda::set_row_gemv_feed(saved);
-    cuda::set_row_gemv_ring_depth(saved_depth);
-  }
+  ~FeedGuard() { cuda::set_row_gemv_feed(saved); }
 };
 
-// A feed and (Ring) its slots per warp: 0 = by shared memory (a warp's whole rows at K 3072 on an
-// H200), 1 (one slot: every step waits for its own copies) and 3 (slots reused at 6 and 16 steps).
-struct FeedCase {
-  cuda::RowGemvFeed feed;
-  int depth;
-};
-constexpr FeedCase kFeeds[] = {{cuda::RowGemvFeed::Registers, 0},
-                               {cuda::RowGemvFeed::Lean, 0},
-                               {cuda::RowGemvFeed::Ring, 0},
-                               {cuda::RowGemvFeed::Ring, 1},
-                               {cuda::RowGemvFeed::Ring, 3}};
-std::string feed_name(FeedCase f) {
-  if (f.feed == cuda::RowGemvFeed::Registers) return "Registers";
-  if (f.feed == cuda::RowGemvFeed::Lean) return "Lean";
-  return "Ring depth " + std::to_string(f.depth);
-}
-void set_feed(FeedCase f) {
-  cuda::set_row_gemv_feed(f.feed);
-  cuda::set_row_gemv_ring_depth(f.depth);
-}
+constexpr cuda::RowGemvFeed kFeeds[] = {cuda::RowGemvFeed::Registers, cuda::RowGemvFeed::Lean};
+const char* feed_name(cuda::RowGemvFeed f) { return f == cuda::RowGemvFeed::Registers ? "Registers" : "Lean"; }
 
 // row_gemv_f32_gated over the first M rows of g, u; y starts as init (or zeros).
 std::vector<float> row_gemv_gated1(const cuda::DeviceLinear& w, const float* d_g, const float* d_u, int M,
@@ -727,15 +705,14 @@ std::vector<float> row_gemv_gated1(const cuda::DeviceLinear& w, const float* d_g
 
 }  // namespace
 
-// One and two tokens through every feed: Lean (running pointers, immediate offsets) and Ring (the
-// weights through a shared-memory ring, at three depths) must give the register ring's bits, for
-// FP8, INT8 and bf16, K = 1024 (2 steps: fewer than the ring's slots), 3072, 8192 (16 steps: every
-// slot reused), 1040 (a partial last step of 16 k and a partial scale block) and 1000 (a partial
-// step; Lean and Ring need K % 512 == 0, so these two take Registers under any feed), short N (1
-// row per warp) and tall N (4 rows per warp); plain, accumulating and gated; and one launch of
-// several mixed jobs (Ring: bf16 beside FP8 / INT8 makes every slot bf16-sized). Every result is
-// also compared with the same rows of the M = 16 tiled kernel, which no feed touches. The removed
-// feeds' names are rejected.
+// One and two tokens through both feeds: Lean (running pointers, immediate offsets) must give
+// the register ring's bits, for FP8, INT8 and bf16, K = 1024 (2 steps: fewer than the ring's
+// slots), 3072, 8192 (16 steps: every slot reused), 1040 (a partial last step of 16 k and a
+// partial scale block) and 1000 (a partial step; Lean needs K % 512 == 0, so these two take
+// Registers under either feed), short N (1 row per warp) and tall N (4 rows per warp); plain,
+// accumulating and gated; and one launch of several mixed jobs. Every result is also compared
+// with the same rows of the M = 16 tiled kernel, which no feed touches. The removed feeds'
+// names are rejected.
 TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
   MOESERVE_REQUIRE_GPU();
   FeedGuard guard;
@@ -776,10 +753,10 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
         want_gated_acc = row_gemv_gated1(d, d_g.data(), d_u.data(), M, true, &init[0]);
       }
       EXPECT_EQ(count_diffs(want, rows(tiled, M, N)), 0u) << "Registers M=" << M << " vs the M=16 rows";
-      for (FeedCase f : kFeeds) {
-        if (f.feed == cuda::RowGemvFeed::Registers) continue;
-        set_feed(f);
-        const std::string tag = feed_name(f) + " M=" + std::to_string(M);
+      for (cuda::RowGemvFeed f : kFeeds) {
+        if (f == cuda::RowGemvFeed::Registers) continue;
+        cuda::set_row_gemv_feed(f);
+        const std::string tag = std::string(feed_name(f)) + " M=" + std::to_string(M);
         const auto y = row_gemv1(d, d_x.data(), M);
         EXPECT_EQ(count_diffs(y, want), 0u) << tag << ": differs from Registers";
         EXPECT_EQ(count_diffs(y, rows(tiled, M, N)), 0u) << tag << ": differs from the M=16 rows";
@@ -827,8 +804,8 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
           const std::vector<std::vector<float>> one{init[i]};
           alone.push_back(row_gemv({ptrs[i]}, d_x.data(), M, {acc[i]}, &one)[0]);
         }
-        for (FeedCase f : kFeeds) {
-          set_feed(f);
+        for (cuda::RowGemvFeed f : kFeeds) {
+          cuda::set_row_gemv_feed(f);
           const auto fused = row_gemv(ptrs, d_x.data(), M, acc, &init);
           for (size_t i = 0; i < d.size(); ++i)
             EXPECT_EQ(count_diffs(fused[i], alone[i]), 0u)
@@ -839,9 +816,6 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
   }
   EXPECT_EQ(cuda::parse_row_gemv_feed("registers"), cuda::RowGemvFeed::Registers);
   EXPECT_EQ(cuda::parse_row_gemv_feed("lean"), cuda::RowGemvFeed::Lean);
-  EXPECT_EQ(cuda::parse_row_gemv_feed("ring"), cuda::RowGemvFeed::Ring);
-  EXPECT_THROW(cuda::set_row_gemv_ring_depth(17), Error);
-  EXPECT_THROW(cuda::set_row_gemv_ring_depth(-1), Error);
   EXPECT_THROW(cuda::parse_row_gemv_feed("cp-async"), Error);
   EXPECT_THROW(cuda::parse_row_gemv_feed("bulk"), Error);
 }

@@ -77,22 +77,15 @@ void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinea
                         cudaStream_t stream);
 
 // How the M <= 2 streaming kernel (row_gemv_f32 and row_gemv_f32_gated at one or two tokens)
-// feeds its weights, process-wide, for A/B measurements in one binary; every feed gives the
+// feeds its weights, process-wide, for A/B measurements in one binary; both feeds give the
 // same bits. Lean (the default): the register ring with lean addressing (running pointers,
 // immediate offsets, no bounds tests) where K % 512 == 0, else Registers; the tiled kernel (M >=
-// 3) takes the lean form too (also under Ring). Registers: a ring of 4-byte loads per lane in
-// registers. Ring: the lean loop with its weights through a per-warp shared-memory ring filled by
-// cp.async, as deep as the device's shared memory allows (up to a warp's whole rows), where K %
-// 512 == 0 on sm_80+ (else as Lean). Read at launch time: a captured CUDA graph keeps the feed it
-// was captured with.
-enum class RowGemvFeed { Registers = 0, Lean = 1, Ring = 2 };
+// 3) takes the lean form too. Registers: a ring of 4-byte loads per lane in registers. Read at
+// launch time: a captured CUDA graph keeps the feed it was captured with.
+enum class RowGemvFeed { Registers = 0, Lean = 1 };
 void set_row_gemv_feed(RowGemvFeed feed);
-// The Ring feed's slots per warp: 0 (the default) = as many as shared memory allows, else 1..16
-// (capped by the steps; for measurements). Throws Error outside 0..16.
-void set_row_gemv_ring_depth(int slots);
-int row_gemv_ring_depth();
-// "registers", "lean" or "ring" (bench flags); throws Error otherwise (also for the removed
-// feeds "cp-async" and "bulk").
+// "registers" or "lean" (bench flags); throws Error otherwise (also for the removed feeds
+// "cp-async" and "bulk").
 RowGemvFeed parse_row_gemv_feed(const std::string& name);
 RowGemvFeed row_gemv_feed();
 

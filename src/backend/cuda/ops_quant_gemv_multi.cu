@@ -91,9 +91,7 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/per_device.h"
 #include "backend/cuda/row_weight_format.cuh"
-#include "backend/cuda/smem_opt_in.h"
 
 namespace moeserve::cuda {
 namespace {
@@ -670,11 +668,12 @@ __global__ void __launch_bounds__(W * 32, 2)
 // into its fma chains acc[r][m] (every lane of the warp calls this: the scale shuffles).
 // kWhole: every step is whole (K % 512 == 0): no per-lane k < K tests (the lean feed passes xt
 // already at the step and lane, kbase 0, so the x offsets are immediates).
-// bs: the step's 4 FP8 block scales (1 for the other formats).
 template <int F, int MT, int R, bool kGated, bool kWhole = false>
-__device__ __forceinline__ void step_fma_scaled(const StepRaw<F> (&raw)[R], const float (&bs)[4],
-                                                const float* __restrict__ xt, int K, int mt, int kbase,
-                                                float (&acc)[R][MT]) {
+__device__ __forceinline__ void step_fma(const StepRaw<F> (&raw)[R], float rs, const float* __restrict__ xt, int K,
+                                         int mt, int kbase, float (&acc)[R][MT]) {
+  float bs[4];  // FP8: the step's 4 block scales (every lane shuffles)
+#pragma unroll
+  for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs, i) : 1.0f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int k = kbase + 128 * i;
@@ -693,15 +692,6 @@ __device__ __forceinline__ void step_fma_scaled(const StepRaw<F> (&raw)[R], cons
         for (int j = 0; j < 4; ++j) acc[r][m] = fmaf(w[r][j], xv[j], acc[r][m]);
     }
   }
-}
-// rs: this lane's FP8 scale of block 4t + lane % 4; the 4 block scales come by shuffle.
-template <int F, int MT, int R, bool kGated, bool kWhole = false>
-__device__ __forceinline__ void step_fma(const StepRaw<F> (&raw)[R], float rs, const float* __restrict__ xt, int K,
-                                         int mt, int kbase, float (&acc)[R][MT]) {
-  float bs[4];  // FP8: the step's 4 block scales (every lane shuffles)
-#pragma unroll
-  for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs, i) : 1.0f;
-  step_fma_scaled<F, MT, R, kGated, kWhole>(raw, bs, xt, K, mt, kbase, acc);
 }
 
 // End of a slice (warp-uniform): each chain's xor shuffle tree, added to the slice sums in order.
@@ -747,7 +737,7 @@ __device__ __forceinline__ void store_rows(const Job& job, float (&tot)[R][MT], 
 }
 
 // The feeds (host and device): RowGemvFeed's values.
-enum : int { kFeedRegisters = 0, kFeedLean = 1, kFeedRing = 2 };
+enum : int { kFeedRegisters = 0, kFeedLean = 1 };
 
 template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void stream_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
@@ -908,124 +898,6 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
   store_rows<F, MT, R>(job, tot, row_scale, n0, m0, mt, steps, S, T);
 }
 
-// The Ring feed (stream_rows_ring, K % 512 == 0, sm_80+): the lean loop with its weights through a
-// per-warp ring in shared memory instead of registers, so that a warp can have many more bytes in
-// flight than its registers hold (run S16-7: the one-token in_proj GEMV stalled 46% of its samples
-// on the first use of a weight word, DRAM 54% busy, with the register ring's 2 steps x 4 rows).
-// Layout: a warp's ring is D slots of ring_slot bytes: [R rows][512·elem B of the row's step] then
-// 16 B: the FP8 step's 4 block scales (4t .. 4t + 3 of the warp's scale row). Filling: each lane
-// copies 16 B per 512 B of each row by cp.async.cg (a warp moves a row's step in one instruction;
-// L1 is not allocated, it keeps x), lane 0 the 16 B of scales; one commit group per step. Before
-// pdl_wait the warp requests its first D steps (with D = steps: ALL its weights, in flight while the
-// previous kernel finishes; the weights are never written by another kernel). Step t: wait until at
-// most D - 1 groups are pending (group t has landed for this lane), __syncwarp (every lane's copies
-// visible), each lane reads its groups as the lean loop would have loaded them (the word of byte
-// 128i + 4L, bf16 the 8 bytes of 256i + 8L: 32 consecutive words per warp read, conflict-free) and
-// the 4 scales (one broadcast read), __syncwarp, the slot is refilled with step t + D, then the
-// arithmetic of step_fma_scaled: the same values, chains and order as stream_rows_lean, the same bits.
-// D by the launch (launch_stream_ring): the most slots that fit the CTAs per SM the registers are
-// budgeted for (kStreamMinBlocks) in the device's shared memory less room in L1 for x, <= 16 and
-// <= the steps.
-// Roofline: as the lean feed (the weight bytes once; x from L1); per 16 weights and row one
-// cp.async (per lane) and 4 shared loads, instead of 4 global loads.
-__host__ __device__ constexpr int ring_slot_bytes(int R, int elem) { return R * kStep * elem + 16; }
-
-template <int F, int MT, int R, bool kGated>
-__device__ __forceinline__ void stream_rows_ring(const Job& job, const float* __restrict__ x,
-                                                 const float* __restrict__ u, uint8_t* smem, int K, int n0, int m0,
-                                                 int mt, int S, int T, int D, int slot_bytes) {
-  static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
-  namespace ac = async_copy;
-  constexpr int kElem = F == kBf16 ? 2 : 1;
-  constexpr int kRowStep = kStep * kElem;  // bytes of one row's step
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int steps = K / kStep;  // K % 512 == 0
-  const bool active = n0 < job.N;
-  uint8_t* ring = smem + size_t(warp) * size_t(D) * size_t(slot_bytes);
-  float* act = reinterpret_cast<float*>(smem + size_t(kWarps) * size_t(D) * size_t(slot_bytes));
-  const uint8_t* wp[R];  // each row's next step to request, at this lane's first 16 bytes
-  float row_scale[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int n = min(n0 + r, job.N - 1);  // rows past N repeat N - 1 and are not stored
-    wp[r] = job.w + size_t(n) * size_t(K) * kElem + 16 * lane;
-    row_scale[r] = F == kInt8 ? __ldg(job.scale + n) : 1.0f;
-  }
-  const float* sp = F == kFp8 ? job.scale + size_t(min(n0, job.N - 1) / 128) * size_t(K / 128) : nullptr;
-  auto request = [&](uint8_t* slot) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int c = 0; c < kElem; ++c) ac::cp_async16(slot + r * kRowStep + 512 * c + 16 * lane, wp[r] + 512 * c);
-      wp[r] += kRowStep;
-    }
-    if constexpr (F == kFp8) {
-      if (lane == 0) ac::cp_async16(slot + R * kRowStep, sp);
-      sp += 4;
-    }
-  };
-  if (active) {
-    for (int d = 0; d < D; ++d) {
-      if (d < steps) request(ring + size_t(d) * slot_bytes);  // in flight while the previous kernel finishes
-      ac::cp_async_commit();  // one group per slot, even empty: group j holds step j
-    }
-  }
-  pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
-  const float* xt;
-  if constexpr (kGated) {
-    fill_act(x, u, K, m0, mt, act);  // every thread of the CTA: the barrier inside
-    xt = act;
-  } else {
-    xt = x + size_t(m0) * K;
-  }
-  if (!active) return;  // no barrier below; this warp requested nothing
-
-  const float* xs = xt + 4 * lane;
-  float acc[R][MT], tot[R][MT];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f, tot[r][m] = 0.0f;
-  bool first = true;
-  int left = T;
-  int d = 0;  // the slot of step t
-  for (int t = 0; t < steps; ++t) {
-    // D + t groups committed; group t (step t) is done when at most D - 1 are pending.
-    ac::cp_async_wait_pending(D - 1);
-    __syncwarp();  // every lane's copies of step t are visible to the warp
-    uint8_t* slot = ring + size_t(d) * slot_bytes;
-    StepRaw<F> raw[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (F == kBf16) {
-          const uint2 p = reinterpret_cast<const uint2*>(slot + r * kRowStep)[32 * i + lane];
-          raw[r].v[2 * i] = p.x, raw[r].v[2 * i + 1] = p.y;
-        } else {
-          raw[r].v[i] = reinterpret_cast<const uint32_t*>(slot + r * kRowStep)[32 * i + lane];
-        }
-      }
-    float bs[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    if constexpr (F == kFp8) {
-      const float4 s4 = *reinterpret_cast<const float4*>(slot + R * kRowStep);
-      bs[0] = s4.x, bs[1] = s4.y, bs[2] = s4.z, bs[3] = s4.w;
-    }
-    __syncwarp();  // every lane has read the slot before it is refilled
-    if (t + D < steps) request(slot);
-    ac::cp_async_commit();  // keeps group j = step j
-    step_fma_scaled<F, MT, R, kGated, true>(raw, bs, xs, K, mt, 0, acc);
-    xs += kStep;
-    if (--left == 0 || t + 1 == steps) {  // end of a slice (warp-uniform)
-      slice_sum<MT, R>(acc, tot, first);
-      first = false;
-      left = T;
-    }
-    if (++d == D) d = 0;
-  }
-  store_rows<F, MT, R>(job, tot, row_scale, n0, m0, mt, steps, S, T);
-}
-
 // CTAs per SM the registers are budgeted for: 3 (80 per thread) for one row per warp, 2 for
 // four (launch_small_m).
 template <int R>
@@ -1034,11 +906,9 @@ inline constexpr int kStreamMinBlocks = R == 1 ? 3 : 2;
 template <int MT, int R, int D, bool kGated, int kFeed>
 __global__ void __launch_bounds__(kThreads, kStreamMinBlocks<R>)
     row_gemv_f32_stream_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
-                               int S, int T, int tiles, int ring_d, int ring_slot) {
+                               int S, int T, int tiles) {
   pdl_launch_dependents();
-  // Ring: the warps' rings [8][ring_d][ring_slot B], then (gated) the tile's silu(g)·u [MT][K] f32;
-  // the other feeds: the gated tile only.
-  extern __shared__ float4 stream_smem_f4[];
+  extern __shared__ float4 stream_smem_f4[];  // gated: the tile's silu(g)·u [MT][K] f32
   const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
   Job job = jobs.job[0];
 #pragma unroll
@@ -1050,10 +920,7 @@ __global__ void __launch_bounds__(kThreads, kStreamMinBlocks<R>)
   float* act = reinterpret_cast<float*>(stream_smem_f4);
   with_format(job.fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
-    if constexpr (kFeed == kFeedRing)
-      stream_rows_ring<F, MT, R, kGated>(job, x, u, reinterpret_cast<uint8_t*>(stream_smem_f4), K, n0, m0, mt, S,
-                                          T, ring_d, ring_slot);
-    else if constexpr (kFeed == kFeedLean)
+    if constexpr (kFeed == kFeedLean)
       stream_rows_lean<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
     else
       stream_rows<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
@@ -1093,7 +960,7 @@ void launch_variant(const float* x, const float* u, int M, Jobs jobs, int K, cud
   // Programmatic dependent launch for generated-token row counts (pdl.cuh): the CTAs that fit
   // start their weight loads while the previous kernel finishes.
   // Lean addressing (warp_rows_lean) with the lean feed when every step is whole; same bits.
-  if (K % kStep == 0 && row_gemv_feed() != RowGemvFeed::Registers)
+  if (K % kStep == 0 && row_gemv_feed() == RowGemvFeed::Lean)
     launch_pdl(M <= kPdlMaxRows, row_gemv_f32_kernel<MT, R, D, kGated, true>, dim3(grid), dim3(kThreads), smem, stream,
                x, u, M, jobs, K, ks.S, ks.T, tiles);
   else
@@ -1149,63 +1016,14 @@ void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cuda
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
   launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed>, dim3(grid), dim3(kThreads),
-             smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles, 0, 0);
+             smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
-// The Ring feed's depth override (set_row_gemv_ring_depth): 0 = by the shared-memory budget.
-std::atomic<int> g_ring_depth{0};
-
-// The device's shared memory per SM and per block (opt-in) and the per-block reserve, once per device.
-const SmLimits& ring_limits() {
-  return once_per_device([](int dev) { return device_sm_limits(dev); });
-}
-
-// The streaming kernel with the Ring feed (stream_rows_ring), or false (then the caller takes Lean):
-// the ring needs every job's weights, and FP8 scales, 16-byte aligned, and at least 2 slots. Slots
-// D: the most that fit kStreamMinBlocks<R> CTAs per SM in the device's shared memory after room in
-// L1 for the tile's x (read by every warp through L1: x·4 B + 8 KB, not staged) and the per-block
-// reserve, <= 16 (cp_async_wait_pending) and <= the steps; or the override. bf16 jobs in the
-// launch make every slot twice as large (the launch's one slot size).
-template <int MT, int R, bool kGated>
-bool launch_stream_ring(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
-  int elem = 1;
-  for (int i = 0; i < jobs.count; ++i) {
-    const Job& j = jobs.job[i];
-    if (reinterpret_cast<uintptr_t>(j.w) % 16 != 0) return false;
-    if (j.fmt == kFp8 && reinterpret_cast<uintptr_t>(j.scale) % 16 != 0) return false;
-    if (j.fmt == kBf16) elem = 2;
-  }
-  const SmLimits& lim = ring_limits();
-  const int steps = K / kStep;
-  const int slot = ring_slot_bytes(R, elem);
-  const size_t act = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;
-  const long long l1_room = kGated ? 8 * 1024 : (long long)MT * K * 4 + 8 * 1024;
-  const long long per_cta = (lim.smem_per_sm - l1_room) / kStreamMinBlocks<R> - lim.smem_reserved - (long long)act;
-  int D = int(std::max(0LL, per_cta / (kWarps * slot)));
-  const int forced = g_ring_depth.load(std::memory_order_relaxed);
-  if (forced > 0) D = forced;
-  D = std::min({D, steps, 16});
-  if (D < 2 && !(forced > 0 && D >= 1)) return false;
-  const size_t smem = size_t(kWarps) * size_t(D) * size_t(slot) + act;
-  if (smem > size_t(lim.smem_optin)) return false;
-  constexpr auto kernel = row_gemv_f32_stream_kernel<MT, R, 2, kGated, kFeedRing>;
-  opt_in_dynamic_smem<kernel>(size_t(lim.smem_optin));  // once per device; not a stream operation
-  const KSplit ks = k_split(K);
-  const int tiles = (M + MT - 1) / MT;
-  const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
-  launch_pdl(M <= kPdlMaxRows, kernel, dim3(grid), dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles,
-             D, slot);
-  MOESERVE_CUDA_CHECK_LAUNCH();
-  return true;
-}
-
-// The feed a streaming launch takes: Lean or Ring where it is selected and every step is whole
-// (K % 512 == 0; Ring also needs cp.async, sm_80+, else Lean), otherwise Registers.
+// The feed a streaming launch takes: Lean where it is selected and every step is whole
+// (K % 512 == 0), otherwise Registers.
 int requested_feed(int K) {
-  const RowGemvFeed f = row_gemv_feed();
-  if (f == RowGemvFeed::Registers || K % kStep != 0) return kFeedRegisters;
-  return f == RowGemvFeed::Ring && device_major() >= 8 ? kFeedRing : kFeedLean;
+  return row_gemv_feed() == RowGemvFeed::Lean && K % kStep == 0 ? kFeedLean : kFeedRegisters;
 }
 
 // One streaming configuration (MT, R, kGated) in its two feeds: Lean with DL slots, Registers
@@ -1213,8 +1031,7 @@ int requested_feed(int K) {
 template <int MT, int R, bool kGated, int DR, int DL>
 void launch_stream_feed(int feed, const float* x, const float* u, int M, const Jobs& jobs, int K,
                         cudaStream_t stream) {
-  if (feed == kFeedRing && launch_stream_ring<MT, R, kGated>(x, u, M, jobs, K, stream)) return;
-  if (feed == kFeedLean || feed == kFeedRing) return launch_stream<MT, R, DL, kGated, kFeedLean>(x, u, M, jobs, K, stream);
+  if (feed == kFeedLean) return launch_stream<MT, R, DL, kGated, kFeedLean>(x, u, M, jobs, K, stream);
   launch_stream<MT, R, DR, kGated, kFeedRegisters>(x, u, M, jobs, K, stream);
 }
 
@@ -1321,19 +1138,13 @@ void set_row_gemv_tiled_variant(int v) {
 }
 int row_gemv_tiled_variant() { return g_tiled_variant.load(std::memory_order_relaxed); }
 void set_row_gemv_feed(RowGemvFeed feed) { g_row_gemv_feed.store(int(feed), std::memory_order_relaxed); }
-void set_row_gemv_ring_depth(int slots) {
-  if (slots < 0 || slots > 16) throw Error("set_row_gemv_ring_depth: 0 (by shared memory) or 1..16 slots");
-  g_ring_depth.store(slots, std::memory_order_relaxed);
-}
-int row_gemv_ring_depth() { return g_ring_depth.load(std::memory_order_relaxed); }
 RowGemvFeed parse_row_gemv_feed(const std::string& name) {
   if (name == "registers") return RowGemvFeed::Registers;
   if (name == "lean") return RowGemvFeed::Lean;
-  if (name == "ring") return RowGemvFeed::Ring;
   if (name == "cp-async" || name == "bulk")
     throw Error("row GEMV feed '" + name + "' no longer exists (removed: the same bits, no faster; docs/PERF.md run S5); "
                 "the feeds are registers and lean");
-  throw Error("unknown row GEMV feed '" + name + "' (registers, lean, ring)");
+  throw Error("unknown row GEMV feed '" + name + "' (registers, lean)");
 }
 RowGemvFeed row_gemv_feed() { return RowGemvFeed(g_row_gemv_feed.load(std::memory_order_relaxed)); }
 
