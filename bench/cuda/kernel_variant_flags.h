@@ -19,6 +19,7 @@ namespace moeserve::bench {
 
 struct KernelVariantFlags {
   std::string gemv_feed = "lean";
+  std::string gemv_rows = "wide";
   int gemv_tiled = 2;
   int moe_decode = 1;
   int moe_grouped_max = 64;
@@ -34,6 +35,9 @@ struct KernelVariantFlags {
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
+    app.add_option("--gemv-rows", gemv_rows,
+                   "one-token row GEMV form for tall launches: wide (4 rows per warp, one-step ring, 3 CTAs per "
+                   "SM), shape (two-step ring, 2 CTAs per SM)");
     app.add_option("--gemv-tiled-variant", gemv_tiled,
                    "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
                    "shape; 0 x via L1");
@@ -71,6 +75,7 @@ struct KernelVariantFlags {
   // Sets the process-wide switches (before any graph is captured); throws on a bad value.
   void apply() const {
     cuda::set_row_gemv_feed(cuda::parse_row_gemv_feed(gemv_feed));
+    cuda::set_row_gemv_rows(cuda::parse_row_gemv_rows(gemv_rows));
     cuda::set_row_gemv_tiled_variant(gemv_tiled);
     cuda::set_moe_decode_variant(moe_decode);
     cuda::set_moe_int_decode_variant(moe_int_decode);

@@ -820,6 +820,89 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
   EXPECT_THROW(cuda::parse_row_gemv_feed("bulk"), Error);
 }
 
+// ---- The one-token form of tall launches (set_row_gemv_rows) ------------------------------
+
+namespace {
+struct RowsGuard {
+  ~RowsGuard() { cuda::set_row_gemv_rows(cuda::RowGemvRows::Wide); }
+};
+bool operator==(const cuda::RowGemvStreamShape& a, const cuda::RowGemvStreamShape& b) {
+  return a.rows_per_warp == b.rows_per_warp && a.ctas_per_sm == b.ctas_per_sm && a.depth == b.depth;
+}
+}  // namespace
+
+// Wide (the default) runs tall one-token launches with 4 rows per warp, a one-step ring and 3
+// CTAs per SM; Shape with the two-step ring at 2 per SM; two tokens, short launches and K % 512 !=
+// 0 (the Registers feed) keep their forms. Both forms give the same bits: plain, accumulating,
+// gated, one and two tokens, one launch of a mixed set like in_proj's, and a tall launch alone.
+TEST(GpuOpsLinear, RowGemvF32OneTokenFormsBitIdentical) {
+  MOESERVE_REQUIRE_GPU();
+  RowsGuard guard;
+  const int64_t tall = tall_rows();
+  const std::vector<int64_t> odd{tall + 37}, shortn{tall - 1};
+  const std::vector<int64_t> in_proj_like{tall / 2 + 100, tall / 2 + 60, 64, 64};
+  using Shape = cuda::RowGemvStreamShape;
+  cuda::set_row_gemv_rows(cuda::RowGemvRows::Wide);
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 1, 3072) == (Shape{4, 3, 1}));
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(in_proj_like, 1, 3072) == (Shape{4, 3, 1}));
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 2, 3072) == (Shape{4, 2, 2}));
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 1, 1040) == (Shape{4, 2, 3}));  // Registers feed
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(shortn, 1, 3072) == (Shape{1, 3, 4}));
+  cuda::set_row_gemv_rows(cuda::RowGemvRows::Shape);
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 1, 3072) == (Shape{4, 2, 2}));
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(in_proj_like, 1, 3072) == (Shape{4, 2, 2}));
+  EXPECT_EQ(cuda::parse_row_gemv_rows("wide"), cuda::RowGemvRows::Wide);
+  EXPECT_EQ(cuda::parse_row_gemv_rows("shape"), cuda::RowGemvRows::Shape);
+  EXPECT_THROW(cuda::parse_row_gemv_rows("balanced"), Error);
+  EXPECT_THROW(cuda::row_gemv_stream_shape(odd, 3, 3072), Error);
+
+  Rng rng(31);
+  const int64_t K = 3072;
+  std::vector<TestWeight> set;  // in_proj's formats: two FP8 jobs and two bf16 ones
+  set.push_back(make_fp8_block(rng, in_proj_like[0], K, 0.03f, true));
+  set.push_back(make_fp8_block(rng, in_proj_like[1], K, 0.03f, false));
+  set.push_back(make_dense_bf16(rng, 64, K, 0.05f));
+  set.push_back(make_dense_bf16(rng, 64, K, 0.05f));
+  set.push_back(make_int8_rowwise(rng, odd[0], K, 0.05f));  // alone: the tall + 37 launch
+  std::vector<cuda::DeviceLinear> d;
+  for (const auto& t : set) d.push_back(cuda::upload_linear(t.weight, nullptr));
+  const std::vector<const cuda::DeviceLinear*> set_ptrs{&d[0], &d[1], &d[2], &d[3]};
+  constexpr int kRows = 16;
+  const auto d_x = to_device_f32(random_f32(rng, size_t(kRows) * size_t(K), 1.0f));
+  const auto d_g = to_device_f32(random_f32(rng, size_t(2) * size_t(K), 3.0f));
+  const auto d_u = to_device_f32(random_f32(rng, size_t(2) * size_t(K), 1.0f));
+  const auto tiled_set = row_gemv(set_ptrs, d_x.data(), kRows);
+  const auto tiled_tall = row_gemv1(d[4], d_x.data(), kRows);
+  for (int M : {1, 2}) {
+    const std::vector<bool> acc{false, true, false, true};
+    std::vector<std::vector<float>> init;
+    for (size_t i = 0; i < set_ptrs.size(); ++i) init.push_back(random_f32(rng, size_t(M) * size_t(d[i].N), 1.0f));
+    const auto init_tall = random_f32(rng, size_t(M) * size_t(d[4].N), 1.0f);
+    constexpr cuda::RowGemvRows kModes[] = {cuda::RowGemvRows::Shape, cuda::RowGemvRows::Wide};
+    constexpr int kN = int(std::size(kModes));
+    std::vector<std::vector<float>> results[kN], gated[kN];
+    std::vector<float> tall_y[kN];
+    for (int c = 0; c < kN; ++c) {
+      cuda::set_row_gemv_rows(kModes[c]);
+      results[c] = row_gemv(set_ptrs, d_x.data(), M, acc, &init);
+      tall_y[c] = row_gemv1(d[4], d_x.data(), M);
+      gated[c] = {row_gemv_gated1(d[0], d_g.data(), d_u.data(), M),
+                  row_gemv_gated1(d[4], d_g.data(), d_u.data(), M, true, &init_tall)};
+    }
+    for (int c = 1; c < kN; ++c) {
+      SCOPED_TRACE("mode " + std::to_string(int(kModes[c])));
+      for (size_t i = 0; i < set_ptrs.size(); ++i) {
+        EXPECT_EQ(count_diffs(results[c][i], results[0][i]), 0u) << "set job " << i << ", M=" << M;
+        if (!acc[i])
+          EXPECT_EQ(count_diffs(results[c][i], rows(tiled_set[i], M, d[i].N)), 0u) << "set job " << i << " vs M=16";
+      }
+      EXPECT_EQ(count_diffs(tall_y[c], tall_y[0]), 0u) << "tall + 37 rows, M=" << M;
+      EXPECT_EQ(count_diffs(tall_y[c], rows(tiled_tall, M, d[4].N)), 0u) << "tall + 37 rows vs M=16, M=" << M;
+      for (int g = 0; g < 2; ++g) EXPECT_EQ(count_diffs(gated[c][g], gated[0][g]), 0u) << "gated " << g << ", M=" << M;
+    }
+  }
+}
+
 // ---- The token-tile kernel's two forms (set_row_gemv_tiled_variant) ------------------------
 
 namespace {

@@ -89,4 +89,23 @@ void set_row_gemv_feed(RowGemvFeed feed);
 RowGemvFeed parse_row_gemv_feed(const std::string& name);
 RowGemvFeed row_gemv_feed();
 
+// The one-token streaming kernel's form for tall launches (>= 64 rows per SM, 4 rows per warp),
+// process-wide, for A/B measurements; both give the same bits (every warp sums whole rows).
+// Wide (the default): a one-step weight ring in 80 registers, 3 CTAs per SM (docs/PERF.md run
+// S22-2: in_proj 19.0 us instead of 23.1, the INT8 LM head 190 instead of 216, a batch-1 step
+// 3.71-3.73 ms instead of 3.94-3.95). Shape: the two-step ring in 128 registers, 2 CTAs per SM.
+// Two tokens, gated launches and the Registers feed always take Shape's form. Read at launch
+// time: a captured CUDA graph keeps the form it was captured with.
+enum class RowGemvRows { Shape = 0, Wide = 1 };
+void set_row_gemv_rows(RowGemvRows rows);
+// "wide" or "shape" (bench flags); throws Error otherwise.
+RowGemvRows parse_row_gemv_rows(const std::string& name);
+// The streaming kernel's shape for a non-gated launch of M (1 or 2) tokens over jobs with these
+// row counts (at most kMaxRowJobs) and this K, under the current settings, on the current GPU
+// (tests).
+struct RowGemvStreamShape {
+  int rows_per_warp, ctas_per_sm, depth;
+};
+RowGemvStreamShape row_gemv_stream_shape(std::span<const int64_t> job_rows, int M, int K);
+
 }  // namespace moeserve::cuda

@@ -29,10 +29,10 @@
 // in shared memory and no barrier (gated: one, after the fill below). Its weights stream
 // through a ring of D steps x R rows, requested before any is used; each slot is refilled as
 // soon as its step is consumed, so every warp keeps about D·R·512 B (FP8/INT8) in flight from
-// its first to its last step. R = 4 (2 CTAs per SM by registers) when the launch's rows leave a
-// full wave of warps (>= 64 rows per SM: the LM head, q_proj, in_proj; each x load serves 4
-// rows); otherwise R = 1 (3 CTAs per SM: o_proj / out_proj 3072 x 8192 is one wave of 384
-// CTAs; the router set). FP8: a warp's rows share one 128-row scale block: one scale load per
+// its first to its last step. R = 4 when the launch's rows leave a full wave of warps (>= 64 rows
+// per SM: the LM head, q_proj, in_proj; each x load serves 4 rows; at one token a one-step ring
+// in 80 registers, 3 CTAs per SM: RowGemvRows::Wide, launch_small_m); otherwise R = 1 (3 CTAs per
+// SM: o_proj / out_proj 3072 x 8192 is one wave of 384 CTAs; the router set). FP8: a warp's rows share one 128-row scale block: one scale load per
 // step serves them all. The ring has two feeds (RowGemvFeed, set_row_gemv_feed; the same
 // arithmetic, the same bits; the table of D per feed: launch_small_m):
 //   Registers: a lane loads its own groups into registers (FP8/INT8: 4-byte loads, one
@@ -41,8 +41,10 @@
 //   Lean (default; K % 512 == 0, else Registers): the Registers ring with lean addressing
 //     (stream_rows_lean): a running pointer per row, per FP8 scale row and for x, advanced once
 //     per step, the 4 groups as immediate offsets, no per-lane k < K tests. At one token these
-//     kernels are issue-bound, not byte-bound (docs/PERF.md runs S1-S4: ~10 instructions per
-//     weight before, ~4.5 after); R = 4, D = 2; R = 1, D = 4.
+//     kernels are bound by each warp's chain, not by bytes (docs/PERF.md runs S1-S4: ~10
+//     instructions per weight before, ~4.5 after; run S22-1: 5.5 with the loop, 34% of stalls
+//     on a weight load, 36% on another warp's issue); R = 4, D = 1 at one token (3 CTAs per
+//     SM), else 2; R = 1, D = 4.
 //   x stays on the L1 path (__ldg, 16 B per lane); gated: the tile's silu(g)·u is the kernel's
 //   dynamic shared memory (MT·K·4 <= kGatedSmem, no opt-in).
 //
@@ -903,8 +905,8 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
 template <int R>
 inline constexpr int kStreamMinBlocks = R == 1 ? 3 : 2;
 
-template <int MT, int R, int D, bool kGated, int kFeed>
-__global__ void __launch_bounds__(kThreads, kStreamMinBlocks<R>)
+template <int MT, int R, int D, bool kGated, int kFeed, int kBlocks = kStreamMinBlocks<R>>
+__global__ void __launch_bounds__(kThreads, kBlocks)
     row_gemv_f32_stream_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
                                int S, int T, int tiles) {
   pdl_launch_dependents();
@@ -1009,13 +1011,13 @@ void launch_tiled_smem(const float* x, const float* u, int M, const Jobs& jobs, 
 }
 
 // The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
-template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters>
+template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters, int kBlocks = kStreamMinBlocks<R>>
 void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
   const KSplit ks = k_split(K);
   const int tiles = (M + MT - 1) / MT;
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
-  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed>, dim3(grid), dim3(kThreads),
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed, kBlocks>, dim3(grid), dim3(kThreads),
              smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
@@ -1035,27 +1037,55 @@ void launch_stream_feed(int feed, const float* x, const float* u, int M, const J
   launch_stream<MT, R, DR, kGated, kFeedRegisters>(x, u, M, jobs, K, stream);
 }
 
-// M <= 2: rows per warp by the launch's rows. 4 rows per warp (2 CTAs per SM by the register
-// budget) when that still gives a full wave of warps (16 per SM): tall matrices (the LM head,
-// q_proj, in_proj) read x once per 4 rows. Otherwise 1 row per warp (3 CTAs per SM): short,
-// long-K matrices (o_proj, out_proj: 3072 x 8192 -> 384 CTAs, one wave) and the router set get
-// the most warps and loads in flight. Ring depth D (FP8/INT8 steps; bf16 half as many slots of
-// twice the bytes), per feed:
-//                        Registers        Lean
-//   4 rows, one token    3                2
-//   4 rows, two tokens   2                2
-//   4 rows, gated        3                2
-//   1 row,  M <= 2       8 (M = 1), 4     4
-//   1 row,  gated        4                4
-template <int MT, bool kGated>
-void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
+// M <= 2: rows per warp by the launch's rows. 4 rows per warp when that still gives a full
+// wave of warps (16 per SM): tall matrices (the LM head, q_proj, in_proj) read x once per 4 rows.
+// Otherwise 1 row per warp (3 CTAs per SM): short, long-K matrices (o_proj, out_proj: 3072 x
+// 8192 -> 384 CTAs, one wave) and the router set get the most warps and loads in flight. Ring
+// depth D (FP8/INT8 steps; bf16 half as many slots of twice the bytes) and CTAs per SM:
+//                                    Registers        Lean
+//   4 rows, one token (Wide)         3, 2 per SM      1, 3 per SM (80 registers)
+//   4 rows, one token (Shape)        3, 2 per SM      2, 2 per SM (128 registers)
+//   4 rows, two tokens               2, 2 per SM      2, 2 per SM
+//   4 rows, gated                    3, 2 per SM      2, 2 per SM
+//   1 row,  M <= 2                   8 (M = 1), 4     4, 3 per SM
+//   1 row,  gated                    4                4, 3 per SM
+//
+// Why one token takes a one-step ring at 3 CTAs per SM (RowGemvRows::Wide, docs/PERF.md run
+// S22-2): at one token a warp is bound by its own chain (ncu, in_proj at 2 CTAs per SM: 34% of
+// the stall samples wait for a weight load, 36% for the issue slot another warp took, 5.6 cycles
+// between a warp's instructions, the SMs busy 78% of the time), so a launch takes (rounds of
+// CTAs) x (one CTA's time) whatever the bytes: in_proj's 644 CTAs of 32 rows were 2.44 waves of
+// 264 = 3 rounds (23.1 us, against q_proj's 2 rounds of 512 CTAs in 14.8 us). With 80 registers
+// 3 CTAs fit per SM (24 warps): in_proj is 1.63 waves = 2 rounds (19.0 us), the LM head 19.6
+// waves instead of 29.4 (190 us instead of 216), and a batch-1 step 3.71-3.73 ms instead of
+// 3.94-3.95. A two-step ring at 3 per SM spills a little and is slower (20.1 / 197 us); 2 rows per
+// warp (more, shorter rounds) lost to it too.
+std::atomic<int> g_row_gemv_rows{int(RowGemvRows::Wide)};
+
+struct StreamShape {
+  int rows_per_warp, ctas_per_sm, depth;
+};
+// The shape a streaming launch takes (the launch below follows it; tests read it).
+StreamShape stream_shape(const Jobs& jobs, int MT, bool gated, int feed) {
   long long rows = 0;
   for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
+  const bool lean = feed == kFeedLean;
+  if (rows < 4LL * 16 * sm_count()) return {1, 3, lean ? 4 : (MT == 1 && !gated ? 8 : 4)};
+  if (MT == 1 && !gated && lean && g_row_gemv_rows.load(std::memory_order_relaxed) == int(RowGemvRows::Wide))
+    return {4, 3, 1};
+  return {4, 2, lean ? 2 : (MT == 1 ? 3 : 2)};
+}
+
+template <int MT, bool kGated>
+void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int K, cudaStream_t stream) {
   const int feed = requested_feed(K);
-  if (rows >= 4LL * 16 * sm_count())
-    launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, 2>(feed, x, u, M, jobs, K, stream);
-  else
-    launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, 4>(feed, x, u, M, jobs, K, stream);
+  const StreamShape sh = stream_shape(jobs, MT, kGated, feed);
+  if constexpr (MT == 1 && !kGated) {
+    if (sh.ctas_per_sm == 3 && sh.rows_per_warp == 4)
+      return launch_stream<1, 4, 1, false, kFeedLean, 3>(x, u, M, jobs, K, stream);
+  }
+  if (sh.rows_per_warp == 4) return launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, 2>(feed, x, u, M, jobs, K, stream);
+  launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, 4>(feed, x, u, M, jobs, K, stream);
 }
 
 // Measurement override of the one-token kernel (set_row_gemv_one_token_variant): 0 = by shape.
@@ -1084,6 +1114,7 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
       case 15: launch_stream<1, 1, 2, false, kFeedLean>(x, u, M, jobs, K, stream); return;
       case 16: launch_stream<1, 2, 2, false, kFeedLean>(x, u, M, jobs, K, stream); return;
       case 17: launch_stream<1, 4, 1, false, kFeedLean>(x, u, M, jobs, K, stream); return;
+      case 18: launch_stream<1, 4, 1, false, kFeedLean, 3>(x, u, M, jobs, K, stream); return;
       case 7: launch_variant<1, 4, 2, false>(x, u, M, jobs, K, stream); return;
       case 8: launch_variant<1, 2, 8, false>(x, u, M, jobs, K, stream); return;
       default: break;
@@ -1137,6 +1168,20 @@ void set_row_gemv_tiled_variant(int v) {
   g_tiled_variant.store(v, std::memory_order_relaxed);
 }
 int row_gemv_tiled_variant() { return g_tiled_variant.load(std::memory_order_relaxed); }
+RowGemvStreamShape row_gemv_stream_shape(std::span<const int64_t> job_rows, int M, int K) {
+  if (M < 1 || M > 2) throw Error("row_gemv_stream_shape: the streaming kernel serves M = 1 or 2");
+  Jobs js{};
+  js.count = int(std::min(job_rows.size(), size_t(kMaxRowJobs)));
+  for (int i = 0; i < js.count; ++i) js.job[i].N = int(job_rows[size_t(i)]);
+  const StreamShape s = stream_shape(js, M, false, requested_feed(K));
+  return {s.rows_per_warp, s.ctas_per_sm, s.depth};
+}
+void set_row_gemv_rows(RowGemvRows rows) { g_row_gemv_rows.store(int(rows), std::memory_order_relaxed); }
+RowGemvRows parse_row_gemv_rows(const std::string& name) {
+  if (name == "wide") return RowGemvRows::Wide;
+  if (name == "shape") return RowGemvRows::Shape;
+  throw Error("unknown row GEMV one-token form '" + name + "' (wide, shape)");
+}
 void set_row_gemv_feed(RowGemvFeed feed) { g_row_gemv_feed.store(int(feed), std::memory_order_relaxed); }
 RowGemvFeed parse_row_gemv_feed(const std::string& name) {
   if (name == "registers") return RowGemvFeed::Registers;
