@@ -36,8 +36,9 @@ struct KernelVariantFlags {
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
     app.add_option("--gemv-rows", gemv_rows,
-                   "one-token row GEMV form for tall launches: wide (4 rows per warp, one-step ring, 3 CTAs per "
-                   "SM), shape (two-step ring, 2 CTAs per SM)");
+                   "one/two-token row GEMV form for tall launches: wide (one token 4 rows per warp with a one-step "
+                   "ring, two tokens 2 rows with a two-step ring, 3 CTAs per SM), shape (4 rows, two-step ring, 2 "
+                   "CTAs per SM)");
     app.add_option("--gemv-tiled-variant", gemv_tiled,
                    "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
                    "shape; 0 x via L1");

@@ -832,8 +832,9 @@ bool operator==(const cuda::RowGemvStreamShape& a, const cuda::RowGemvStreamShap
 }  // namespace
 
 // Wide (the default) runs tall one-token launches with 4 rows per warp, a one-step ring and 3
-// CTAs per SM; Shape with the two-step ring at 2 per SM; two tokens, short launches and K % 512 !=
-// 0 (the Registers feed) keep their forms. Both forms give the same bits: plain, accumulating,
+// CTAs per SM, two-token ones with 2 rows per warp and a two-step ring at 3 per SM; Shape both with
+// 4 rows and the two-step ring at 2 per SM; short launches and K % 512 != 0 (the Registers feed)
+// keep their forms. Both forms give the same bits: plain, accumulating,
 // gated, one and two tokens, one launch of a mixed set like in_proj's, and a tall launch alone.
 TEST(GpuOpsLinear, RowGemvF32OneTokenFormsBitIdentical) {
   MOESERVE_REQUIRE_GPU();
@@ -845,12 +846,14 @@ TEST(GpuOpsLinear, RowGemvF32OneTokenFormsBitIdentical) {
   cuda::set_row_gemv_rows(cuda::RowGemvRows::Wide);
   EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 1, 3072) == (Shape{4, 3, 1}));
   EXPECT_TRUE(cuda::row_gemv_stream_shape(in_proj_like, 1, 3072) == (Shape{4, 3, 1}));
-  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 2, 3072) == (Shape{4, 2, 2}));
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 2, 3072) == (Shape{2, 3, 2}));
   EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 1, 1040) == (Shape{4, 2, 3}));  // Registers feed
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 2, 1040) == (Shape{4, 2, 2}));
   EXPECT_TRUE(cuda::row_gemv_stream_shape(shortn, 1, 3072) == (Shape{1, 3, 4}));
   cuda::set_row_gemv_rows(cuda::RowGemvRows::Shape);
   EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 1, 3072) == (Shape{4, 2, 2}));
   EXPECT_TRUE(cuda::row_gemv_stream_shape(in_proj_like, 1, 3072) == (Shape{4, 2, 2}));
+  EXPECT_TRUE(cuda::row_gemv_stream_shape(odd, 2, 3072) == (Shape{4, 2, 2}));
   EXPECT_EQ(cuda::parse_row_gemv_rows("wide"), cuda::RowGemvRows::Wide);
   EXPECT_EQ(cuda::parse_row_gemv_rows("shape"), cuda::RowGemvRows::Shape);
   EXPECT_THROW(cuda::parse_row_gemv_rows("balanced"), Error);

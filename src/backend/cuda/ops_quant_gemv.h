@@ -93,9 +93,10 @@ RowGemvFeed row_gemv_feed();
 // process-wide, for A/B measurements; both give the same bits (every warp sums whole rows).
 // Wide (the default): a one-step weight ring in 80 registers, 3 CTAs per SM (docs/PERF.md run
 // S22-2: in_proj 19.0 us instead of 23.1, the INT8 LM head 190 instead of 216, a batch-1 step
-// 3.71-3.73 ms instead of 3.94-3.95). Shape: the two-step ring in 128 registers, 2 CTAs per SM.
-// Two tokens, gated launches and the Registers feed always take Shape's form. Read at launch
-// time: a captured CUDA graph keeps the form it was captured with.
+// 3.71-3.73 ms instead of 3.94-3.95); at two tokens 2 rows per warp with a two-step ring, also
+// 3 CTAs per SM (run S22-5: a batch-2 step 6.32 ms instead of 6.61-6.64). Shape: 4 rows per warp,
+// the two-step ring in 128 registers, 2 CTAs per SM. Gated launches and the Registers feed always
+// take Shape's form. Read at launch time: a captured CUDA graph keeps the form it was captured with.
 enum class RowGemvRows { Shape = 0, Wide = 1 };
 void set_row_gemv_rows(RowGemvRows rows);
 // "wide" or "shape" (bench flags); throws Error otherwise.

@@ -1045,7 +1045,8 @@ void launch_stream_feed(int feed, const float* x, const float* u, int M, const J
 //                                    Registers        Lean
 //   4 rows, one token (Wide)         3, 2 per SM      1, 3 per SM (80 registers)
 //   4 rows, one token (Shape)        3, 2 per SM      2, 2 per SM (128 registers)
-//   4 rows, two tokens               2, 2 per SM      2, 2 per SM
+//   2 rows, two tokens (Wide)        2, 2 per SM      2, 3 per SM (80 registers)
+//   4 rows, two tokens (Shape)       2, 2 per SM      2, 2 per SM
 //   4 rows, gated                    3, 2 per SM      2, 2 per SM
 //   1 row,  M <= 2                   8 (M = 1), 4     4, 3 per SM
 //   1 row,  gated                    4                4, 3 per SM
@@ -1059,7 +1060,9 @@ void launch_stream_feed(int feed, const float* x, const float* u, int M, const J
 // 3 CTAs fit per SM (24 warps): in_proj is 1.63 waves = 2 rounds (19.0 us), the LM head 19.6
 // waves instead of 29.4 (190 us instead of 216), and a batch-1 step 3.71-3.73 ms instead of
 // 3.94-3.95. A two-step ring at 3 per SM spills a little and is slower (20.1 / 197 us); 2 rows per
-// warp (more, shorter rounds) lost to it too.
+// warp (more, shorter rounds) lost to it too. Two tokens (batch 2, or a sequence and its MTP draft):
+// 4 rows with a one-step ring spill at 80 registers, 2 rows with a two-step ring do not; at 3 per
+// SM they take a batch-2 step from 6.61-6.64 ms to 6.32 (run S22-5).
 std::atomic<int> g_row_gemv_rows{int(RowGemvRows::Wide)};
 
 struct StreamShape {
@@ -1071,8 +1074,8 @@ StreamShape stream_shape(const Jobs& jobs, int MT, bool gated, int feed) {
   for (int i = 0; i < jobs.count; ++i) rows += jobs.job[i].N;
   const bool lean = feed == kFeedLean;
   if (rows < 4LL * 16 * sm_count()) return {1, 3, lean ? 4 : (MT == 1 && !gated ? 8 : 4)};
-  if (MT == 1 && !gated && lean && g_row_gemv_rows.load(std::memory_order_relaxed) == int(RowGemvRows::Wide))
-    return {4, 3, 1};
+  if (!gated && lean && g_row_gemv_rows.load(std::memory_order_relaxed) == int(RowGemvRows::Wide))
+    return MT == 1 ? StreamShape{4, 3, 1} : StreamShape{2, 3, 2};
   return {4, 2, lean ? 2 : (MT == 1 ? 3 : 2)};
 }
 
@@ -1084,7 +1087,12 @@ void launch_small_m(const float* x, const float* u, int M, const Jobs& jobs, int
     if (sh.ctas_per_sm == 3 && sh.rows_per_warp == 4)
       return launch_stream<1, 4, 1, false, kFeedLean, 3>(x, u, M, jobs, K, stream);
   }
-  if (sh.rows_per_warp == 4) return launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, 2>(feed, x, u, M, jobs, K, stream);
+  if constexpr (MT == 2 && !kGated) {
+    if (sh.ctas_per_sm == 3 && sh.rows_per_warp == 2)
+      return launch_stream<2, 2, 2, false, kFeedLean, 3>(x, u, M, jobs, K, stream);
+  }
+  if (sh.rows_per_warp == 4)
+    return launch_stream_feed<MT, 4, kGated, MT == 1 ? 3 : 2, 2>(feed, x, u, M, jobs, K, stream);
   launch_stream_feed<MT, 1, kGated, MT == 1 && !kGated ? 8 : 4, 4>(feed, x, u, M, jobs, K, stream);
 }
 
