@@ -832,10 +832,10 @@ bool operator==(const cuda::RowGemvStreamShape& a, const cuda::RowGemvStreamShap
 }  // namespace
 
 // Wide (the default) runs tall one-token launches with 4 rows per warp, a one-step ring and 3
-// CTAs per SM, two-token ones with 2 rows per warp and a two-step ring at 3 per SM; Shape both with
-// 4 rows and the two-step ring at 2 per SM; short launches and K % 512 != 0 (the Registers feed)
-// keep their forms. Both forms give the same bits: plain, accumulating,
-// gated, one and two tokens, one launch of a mixed set like in_proj's, and a tall launch alone.
+// CTAs per SM, two-token ones with 2 rows per warp and a two-step ring at 3 per SM; Shape both
+// with 4 rows and the two-step ring at 2 per SM; short launches and K % 512 != 0 (the Registers
+// feed) keep their forms. Both forms give the same bits: plain, accumulating, gated, one and two
+// tokens, one launch of a mixed set like in_proj's, and a tall launch alone.
 TEST(GpuOpsLinear, RowGemvF32OneTokenFormsBitIdentical) {
   MOESERVE_REQUIRE_GPU();
   RowsGuard guard;

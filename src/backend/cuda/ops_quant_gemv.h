@@ -89,7 +89,7 @@ void set_row_gemv_feed(RowGemvFeed feed);
 RowGemvFeed parse_row_gemv_feed(const std::string& name);
 RowGemvFeed row_gemv_feed();
 
-// The one-token streaming kernel's form for tall launches (>= 64 rows per SM, 4 rows per warp),
+// The one- and two-token streaming kernel's form for tall launches (>= 64 rows per SM),
 // process-wide, for A/B measurements; both give the same bits (every warp sums whole rows).
 // Wide (the default): a one-step weight ring in 80 registers, 3 CTAs per SM (docs/PERF.md run
 // S22-2: in_proj 19.0 us instead of 23.1, the INT8 LM head 190 instead of 216, a batch-1 step

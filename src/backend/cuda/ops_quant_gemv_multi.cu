@@ -32,8 +32,9 @@
 // its first to its last step. R = 4 when the launch's rows leave a full wave of warps (>= 64 rows
 // per SM: the LM head, q_proj, in_proj; each x load serves 4 rows; at one token a one-step ring
 // in 80 registers, 3 CTAs per SM: RowGemvRows::Wide, launch_small_m); otherwise R = 1 (3 CTAs per
-// SM: o_proj / out_proj 3072 x 8192 is one wave of 384 CTAs; the router set). FP8: a warp's rows share one 128-row scale block: one scale load per
-// step serves them all. The ring has two feeds (RowGemvFeed, set_row_gemv_feed; the same
+// SM: o_proj / out_proj 3072 x 8192 is one wave of 384 CTAs; the router set); two tokens under
+// Wide take R = 2 at 3 CTAs per SM. FP8: a warp's rows share one 128-row scale block: one scale
+// load per step serves them all. The ring has two feeds (RowGemvFeed, set_row_gemv_feed; the same
 // arithmetic, the same bits; the table of D per feed: launch_small_m):
 //   Registers: a lane loads its own groups into registers (FP8/INT8: 4-byte loads, one
 //     128-byte line per warp instruction; bf16 8-byte loads, D/2 steps): R = 4, D = 3 (2 at two
@@ -1017,8 +1018,8 @@ void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cuda
   const int tiles = (M + MT - 1) / MT;
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
   const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
-  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed, kBlocks>, dim3(grid), dim3(kThreads),
-             smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
+  launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed, kBlocks>, dim3(grid),
+             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
