@@ -24,6 +24,7 @@ struct KernelVariantFlags {
   int moe_decode = 1;
   int moe_grouped_max = 64;
   int attention_decode = 1;
+  int attention_decode_stages = 2;
   int gemm_variant = cuda::mma_gemm_variant();
   int wgmma_overlap = cuda::mma_gemm_wgmma_overlap();
   int moe_mma = cuda::moe_mma_variant();
@@ -47,6 +48,9 @@ struct KernelVariantFlags {
                    "integer-form expert kernels for <= 8 tokens: 2 streaming with gate/up and down in one launch "
                    "at one token, 1 streaming, 0 persistent (same bits)");
     app.add_option("--moe-grouped-max", moe_grouped_max, "grouped expert kernels for 9..N tokens (<= 8: off)");
+    app.add_option("--attention-decode-stages", attention_decode_stages,
+                   "tile-parallel decode attention: K/V rounds in shared memory (2: the next round's copy in flight "
+                   "where it fits, 1: one round)");
     app.add_option("--attention-decode-variant", attention_decode,
                    "decode attention: 1 tile-parallel kernel for <= 2 tokens, 2 for <= 8, 0 the work-item kernel");
     app.add_option("--moe-mma-variant", moe_mma,
@@ -83,6 +87,7 @@ struct KernelVariantFlags {
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     cuda::set_attention_decode_variant(attention_decode);
+    cuda::set_attention_decode_stages(attention_decode_stages);
     cuda::set_mma_gemm_variant(gemm_variant);
     cuda::set_mma_gemm_wgmma_overlap(wgmma_overlap);
     cuda::set_moe_mma_variant(moe_mma);

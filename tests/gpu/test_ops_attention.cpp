@@ -658,8 +658,14 @@ TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
   cases.push_back({32, 1, 128, 32});  // a group of 32: 8 head blocks per kv head
   struct VariantReset {
     int saved = cuda::attention_decode_variant();
-    ~VariantReset() { cuda::set_attention_decode_variant(saved); }
+    int saved_stages = cuda::attention_decode_stages();
+    ~VariantReset() {
+      cuda::set_attention_decode_variant(saved);
+      cuda::set_attention_decode_stages(saved_stages);
+    }
   } variant_reset;
+  EXPECT_THROW(cuda::set_attention_decode_stages(0), Error);
+  EXPECT_THROW(cuda::set_attention_decode_stages(3), Error);
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.name());
     Rng rng(26);
@@ -771,6 +777,12 @@ TEST(GpuOpsAttention, DecodeTileParallelBitIdenticalToTileKernel) {
     check("batch 8, work-item kernel", all8, true, 0);
     check("batch 3, variant 1 (work-item kernel)", {target_seq[6], target_seq[1], target_seq[4]}, true, 1);
     check("batch 8, variant 1 (work-item kernel)", all8, true, 1);
+    // The tile-parallel kernel with one K/V round in shared memory (the DGX Spark's form; the
+    // checks above ran the default, two rounds where they fit).
+    cuda::set_attention_decode_stages(1);
+    check("context 8200 alone, tile-parallel kernel, one round in shared memory", {target_seq[7]}, true, 1);
+    check("batch 8, variant 2 (tile-parallel kernel), one round in shared memory", all8, true, 2);
+    cuda::set_attention_decode_stages(2);
     std::vector<int> all64;
     for (int sid = 0; sid < kSeqs; ++sid) all64.push_back(sid);
     check("batch 64 (work-item kernel)", all64, true, 1);

@@ -35,8 +35,10 @@
 //   work-item kernel below, so a lone decode at context 512 (9 chunks x 2 kv heads x 4 head
 //   blocks) runs 72 CTAs of one item each. A chunk goes in rounds of 4 tiles (64 positions; one
 //   round for contexts up to 4096): the round's K and V rows are copied at once (one cp.async
-//   group, [K|V][64][hd] bf16 = 64 KB of shared memory at hd 256, opted in) while the rows of
-//   the CTA's rounds two ahead are prefetched into L2; each warp scores one tile
+//   group, [K|V][64][hd] bf16 = 64 KB of shared memory at hd 256, opted in; where two rounds fit,
+//   as on the H200, the CTA's next round is copied into a second buffer while this one is used:
+//   set_attention_decode_stages) while the rows of the CTA's rounds two ahead are prefetched into
+//   L2; each warp scores one tile
 //   for one head; the tile maxima are exchanged in shared memory so that each warp forms the
 //   running maximum (a prefix of exact fmaxf) and its tile's weights; then each head's four warps
 //   run the serial online-softmax update over the round's tiles in order, each for a quarter of
@@ -248,6 +250,7 @@ struct AttnLaunch {
   int chunk_stride;   // chunk slots per (token, q head) in the workspace
   float scale_log2;   // softmax scale · log2(e)
   bool fold_in_kernel;  // tile-parallel decode kernel: its last CTA per (token, kv head, head block) folds
+  int stages;           // tile-parallel decode kernel: K/V rounds in shared memory (1, or 2: the next round's copy in flight)
   float* ws_acc;      // [M][nq][chunk_stride][hd] unnormalised partial outputs
   float* ws_ml;       // [M][nq][chunk_stride][2] partial (max, sum), exp2 domain
 };
@@ -1013,8 +1016,9 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   __shared__ bool s_last;                                  // this CTA folds the token's partials
   const int hd = s.head_dim, nq = s.num_q_heads;
   const int group = nq / s.num_kv_heads;
-  bf16* k_s = reinterpret_cast<bf16*>(smem_raw);  // [kP2Pos][hd]
-  const bf16* v_s = k_s + size_t(kP2Pos) * hd;    // [kP2Pos][hd]
+  // L.stages buffers of one round each: [K|V][kP2Pos][hd] bf16; round g of the CTA uses buffer g % stages.
+  bf16* const k_base = reinterpret_cast<bf16*>(smem_raw);
+  const size_t buf_elems = size_t(2) * kP2Pos * hd;
   const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31;
   const int hs = warp / kP2Tiles, ts = warp % kP2Tiles;
   const bool has_dims = kLaneDims * lane < hd;
@@ -1034,7 +1038,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   // Copies the rows of the round starting at position p0 of item w that are <= w.pos into
   // shared memory: mode 0 those before the token's own position, 1 only that one, 2 all. The
   // block-table entries first (independent loads), then the copies.
-  auto load_round = [&](const DecodeItem& w, int p0, int mode) {
+  auto load_round = [&](const DecodeItem& w, int p0, int mode, bf16* k_s) {
     auto wanted = [&](int p) { return p <= w.pos && (mode == 2 || ((mode == 1) == (p == w.pos))); };
     int blk[kP2MaxRowsPerThread];
 #pragma unroll
@@ -1065,9 +1069,21 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   // own row (attention_prepare may still be writing it); committed after the wait.
   if (int(blockIdx.x) < n_items) {
     const DecodeItem w = map_decode_item(tok, meta, Y, L.head_blocks, int(blockIdx.x));
-    load_round(w, w.c0, 0);
+    load_round(w, w.c0, 0, k_base);
   }
   pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
+
+  // The round after (item, r) in the CTA's walk: the same item's next round or its next item's
+  // first (CTA-uniform); false past the CTA's last.
+  auto next_round = [&](int item, const DecodeItem& w, int r, int& nitem, DecodeItem& nw, int& nr) {
+    nitem = item, nw = w, nr = r + 1;
+    if (nr < (w.n_tiles - 1) / kP2Tiles + 1) return true;
+    nitem = item + int(gridDim.x), nr = 0;
+    if (nitem >= n_items) return false;
+    nw = map_decode_item(tok, meta, Y, L.head_blocks, nitem);
+    return true;
+  };
+  int g = 0;  // the CTA's round count: buffer g % L.stages
 
   for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
     const bool first_item = item == int(blockIdx.x);  // CTA-uniform
@@ -1089,10 +1105,26 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
     }
     float run_m = -INFINITY, run_l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
     const int n_rounds = (w.n_tiles - 1) / kP2Tiles + 1;
-    for (int r = 0; r < n_rounds; ++r) {
+    for (int r = 0; r < n_rounds; ++r, ++g) {
       const int p0 = w.c0 + r * kP2Pos;
-      load_round(w, p0, first_item && r == 0 ? 1 : 2);
-      cp_async_commit();
+      bf16* const k_s = k_base + size_t(g % L.stages) * buf_elems;
+      const bf16* const v_s = k_s + size_t(kP2Pos) * hd;
+      // One buffer: this round's copy now. Two: this round was requested during the previous one
+      // (except the CTA's first), and the next round's copy goes out before this one is used.
+      if (L.stages == 1 || g == 0) {
+        load_round(w, p0, first_item && r == 0 ? 1 : 2, k_s);
+        cp_async_commit();
+      }
+      bool next_in_flight = false;
+      if (L.stages == 2) {
+        int nitem, nr;
+        DecodeItem nw;
+        if (next_round(item, w, r, nitem, nw, nr)) {
+          load_round(nw, nw.c0 + nr * kP2Pos, 2, k_base + size_t((g + 1) % 2) * buf_elems);
+          cp_async_commit();
+          next_in_flight = true;
+        }
+      }
       // The CTA's rounds kP2Ahead ahead (of this item or its next ones) on their way to L2; the
       // first round also sends the ones before.
       for (int ahead = first_item && r == 0 ? 1 : kP2Ahead; ahead <= kP2Ahead; ++ahead) {
@@ -1106,7 +1138,10 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
         }
         if (it < n_items) prefetch_round(x, x.c0 + rr * kP2Pos);
       }
-      cp_async_wait<0>();
+      if (next_in_flight)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
       __syncthreads();  // the round's K and V are in shared memory
 
       // 2. Scores of tile ts for head hs.
@@ -1288,13 +1323,30 @@ int decode2_setup_one(int smem) {
   return n;
 }
 
+// Rounds of K/V the kernel can hold in shared memory on this device: 2 where two rounds at the
+// largest head dim fit beside its static shared memory (the H200: 2 x 64 KB at head_dim 256), else
+// 1 (the DGX Spark's 99 KB per block).
+int decode2_max_stages() {
+  static const int n = [] {
+    int dev = 0, optin = 0;
+    MOESERVE_CUDA_CHECK(cudaGetDevice(&dev));
+    MOESERVE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes fa{};
+    MOESERVE_CUDA_CHECK(cudaFuncGetAttributes(&fa, paged_attention_decode2_kernel<float>));
+    return size_t(optin) >= 2 * decode2_smem_bytes(32 * kMaxDimsPerLane) + fa.sharedSizeBytes ? 2 : 1;
+  }();
+  return n;
+}
+
 int decode2_ctas_per_sm() {
   static const int n = [] {  // a throw leaves it unset: the next call tries again
-    const int smem = int(decode2_smem_bytes(32 * kMaxDimsPerLane));
+    const int smem = int(size_t(decode2_max_stages()) * decode2_smem_bytes(32 * kMaxDimsPerLane));
     return std::max(1, std::min(decode2_setup_one<float>(smem), decode2_setup_one<bf16>(smem)));
   }();
   return n;
 }
+
+std::atomic<int> g_decode2_stages{2};  // set_attention_decode_stages: the most rounds in shared memory
 
 // The tile-parallel decode kernel: a grid of at most the resident CTAs.
 template <typename T>
@@ -1302,8 +1354,10 @@ void launch_decode2(size_t items, const T* q, const T* gate, const AttentionShap
                     KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
   const size_t cap = size_t(sm_count()) * size_t(decode2_ctas_per_sm());
   const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
+  AttnLaunch l = L;
+  l.stages = std::min(decode2_max_stages(), g_decode2_stages.load(std::memory_order_relaxed));
   launch_pdl(true, paged_attention_decode2_kernel<T>, dim3(grid), dim3(kP2Warps * 32),
-             decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, L, out);
+             size_t(l.stages) * decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, l, out);
 }
 
 template <typename T>
@@ -1420,6 +1474,13 @@ void set_attention_decode_variant(int variant) {
 }
 
 int attention_decode_variant() { return decode_variant(); }
+
+void set_attention_decode_stages(int stages) {
+  if (stages < 1 || stages > 2)
+    throw Error("attention: decode stages must be 1 or 2, got " + std::to_string(stages));
+  g_decode2_stages.store(stages, std::memory_order_relaxed);
+}
+int attention_decode_stages() { return g_decode2_stages.load(std::memory_order_relaxed); }
 
 void attention_prepare(const bf16* qg, const bf16* k, const bf16* v, const float* q_norm_w, const float* k_norm_w,
                        const float* inv_freq, const AttentionShape& shape, const StepMeta& meta, KvCacheView cache,

@@ -97,6 +97,13 @@ bool paged_attention_generated_tc_supported(const AttentionShape& shape);
 // arrival counts: its launches on one device must not overlap (one decoding stream per GPU).
 void set_attention_decode_variant(int variant);
 int attention_decode_variant();
+// Rounds of K/V the tile-parallel decode kernel keeps in shared memory, process-wide, for A/B
+// measurements (the same bits either way): 2 (the default) copies the CTA's next round (of its
+// item or of its next item) while it computes this one, where two rounds fit the device's shared
+// memory (the H200; the DGX Spark's 99 KB per block holds one); 1 copies each round after the last
+// one is used. Throws on other values. Read at launch time (a captured graph keeps its value).
+void set_attention_decode_stages(int stages);
+int attention_decode_stages();
 
 // Prompt-class tokens on tensor cores (ops_attention_mma.cu): paged_attention for the tokens of
 // sequences [seq_begin, seq_end) only, which are rows row_begin .. row_begin + row_count of q /
