@@ -250,7 +250,7 @@ struct AttnLaunch {
   int chunk_stride;   // chunk slots per (token, q head) in the workspace
   float scale_log2;   // softmax scale · log2(e)
   bool fold_in_kernel;  // tile-parallel decode kernel: its last CTA per (token, kv head, head block) folds
-  int stages;           // tile-parallel decode kernel: K/V rounds in shared memory (1, or 2: the next round's copy in flight)
+  int stages;           // tile-parallel decode kernel: K/V rounds in shared memory (2: the next one in flight)
   float* ws_acc;      // [M][nq][chunk_stride][hd] unnormalised partial outputs
   float* ws_ml;       // [M][nq][chunk_stride][2] partial (max, sum), exp2 domain
 };
