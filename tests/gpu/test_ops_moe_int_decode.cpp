@@ -421,15 +421,14 @@ TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
   }
 }
 
-// The streaming kernels as two launches (variant 1), with the one-token block kernel (variant 3, the
-// default), with the column-split fused one (variant 2) and the persistent kernels (variant 0:
-// ops_moe_int_decode.cu) give every output the same bits (all follow moe_int_arith.h exactly), on
-// every shape of MatchesIntFormMoe, M = 1, 2, 5, 8, with and without the shared expert;
-// moe_int_decode_streams / moe_int_decode_fuses say which kernels served each step (a silent fallback
-// would make the comparison empty): at M = 1 without the shared expert the block kernel serves
-// exactly where act blocks are whole (I % 128 == 0), the fused one where its grid has a CTA for each
-// 16 columns of down (H / 16 <= (I / 32)·k; the 122B shape in both), never with the shared expert or
-// M > 1. Bad variants are refused.
+// The streaming kernels as two launches (variant 1), with the fused one-token kernel (variant 2, the
+// default) and the persistent kernels (variant 0: ops_moe_int_decode.cu) give every output the same
+// bits (all follow moe_int_arith.h exactly), on every shape of MatchesIntFormMoe, M = 1, 2, 5, 8,
+// with and without the shared expert; moe_int_decode_streams / moe_int_decode_fuses say which
+// kernels served each step (a silent fallback would make the comparison empty): the fused kernel
+// serves M = 1 without the shared expert exactly where its grid has a CTA for each 16 columns of
+// down (H / 16 <= (I / 32)·k; the 122B shape among them), never with the shared expert or M > 1.
+// Bad variants are refused.
 TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
   MOESERVE_REQUIRE_GPU();
   DecodeMaxGuard guard(8);
@@ -437,12 +436,12 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
     int saved = cuda::moe_int_decode_variant();
     ~VariantGuard() { cuda::set_moe_int_decode_variant(saved); }
   } variant_guard;
-  EXPECT_EQ(cuda::moe_int_decode_variant(), 3) << "the streaming kernels with the block kernel are the default";
-  for (int bad : {-1, 4, 5}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
-  EXPECT_EQ(cuda::moe_int_decode_variant(), 3) << "a rejected value leaves the variant as it was";
+  EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "the streaming kernels with the fused one are the default";
+  for (int bad : {-1, 3, 4}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
+  EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "a rejected value leaves the variant as it was";
   Rng rng(97);
   const std::vector<IntCase>& cases = shape_cases();
-  int fused_steps = 0, block_steps = 0;
+  int fused_steps = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const IntExperts ex = make_experts(rng, c);
@@ -454,35 +453,32 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
       for (bool with_shared : {false, true}) {
         in.shared = with_shared ? &shared : nullptr;
         in.gate = with_shared ? &gate : nullptr;
-        std::vector<float> out[4];
-        for (int variant : {3, 2, 1, 0}) {
+        std::vector<float> out[3];
+        for (int variant : {2, 1, 0}) {
           cuda::set_moe_int_decode_variant(variant);
           EXPECT_EQ(cuda::moe_int_decode_streams(shape_of(c), d, M), variant >= 1) << "M=" << M;
-          const bool fits = M == 1 && c.H / 16 <= c.I / 32 * c.k, blocks = M == 1 && c.I % 128 == 0;
-          EXPECT_EQ(cuda::moe_int_decode_fuses(shape_of(c), d, M), (variant == 2 && fits) || (variant == 3 && blocks))
-              << "M=" << M;
+          const bool fits = M == 1 && c.H / 16 <= c.I / 32 * c.k;
+          EXPECT_EQ(cuda::moe_int_decode_fuses(shape_of(c), d, M), variant == 2 && fits) << "M=" << M;
           fused_steps += variant == 2 && fits && !with_shared;
-          block_steps += variant == 3 && blocks && !with_shared;
           bool ran = false;
           out[variant] = run(d, c, in, M, &ran);
           ASSERT_TRUE(ran);
         }
-        cuda::set_moe_int_decode_variant(3);
-        for (int variant : {2, 1, 0}) {
+        cuda::set_moe_int_decode_variant(2);
+        for (int variant : {1, 0}) {
           int diffs = 0, changed = 0;
-          for (size_t i = 0; i < out[3].size(); ++i) {
-            diffs += !bits_equal(out[3][i], out[variant][i]);
-            changed += !bits_equal(out[3][i], in.residual[i]);
+          for (size_t i = 0; i < out[2].size(); ++i) {
+            diffs += !bits_equal(out[2][i], out[variant][i]);
+            changed += !bits_equal(out[2][i], in.residual[i]);
           }
-          EXPECT_GT(changed, int(out[3].size() / 2)) << "M=" << M << ": the experts added nothing";
-          EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": " << diffs << " of " << out[3].size()
-                              << " outputs differ between variant 3 and variant " << variant;
+          EXPECT_GT(changed, int(out[2].size() / 2)) << "M=" << M << ": the experts added nothing";
+          EXPECT_EQ(diffs, 0) << "M=" << M << " shared=" << with_shared << ": " << diffs << " of " << out[2].size()
+                              << " outputs differ between variant 2 and variant " << variant;
         }
       }
     }
   }
   EXPECT_GE(fused_steps, 5) << "the fused kernel served too few of the comparisons";
-  EXPECT_GE(block_steps, 7) << "the block kernel served too few of the comparisons";
 }
 
 // The model adds the shared expert in the norm after the routed experts (ops_basic.h GatedAdd), so

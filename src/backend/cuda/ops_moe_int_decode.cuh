@@ -10,9 +10,6 @@
 //                              gate/up (the last CTA to finish a 128-column block), read by down
 //   sblk    [M·k, nbs] f32     the block scales s_b of each act row (b < ceil(I/128); nbs pads to 4)
 //   sx      [M·k, sxs] int32   ΣX per 32 k of each act row (I/32 of them; sxs pads to 4)
-//   factors [k, I/32, H] f32x2 one token's down factors (float(D_u), c_u) by (rank, unit, column),
-//                              written and read by the one-token block kernel (ops_moe_int_stream.cu;
-//                              units of U >= 32 k: at most I/32 per row)
 // Each region starts at a multiple of 256 bytes from the workspace start; the layout depends on
 // the call's M (the workspace passed holds at least int_decode_workspace_bytes(shape, M)).
 #pragma once
@@ -23,7 +20,7 @@
 namespace moeserve::cuda::moe_int_detail {
 
 struct IntDecodeLayout {
-  size_t ids = 0, weights = 0, act = 0, planes = 0, sblk = 0, sx = 0, factors = 0;  // byte offsets
+  size_t ids = 0, weights = 0, act = 0, planes = 0, sblk = 0, sx = 0;  // byte offsets
   size_t bytes = 0;                                                    // the whole workspace
   int nbs = 0, sxs = 0;  // row strides (elements) of sblk and sx
 };
@@ -42,9 +39,7 @@ inline IntDecodeLayout int_decode_layout(const MoeShape& s, int M) {
   L.planes = L.act + int_decode_align256(slots * I * 4);
   L.sblk = L.planes + int_decode_align256(slots * (I / 8) * 16);
   L.sx = L.sblk + int_decode_align256(slots * size_t(L.nbs) * 4);
-  L.factors = L.sx + int_decode_align256(slots * size_t(L.sxs) * 4);
-  const size_t k = size_t(s.top_k > 0 ? s.top_k : 0), H = size_t(s.hidden > 0 ? s.hidden : 0);
-  L.bytes = L.factors + int_decode_align256(k * (I / 32) * H * 8);
+  L.bytes = L.sx + int_decode_align256(slots * size_t(L.sxs) * 4);
   return L;
 }
 

@@ -131,13 +131,10 @@ struct UnitItem {
 
 // One phase of a thread's stream: the items it = tid, tid + nthr, ... < items of src (Src::get), each
 // `rows` packed rows of two vectors of a matrix with N columns; the fold's factors of each item go to
-// dsm (float(D_u)) and scm (c_u = s_b · scale) at the item's oa / ob. kPartial: an item is a part of
-// a unit (the block kernel's down: 8 of a unit's 16 rows), so dsm gets its exact integer sum instead
-// of float(D_u) (the caller adds a unit's parts, exactly, before the conversion).
-template <bool kSymZeros, class Src, bool kPartial = false>
+// dsm (float(D_u)) and scm (c_u = s_b · scale) at the item's oa / ob.
+template <bool kSymZeros, class Src>
 struct Phase {
   static constexpr bool kSym = kSymZeros;
-  static constexpr bool kPartials = kPartial;
   const Src& src;
   int items, rows, N;
   float* dsm;
@@ -284,22 +281,16 @@ __device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_sl
     const __half2* shb = reinterpret_cast<const __half2*>(&srb);
     const float sa[4] = {__low2float(sha[0]), __high2float(sha[0]), __low2float(sha[1]), __high2float(sha[1])};
     const float sb[4] = {__low2float(shb[0]), __high2float(shb[0]), __low2float(shb[1]), __high2float(shb[1])};
-    float ca[4], cb[4];
+    float va[4], vb[4], ca[4], cb[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
+      va[c] = mi::unit_value(da[c]);
+      vb[c] = mi::unit_value(db[c]);
       ca[c] = mi::unit_coef(q.xscale, sa[c]);
       cb[c] = mi::unit_coef(q.xscale, sb[c]);
     }
-    if constexpr (P::kPartials) {
-      int* dpi = reinterpret_cast<int*>(ph.dsm);
-      *reinterpret_cast<int4*>(dpi + q.oa) = make_int4(da[0], da[1], da[2], da[3]);
-      *reinterpret_cast<int4*>(dpi + q.ob) = make_int4(db[0], db[1], db[2], db[3]);
-    } else {
-      *reinterpret_cast<float4*>(ph.dsm + q.oa) =
-          make_float4(mi::unit_value(da[0]), mi::unit_value(da[1]), mi::unit_value(da[2]), mi::unit_value(da[3]));
-      *reinterpret_cast<float4*>(ph.dsm + q.ob) =
-          make_float4(mi::unit_value(db[0]), mi::unit_value(db[1]), mi::unit_value(db[2]), mi::unit_value(db[3]));
-    }
+    *reinterpret_cast<float4*>(ph.dsm + q.oa) = make_float4(va[0], va[1], va[2], va[3]);
+    *reinterpret_cast<float4*>(ph.dsm + q.ob) = make_float4(vb[0], vb[1], vb[2], vb[3]);
     *reinterpret_cast<float4*>(ph.scm + q.oa) = make_float4(ca[0], ca[1], ca[2], ca[3]);
     *reinterpret_cast<float4*>(ph.scm + q.ob) = make_float4(cb[0], cb[1], cb[2], cb[3]);
   }
@@ -772,226 +763,6 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   combine_down(dsm_d, scm_d, ys, s_w, k, nu_d, fin, res, false, sh, sig, f.down.residual + col);
 }
 
-// ---- one token: gate/up and down in one launch, down by act block ------------------------------
-// int_stream_block_kernel (variant 3): gate/up's grid (I / 32, k) and work, then CTA (x, r) computes
-// the down projection of its own act block b = x / 4 (rank r's expert, down's K rows 128·b .. + 127)
-// for the H / 4 columns of its quarter q = x % 4. So a CTA's down work depends only on the block its
-// 4 CTAs compute, not on the whole token: its weights (H / 4 columns x 16 packed rows, 49 KB at the
-// 122B shape) are requested through the ring right behind its gate/up rows, and every CTA of the grid
-// shares down's bytes (the column-split fused kernel above left 64 of 256 CTAs without down work).
-//   1. gate/up as int_stream_gate_up_kernel; warp 0 folds act for its 32 columns and writes them;
-//   2. the block's 4 CTAs meet at g_block_acts[r, b] (4 arrivals, then 4 passes: the last pass sets
-//      it back to zero); each then reads the block's 128 act values (L2) and quantises them itself
-//      (quantize_block: the same bits in all 4) into shared memory; quarter 0 also writes them to
-//      the workspace (read by the tests);
-//   3. down items: (16-column group, vector c, chunk of min(8, U / 8) packed rows): A = columns
-//      n0 + 4c, B = n0 + 8 + 4c; a chunk lies in one unit, and its exact integer sum goes to shared
-//      memory (Phase kPartial); a unit's D_u is the sum of its chunks (exact), then (float(D_u), c_u)
-//      of every (rank, unit, column) goes to the workspace's factor table;
-//   4. every CTA meets at g_fused_ready (a grid-wide count); CTA i then folds the columns
-//      fold_cols·i .. + fold_cols − 1: y_r = fold_units' order over the rank's units from 0, then
-//      combine_down's order (acc = fmaf(w_r, y_r, acc) over r from 0, residual + acc).
-// The same items' sums, folds and combine order as the two kernels: the same bits. Like the fused
-// kernel above: cooperative, the whole grid resident (block_plan), no shared expert (the norm adds
-// it), pdl_launch_dependents only past the grid-wide wait. Needs I % 128 == 0 (4 CTAs per block) and
-// H % 64 == 0 (16-column groups in each quarter).
-// Shared memory: the ring and item slots, then gate/up's regions (up_smem); down's regions overlay
-// gate/up's from its x planes on (read only before step 2; warp 0 folds gate/up's factors before it
-// writes the block's planes): planes [16], s_b, ΣX [4], partial sums and c_u [chunks][H / 4]; the
-// final fold's y [k][fold_cols] overlays them after the grid-wide wait.
-struct BlockArgs {
-  UpArgs up;        // the ring's R and IR
-  int Ud;           // down's unit length
-  float* residual;  // [H]
-  float2* factors;  // [k][I / 32][H] (ops_moe_int_decode.cuh): (float(D_u), c_u) at [r][u][column]
-  int fold_cols;    // columns of the final fold per CTA: ceil(H / CTAs)
-};
-__device__ unsigned g_block_acts[kArrivalSlots];  // per (rank, act block): zero between launches
-
-struct BlockSmem {
-  size_t planes, sblk, sx, dsm, scm, ys, bytes;
-};
-__host__ __device__ constexpr int block_chunk_rows(int Ud) { return Ud / 8 < 8 ? Ud / 8 : 8; }
-__host__ __device__ constexpr BlockSmem block_smem(int H, int Uu, int Ud, int k, int fold_cols, int R, int IR,
-                                                   int nthr) {
-  const UpSmem LU = up_smem(H, Uu, R, IR, nthr);
-  const size_t cols = size_t(H) / 4, nch = size_t(16 / block_chunk_rows(Ud));
-  BlockSmem L{};
-  L.planes = LU.planes;
-  L.sblk = L.planes + 16 * 16;
-  L.sx = L.sblk + 16;
-  L.dsm = L.sx + 16;
-  L.scm = L.dsm + nch * cols * 4;
-  L.ys = LU.planes;
-  const size_t end = L.scm + nch * cols * 4, yend = L.ys + size_t(k) * fold_cols * 4;
-  L.bytes = std::max(LU.bytes, std::max(end, yend));
-  return L;
-}
-
-// down items of the block kernel: it = pairs·ch + p (p = 2·group + c); see the header's step 3.
-struct BlockDownSrc {
-  const int32_t* q;     // the expert's qweight at packed row 16·b
-  const __half* s;      // the expert's scales [I/g][H]
-  const int32_t* z;     // the expert's qzeros [I/g][H/8]
-  const uint4* planes;  // the block's 16 plane vectors (shared)
-  const int* sx;        // its 4 ΣX quarters
-  const float* sblk;    // its s_b
-  int H, c0, cols, pairs, rows, g, k0;  // k0 = 128·b
-  __device__ __forceinline__ UnitItem get(int it) const {
-    const int ch = it / pairs, p = it - ch * pairs, c = p & 1, n = c0 + 16 * (p >> 1) + 4 * c;
-    const int kp = ch * rows, grp = (k0 + 8 * kp) / g;
-    UnitItem t;
-    t.wa = q + size_t(kp) * H + n;
-    t.wb = t.wa + 8;
-    t.sa = s + size_t(grp) * H + n;
-    t.sb = t.sa + 8;
-    t.za = z + size_t(grp) * (H / 8) + n / 8;
-    t.zb = t.za + 1;
-    t.zshift = 4 * (n % 8);
-    t.xp = planes + kp;
-    int v = 0;
-    for (int i = 0; i < rows / 4; ++i) v += sx[kp / 4 + i];
-    t.sxu = v;
-    t.xscale = *sblk;
-    t.oa = ch * cols + (n - c0);
-    t.ob = t.oa + 8;
-    return t;
-  }
-};
-
-template <bool kSymUp, bool kSymDown>
-__global__ void __launch_bounds__(kMaxThreads) int_stream_block_kernel(BlockArgs f, ExpertView gate, ExpertView up,
-                                                                       ExpertView down) {
-  extern __shared__ uint4 smem_sk[];
-  __shared__ int32_t s_ids[kMaxTopK];
-  __shared__ float s_p[kMaxTopK];
-  __shared__ float s_w[kMaxTopK];
-  const UpArgs& a = f.up;
-  const int H = gate.K, I = gate.N, k = a.k, E = a.E;
-  const int uu = a.U, rows_u = uu / 8, nu_u = H / uu, ud = f.Ud, nu_d = I / ud;
-  const int rows_c = block_chunk_rows(ud), nch = 16 / rows_c, cols = H / 4, FC = f.fold_cols;
-  const int tid = threadIdx.x, nthr = blockDim.x, lane = tid & 31;
-  const UpSmem LU = up_smem(H, uu, a.R, a.IR, nthr);
-  const BlockSmem LB = block_smem(H, uu, ud, k, FC, a.R, a.IR, nthr);
-  char* base = reinterpret_cast<char*>(smem_sk);
-  uint4* planes_u = reinterpret_cast<uint4*>(base + LU.planes);
-  float* sblk_u = reinterpret_cast<float*>(base + LU.sblk);
-  int* sx_u = reinterpret_cast<int*>(base + LU.sx);
-  float* dsm_u = reinterpret_cast<float*>(base + LU.dsm);
-  float* scm_u = reinterpret_cast<float*>(base + LU.scm);
-  uint4* planes_d = reinterpret_cast<uint4*>(base + LB.planes);  // overlays gate/up's regions (header)
-  float* sblk_d = reinterpret_cast<float*>(base + LB.sblk);
-  int* sx_d = reinterpret_cast<int*>(base + LB.sx);
-  int* dsm_d = reinterpret_cast<int*>(base + LB.dsm);
-  float* scm_d = reinterpret_cast<float*>(base + LB.scm);
-  float* ys = reinterpret_cast<float*>(base + LB.ys);
-  const int r = blockIdx.y, n0 = blockIdx.x * kUpCols, b = blockIdx.x / 4, c0 = (blockIdx.x % 4) * cols;
-  const int G = int(gridDim.x * gridDim.y), f0 = int(blockIdx.y * gridDim.x + blockIdx.x) * FC;
-  pdl_wait();
-  if (tid < 32) {  // warp 0 routes the token, all k ranks (the final fold needs every weight)
-    const float psum = route_rounds(a.logits, E, k, s_ids, s_p);
-    __syncwarp();
-    if (lane < k) {
-      const int e = min(max(s_ids[lane], 0), E - 1);  // in range for any logits
-      const float w = s_p[lane] / psum;
-      s_ids[lane] = e;
-      s_w[lane] = w;
-      if (blockIdx.x == 0 && r == 0) {  // published for the workspace's readers (tests)
-        a.ids[lane] = e;
-        a.weights[lane] = w;
-      }
-    }
-  } else {  // the other warps quantise the x row meanwhile
-    quantize_rows<kUpQuantBatch>(a.x, 1, H, a.x_vec, planes_u, 0, kPadBlock, sblk_u, sx_u, 1);
-  }
-  const bool fin = tid < FC && f0 + tid < H;  // this thread writes output column f0 + tid
-  const float res = fin ? __ldcg(f.residual + f0 + tid) : 0.0f;
-  __syncthreads();
-  const int e = s_ids[r];
-  const int ng = H / gate.group, ngd = I / down.group;
-  const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * ng * I, zoff = size_t(e) * ng * (I / 8);
-  const UpSrc srcu{gate.qweight + qoff, up.qweight + qoff, gate.scales + soff, up.scales + soff,
-                   kSymUp ? nullptr : gate.qzeros + zoff, kSymUp ? nullptr : up.qzeros + zoff,
-                   planes_u, sx_u, sblk_u, I, n0, uu, rows_u, gate.group, nu_u};
-  const BlockDownSrc srcd{down.qweight + (size_t(e) * (I / 8) + 16 * b) * H, down.scales + size_t(e) * ngd * H,
-                          kSymDown ? nullptr : down.qzeros + size_t(e) * ngd * (H / 8), planes_d, sx_d, sblk_d,
-                          H, c0, cols, cols / 8, rows_c, down.group, 128 * b};
-  const Phase<kSymUp, UpSrc> pa{srcu, 8 * nu_u, rows_u, I, dsm_u, scm_u};
-  const Phase<kSymDown, BlockDownSrc, true> pb{srcd, (cols / 8) * nch, rows_c, H, reinterpret_cast<float*>(dsm_d),
-                                               scm_d};
-  stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, [&] {
-    __syncthreads();  // gate/up's factors
-    if (tid < 32) {   // lane c: gate and up of column n0 + c, act; then the block (step 2)
-      const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
-      const float uv = fold_units(dsm_u + nu_u * kUpCols + lane, scm_u + nu_u * kUpCols + lane, kUpCols, nu_u);
-      float* act = a.act + size_t(r) * I;
-      act[n0 + lane] = silu_mul_rn(gv, uv);
-      unsigned* count = g_block_acts + size_t(r) * (I / mi::kXBlock) + b;
-      __threadfence();  // this lane's act value before the arrival
-      __syncwarp();
-      if (lane == 0) {
-        atomicAdd(count, 1u);
-        while (ld_acquire_gpu(count) < 4u) __nanosleep(20);
-        __threadfence();
-      }
-      __syncwarp();
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(act + mi::kXBlock * b + 4 * lane));
-      quantize_block(v, mi::kXBlock, planes_d, sblk_d, sx_d);
-      if (blockIdx.x % 4 == 0)
-        quantize_block(v, mi::kXBlock, a.aplanes + size_t(r) * (I / 8) + 16 * b, a.asblk + size_t(r) * a.nbs + b,
-                       a.asx + size_t(r) * a.sxs + 4 * b);
-      if (lane == 0 && atomicAdd(count, 1u) == 7u) atomicExch(count, 0u);  // the 4th pass: zero again
-    }
-    __syncthreads();  // the block's planes, s_b and ΣX
-  });
-  __syncthreads();  // down's partial sums
-  const int nub = mi::kXBlock / ud, cpu = nch / nub;  // units per block, chunks per unit
-  for (int j = tid; j < nub * cols; j += nthr) {      // (float(D_u), c_u) of the block's units
-    const int u = j / cols, col = j - u * cols;
-    int D = 0;
-    for (int ch = u * cpu; ch < (u + 1) * cpu; ++ch) D += dsm_d[ch * cols + col];  // exact
-    const float cu = scm_d[u * cpu * cols + col];
-    f.factors[(size_t(r) * nu_d + b * nub + u) * H + c0 + col] = make_float2(mi::unit_value(D), cu);
-  }
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    atomicAdd(&g_fused_ready, 1u);
-    while (ld_acquire_gpu(&g_fused_ready) < unsigned(G)) __nanosleep(20);
-    __threadfence();
-    if (atomicAdd(&g_fused_passed, 1u) == unsigned(G - 1)) {  // every CTA is past
-      atomicExch(&g_fused_passed, 0u);
-      atomicExch(&g_fused_ready, 0u);
-    }
-  }
-  __syncthreads();
-  pdl_launch_dependents();  // only now: every CTA of this grid has started (see the fused kernel)
-  for (int t = tid; t < k * FC; t += nthr) {  // y of (rank t / FC, column f0 + t % FC)
-    const int rr = t / FC, col = f0 + (t - rr * FC);
-    float acc = 0.0f;
-    if (col < H) {
-      const float2* fp = f.factors + size_t(rr) * nu_d * H + col;
-      constexpr int kChunk = 8;  // loads before their chained FMAs
-      for (int u0 = 0; u0 < nu_d; u0 += kChunk) {
-        float2 fv[kChunk];
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j)
-          if (u0 + j < nu_d) fv[j] = __ldcg(fp + size_t(u0 + j) * H);
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j)
-          if (u0 + j < nu_d) acc = mi::fold_step(acc, fv[j].x, fv[j].y);
-      }
-    }
-    ys[t] = acc;
-  }
-  __syncthreads();
-  if (fin) {  // combine_down's order
-    float acc = 0.0f;
-    for (int rr = 0; rr < k; ++rr) acc = fmaf(s_w[rr], ys[rr * FC + tid], acc);
-    f.residual[f0 + tid] = res + acc;
-  }
-}
-
 // ---- host ------------------------------------------------------------------------------------
 
 using UpKernel = void (*)(UpArgs, ExpertView, ExpertView);
@@ -1003,11 +774,6 @@ FusedKernel fused_kernel(bool sym_up, bool sym_down) {
   if (sym_up) return sym_down ? int_stream_fused_kernel<true, true> : int_stream_fused_kernel<true, false>;
   return sym_down ? int_stream_fused_kernel<false, true> : int_stream_fused_kernel<false, false>;
 }
-using BlockKernel = void (*)(BlockArgs, ExpertView, ExpertView, ExpertView);
-BlockKernel block_kernel(bool sym_up, bool sym_down) {
-  if (sym_up) return sym_down ? int_stream_block_kernel<true, true> : int_stream_block_kernel<true, false>;
-  return sym_down ? int_stream_block_kernel<false, true> : int_stream_block_kernel<false, false>;
-}
 
 // Device limits and the kernels' registers, queried once per device; the first query also opts the
 // kernels in to the device's largest dynamic shared memory per block and carveout (not a stream
@@ -1015,7 +781,6 @@ BlockKernel block_kernel(bool sym_up, bool sym_down) {
 struct Caps {
   SmLimits sm;
   int regs_up = 0, regs_down = 0, regs_fused = 0, static_up = 0, static_down = 0, static_fused = 0;
-  int regs_block = 0, static_block = 0;
   bool cooperative = false;  // cudaDevAttrCooperativeLaunch (the fused kernel's launch)
 };
 
@@ -1036,9 +801,6 @@ const Caps& device_caps() {
         const KernelResources fr = opt_in_max_shared((const void*)fused_kernel(sym, sym_down), c.sm.smem_optin);
         c.regs_fused = std::max(c.regs_fused, fr.regs);
         c.static_fused = std::max(c.static_fused, fr.static_smem);
-        const KernelResources br = opt_in_max_shared((const void*)block_kernel(sym, sym_down), c.sm.smem_optin);
-        c.regs_block = std::max(c.regs_block, br.regs);
-        c.static_block = std::max(c.static_block, br.static_smem);
       }
     }
     return c;
@@ -1085,7 +847,7 @@ StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes
   return P;
 }
 
-std::atomic<int> g_variant{3};
+std::atomic<int> g_variant{2};
 
 // Both kernels' plans for a step of M tokens (ok false: the shape or the device does not fit them).
 struct Plans {
@@ -1131,7 +893,7 @@ struct FusedPlan {
 
 FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym_up, bool sym_down) {
   FusedPlan F;
-  if (M != 1 || g_variant.load() != 2) return F;  // variant 3: block_plan
+  if (M != 1 || g_variant.load() != 2) return F;
   const Plans P = plan_for(s, ex, 1);
   if (!P.ok) return F;
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
@@ -1161,44 +923,6 @@ FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym
   return F;
 }
 
-// The block kernel's plan (ok false: the next kernels serve): gate/up's grid and threads, one ring for
-// both phases (down: (H / 4 / 8) x 16 / chunk rows items of chunk rows), the whole grid resident.
-struct BlockPlan {
-  bool ok = false;
-  StreamPlan ring;
-  dim3 grid;
-  int u_down = 0, fold_cols = 0;
-};
-
-BlockPlan block_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym_up, bool sym_down) {
-  BlockPlan B;
-  if (M != 1 || g_variant.load() != 3) return B;
-  const Plans P = plan_for(s, ex, 1);
-  if (!P.ok) return B;
-  const int H = s.hidden, I = s.intermediate, k = s.top_k;
-  if (I % mi::kXBlock != 0 || H % 64 != 0) return B;
-  const Caps& c = device_caps();
-  if (!c.cooperative) return B;
-  const int uu = P.u_up, ud = P.u_down, rows_c = block_chunk_rows(ud);
-  B.grid = P.grid_up;
-  B.u_down = ud;
-  const int ctas = int(B.grid.x * B.grid.y);
-  B.fold_cols = (H + ctas - 1) / ctas;
-  B.ring = plan_stream(
-      8 * (H / uu), uu / 8, ctas, c.regs_block, c.static_block, c,
-      [&](int R, int IR, int nt) { return block_smem(H, uu, ud, k, B.fold_cols, R, IR, nt).bytes; },
-      (H / 32) * (16 / rows_c), rows_c);
-  if (!B.ring.ok || B.fold_cols > B.ring.threads) return B;
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void*)block_kernel(sym_up, sym_down),
-                                                    B.ring.threads, B.ring.smem) != cudaSuccess) {
-    cudaGetLastError();
-    return B;
-  }
-  B.ok = long(per_sm) * c.sm.sms >= ctas;
-  return B;
-}
-
 }  // namespace
 
 bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M) {
@@ -1206,8 +930,7 @@ bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M) {
 }
 
 bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M) {
-  const bool su = gate_up_symmetric(ex), sd = down_symmetric(ex);
-  return fused_plan(s, ex, M, su, sd).ok || block_plan(s, ex, M, su, sd).ok;
+  return fused_plan(s, ex, M, gate_up_symmetric(ex), down_symmetric(ex)).ok;
 }
 
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
@@ -1219,22 +942,7 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   if (!P.ok || workspace_bytes < lay.bytes || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return false;
   char* ws = static_cast<char*>(workspace);
   const bool sym_up = gate_up_symmetric(ex), sym_down = down_symmetric(ex);
-  if (shared_out == nullptr) {  // one token without the shared expert: a one-launch kernel where it fits
-    const BlockPlan B = block_plan(s, ex, M, sym_up, sym_down);
-    if (B.ok) {
-      BlockArgs ba{};
-      fill_up_io(ba.up, x, router_logits, s, lay, ws);
-      ba.up.U = P.u_up;
-      ba.up.R = B.ring.R;
-      ba.up.IR = B.ring.IR;
-      ba.Ud = B.u_down;
-      ba.residual = residual;
-      ba.factors = reinterpret_cast<float2*>(ws + lay.factors);
-      ba.fold_cols = B.fold_cols;
-      launch_pdl_cooperative(true, block_kernel(sym_up, sym_down), B.grid, dim3(unsigned(B.ring.threads)), B.ring.smem,
-                             stream, ba, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
-      return true;
-    }
+  if (shared_out == nullptr) {  // one token without the shared expert: the fused kernel where it fits
     const FusedPlan F = fused_plan(s, ex, M, sym_up, sym_down);
     if (F.ok) {
       FusedArgs fa{};
@@ -1277,10 +985,10 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
 namespace moeserve::cuda {
 
 void set_moe_int_decode_variant(int variant) {
-  if (variant < 0 || variant > 3)
+  if (variant < 0 || variant > 2)
     throw Error("set_moe_int_decode_variant: " + std::to_string(variant) +
                 " (0: the persistent dp4a kernels, 1: the streaming ones, 2: streaming with the fused one-token "
-                "kernel, 3: streaming with the one-token kernel whose down goes by act block)");
+                "kernel)");
   moe_int_detail::g_variant.store(variant);
 }
 
