@@ -107,9 +107,6 @@ int main(int argc, char** argv) {
   app.add_option("--shared-expert-decode", shared_expert_decode,
                  "decode steps' shared expert: side (a second stream, beside the routed experts), before or after "
                  "(the routed experts, on the step's stream)");
-  double l2_prefetch_mb = 0.0;
-  app.add_option("--l2-prefetch-mb", l2_prefetch_mb,
-                 "MB of the next layer's first projection the one-token expert kernel asks the L2 for (0: none)");
   std::string timeline_csv;
 #ifdef MOESERVE_HAVE_CUPTI
   app.add_option("--kernel-timeline", timeline_csv,
@@ -147,7 +144,6 @@ int main(int argc, char** argv) {
     cuda::set_decode_attention(o, decode_attention);
     o.pdl = pdl;
     cuda::set_shared_expert_decode(o, shared_expert_decode);
-    o.l2_prefetch_bytes = size_t(std::max(0.0, l2_prefetch_mb) * 1e6);
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);
     const auto t0 = Clock::now();

@@ -71,7 +71,7 @@ std::vector<float> run_int(const cuda::DeviceExperts& d, const IntCase& c, int M
   }
   *ran = cuda::moe_routed_experts_int(d_x.data() + opt.x_offset, d_logits.data(), shape_of(c), d, M, ws->data(),
                                       ws->bytes(), d_res.data(), nullptr, opt.shared ? d_shared.data() : nullptr,
-                                      opt.shared ? d_gate.data() : nullptr, nullptr, opt.prefetch);
+                                      opt.shared ? d_gate.data() : nullptr);
   const cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) throw std::runtime_error(std::string("moe_routed_experts_int: ") + cudaGetErrorString(err));
   return to_host(d_res);

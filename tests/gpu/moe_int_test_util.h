@@ -68,7 +68,6 @@ struct IntRun {
   DeviceBuffer<uint8_t>* ws = nullptr;         // caller-owned workspace, not refilled; null: fresh_workspace
   int x_offset = 0;                            // x starts this many floats into its device buffer (1: not
                                                // 16-byte aligned)
-  cuda::L2Prefetch prefetch{};                 // the L2 hint passed to the call
 };
 
 // One call of cuda::moe_routed_experts_int on the default stream for M tokens (x [M, H], router logits

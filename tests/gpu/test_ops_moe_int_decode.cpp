@@ -481,33 +481,6 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
   EXPECT_GE(fused_steps, 5) << "the fused kernel served too few of the comparisons";
 }
 
-// The L2 hint (moe_routed_experts_int's prefetch: the fused kernel's CTAs without down work ask the
-// L2 for the caller's next weights) changes no output: the 122B expert shape (E 16) at one token,
-// asserted fused, with hints of 0 bytes, 48 MiB and 64 MiB − 5 (a length not a multiple of 16) of a
-// 64 MiB device buffer, against the call without one; also at 3 and 8 tokens (other kernels ignore it).
-TEST(GpuOpsMoeIntDecode, L2PrefetchHintChangesNoOutput) {
-  MOESERVE_REQUIRE_GPU();
-  DecodeMaxGuard guard(8);
-  Rng rng(99);
-  const IntCase c{16, 8, 3072, 1024, 128, true};
-  const IntExperts ex = make_experts(rng, c);
-  const cuda::DeviceExperts d = upload(ex);
-  DeviceBuffer<uint8_t> next(size_t(64) << 20);
-  for (int M : {1, 3, 8}) {
-    const Inputs in = random_inputs(rng, c, M);
-    EXPECT_EQ(cuda::moe_int_decode_fuses(shape_of(c), d, M), M == 1) << "M=" << M;
-    bool ran = false;
-    const auto plain = run(d, c, in, M, &ran);
-    ASSERT_TRUE(ran);
-    for (size_t bytes : {size_t(0), size_t(48) << 20, (size_t(64) << 20) - 5}) {
-      const auto hinted = run(d, c, in, M, &ran, {.prefetch = {next.data(), bytes}});
-      ASSERT_TRUE(ran);
-      size_t first = 0;
-      EXPECT_EQ(count_diffs(hinted, plain, &first), 0) << "M=" << M << " prefetch " << bytes << " bytes";
-    }
-  }
-}
-
 // The model adds the shared expert in the norm after the routed experts (ops_basic.h GatedAdd), so
 // that their kernels never wait for it: the experts without it, then add_rms_norm with the gated add,
 // must leave the same residual BIT FOR BIT as the experts' own combine with it (its last step is the

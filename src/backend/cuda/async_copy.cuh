@@ -14,19 +14,6 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---- L2 prefetch ----------------------------------------------------------------------------
-// Asks the L2 to fetch [p, p + bytes) ahead of a later reader (no data comes back to the SM):
-// cp.async.bulk.prefetch.L2 (sm_90+: the copy engine walks the range; p and bytes multiples of 16),
-// else one prefetch.global.L2 per 128-byte line.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#elif defined(__CUDA_ARCH__)
-  for (uint32_t o = 0; o < bytes; o += 128)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(p) + o));
-#endif
-}
-
 // ---- cp.async, 16 bytes per thread ---------------------------------------------------------
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -141,18 +141,10 @@ int moe_mma_variant();
 // workspace: moe_int_workspace_bytes(shape, >= M).
 bool moe_int_supported(const MoeShape& shape, const DeviceExperts& experts);
 size_t moe_int_workspace_bytes(const MoeShape& shape, int max_tokens);
-// prefetch: bytes the caller's next kernel reads (its weights); the fused one-token kernel's CTAs
-// without down work ask the L2 for them once their gate/up is done, when the DRAM would idle through
-// down's latency tail (other kernels ignore it). Only a hint: no result depends on it.
-struct L2Prefetch {
-  const void* ptr = nullptr;  // 16-byte aligned
-  size_t bytes = 0;
-};
 bool moe_routed_experts_int(const float* x, const float* router_logits, const MoeShape& shape,
                             const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
                             float* residual, cudaStream_t stream, const float* shared_out = nullptr,
-                            const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr,
-                            L2Prefetch prefetch = {});
+                            const float* shared_gate_logit = nullptr, cudaEvent_t shared_ready = nullptr);
 // The largest step (tokens) that takes the dp4a kernels; 0 sends every step to the tensor-core kernels.
 // Default 8, at most 8; both paths give the same bits (A/B and tests). Throws Error outside 0..8.
 void set_moe_int_decode_max_tokens(int max_tokens);

@@ -59,14 +59,14 @@ size_t moe_int_workspace_bytes(const MoeShape& shape, int max_tokens) {
 bool moe_routed_experts_int(const float* x, const float* router_logits, const MoeShape& shape,
                             const DeviceExperts& experts, int M, void* workspace, size_t workspace_bytes,
                             float* residual, cudaStream_t stream, const float* shared_out,
-                            const float* shared_gate_logit, cudaEvent_t shared_ready, L2Prefetch prefetch) {
+                            const float* shared_gate_logit, cudaEvent_t shared_ready) {
   if (!moe_int_detail::int_form_supported(shape, experts)) return false;
   if (M <= 0) return true;
   if (M <= moe_int_decode_max_tokens()) {
     if (workspace_bytes < moe_int_detail::int_decode_workspace_bytes(shape, M))
       throw Error("moe_routed_experts_int: workspace too small for " + std::to_string(M) + " tokens");
     moe_int_detail::int_decode(x, router_logits, shape, experts, M, workspace, workspace_bytes, residual, shared_out,
-                               shared_gate_logit, stream, shared_ready, prefetch);
+                               shared_gate_logit, stream, shared_ready);
   } else {
     if (workspace_bytes < moe_int_detail::int_mma_workspace_bytes(shape, M))
       throw Error("moe_routed_experts_int: workspace too small for " + std::to_string(M) + " tokens");

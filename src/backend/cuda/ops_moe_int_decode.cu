@@ -667,13 +667,13 @@ size_t int_decode_workspace_bytes(const MoeShape& s, int M) { return int_decode_
 
 void int_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                 void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
-                const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready, L2Prefetch prefetch) {
+                const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready) {
   if (M < 1 || M > kIntDecodeMaxTokens) throw Error("moe_int: int_decode called with " + std::to_string(M) + " tokens");
   const IntDecodeLayout lay = int_decode_layout(s, M);
   if (workspace_bytes < lay.bytes) throw Error("moe_int: int_decode workspace too small");
   if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0) throw Error("moe_int: the workspace must be 16-byte aligned");
   if (int_stream_decode(x, router_logits, s, ex, M, workspace, workspace_bytes, residual, shared_out,
-                        shared_gate_logit, stream, shared_ready, prefetch))
+                        shared_gate_logit, stream, shared_ready))
     return;
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
   const int u_up = mi::unit_length(int(ex.gate.group_size)), u_down = mi::unit_length(int(ex.down.group_size));

@@ -24,12 +24,10 @@ bool int_form_supported(const MoeShape& s, const DeviceExperts& ex);
 constexpr int kIntDecodeMaxTokens = 8;
 size_t int_decode_workspace_bytes(const MoeShape& s, int M);
 // residual [M, H] += routed (+ sigmoid(shared_gate_logit)·shared_out when shared_out); the stream
-// waits for shared_ready (when given) before the first kernel that reads shared_out. prefetch:
-// moe_routed_experts_int's L2 hint (the fused one-token kernel's).
+// waits for shared_ready (when given) before the first kernel that reads shared_out.
 void int_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                 void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
-                const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready,
-                L2Prefetch prefetch = {});
+                const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);
 // The streaming dp4a kernels (ops_moe_int_stream.cu; int_decode's default, the same bits and
 // workspace): launches them and returns true, or returns false (launching nothing) when the variant
 // is 0 (set_moe_int_decode_variant) or the shape does not fit them.
@@ -38,8 +36,7 @@ bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M);
 bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M);
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                        void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
-                       const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready,
-                       L2Prefetch prefetch = {});
+                       const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);
 
 // The exact-integer-to-float bias of the tensor-core kernels' fold: an s32 accumulator holding
 // kMagicBits + v (|v| < 2^22) is the float kMagic + v, so v = float − kMagic exactly.

@@ -662,8 +662,6 @@ struct FusedArgs {
   UpArgs up;        // the ring's R and IR
   DownArgs down;    // fill_down_io(up); the shared expert null; U = down's unit length
   int down_ctas;    // H / kDownCols
-  const char* prefetch;     // L2Prefetch: the CTAs without down work ask the L2 for these bytes
-  size_t prefetch_bytes;    // (a multiple of 16)
 };
 __device__ unsigned g_fused_ready;   // act blocks quantised in this launch
 __device__ unsigned g_fused_passed;  // down CTAs past their wait
@@ -760,15 +758,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
     }
     pdl_launch_dependents();  // only now: every CTA of this grid has started (see above)
   });
-  if (!has_down) {  // the DRAM idles through down's tail: the next kernel's weights into L2
-    const size_t lines = f.prefetch_bytes / 16, idle = size_t(gridDim.x) * gridDim.y - size_t(f.down_ctas);
-    const size_t part = size_t(cta - f.down_ctas) * 32 + size_t(tid);  // warp 0's lanes, 32 parts per CTA
-    if (tid < 32 && lines > 0) {
-      const size_t l0 = lines * part / (idle * 32), l1 = lines * (part + 1) / (idle * 32);
-      if (l1 > l0) async_copy::prefetch_l2(f.prefetch + 16 * l0, uint32_t(16 * (l1 - l0)));
-    }
-    return;
-  }
+  if (!has_down) return;
   __syncthreads();
   combine_down(dsm_d, scm_d, ys, s_w, k, nu_d, fin, res, false, sh, sig, f.down.residual + col);
 }
@@ -945,8 +935,7 @@ bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M) {
 
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                        void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
-                       const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready,
-                       L2Prefetch prefetch) {
+                       const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready) {
   if (g_variant.load() < 1) return false;
   const Plans P = plan_for(s, ex, M);
   const IntDecodeLayout lay = int_decode_layout(s, M);
@@ -964,10 +953,6 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
       fill_down_io(fa.down, fa.up, residual, nullptr, nullptr);
       fa.down.U = P.u_down;
       fa.down_ctas = F.down_ctas;
-      if (prefetch.ptr != nullptr && reinterpret_cast<uintptr_t>(prefetch.ptr) % 16 == 0) {
-        fa.prefetch = static_cast<const char*>(prefetch.ptr);
-        fa.prefetch_bytes = std::min<size_t>(prefetch.bytes / 16 * 16, size_t(1) << 31);
-      }
       launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem,
                              stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
       return true;

@@ -689,33 +689,7 @@ void Qwen35CudaModel::prompt_multi_rows(std::span<const LinearOut> outs, const f
 // f32 kernels (generated tokens by default) or the f32 tensor-core kernels (prompt tokens, and generated
 // ones with tensor_core_decode_experts). Rows of one family share a call; each call routes its own rows.
 // They add the routed experts only: the shared expert is added by the next norm (enqueue_layers).
-namespace {
-// The first `limit` bytes of w's largest buffer (its weights; scales and zeros are small).
-L2Prefetch leading_weight_bytes(const DeviceLinear& w, size_t limit) {
-  L2Prefetch p;
-  auto take = [&](const void* ptr, size_t bytes) {
-    if (bytes > p.bytes) p = L2Prefetch{ptr, bytes};
-  };
-  take(w.fp8.data(), w.fp8.bytes());
-  take(w.int8.data(), w.int8.bytes());
-  take(w.dense.data(), w.dense.bytes());
-  take(w.qweight.data(), w.qweight.bytes());
-  p.bytes = std::min(p.bytes, limit);
-  return p;
-}
-}  // namespace
-
-L2Prefetch Qwen35CudaModel::next_weights_after(size_t li) const {
-  const size_t limit = options_.l2_prefetch_bytes;
-  if (limit == 0) return {};
-  if (li + 1 >= weights_.layers.size()) return leading_weight_bytes(weights_.lm_head, limit);
-  const auto& next = weights_.layers[li + 1];
-  if (next.attention) return leading_weight_bytes(next.attention->q_proj, limit);
-  if (next.gdn) return leading_weight_bytes(next.gdn->in_proj_qkv, limit);
-  return {};
-}
-
-void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, L2Prefetch next) {
+void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G) {
   enum class Family { CudaCores, TensorCores, Int };
   const auto& c = config_;
   const int H = int(c.hidden_size), E = int(c.num_experts);
@@ -732,8 +706,7 @@ void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, L
     const float* logits = router_logits_.data() + size_t(r0) * size_t(E);
     float* res = residual_.data() + xo;
     if (f == Family::Int) {
-      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s,
-                                  nullptr, nullptr, nullptr, next))
+      if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s))
         throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
     } else if (f == Family::CudaCores) {
       moe_routed_experts(x, logits, ms, moe.experts, n, moe_ws_.data(), moe_ws_.bytes(), res, s);
@@ -879,7 +852,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     } else if (order == Order::Before) {
       enqueue_shared_expert(moe, M, G, s);
     }
-    enqueue_experts(moe, M, G, next_weights_after(li));
+    enqueue_experts(moe, M, G);
     if (order == Order::After) enqueue_shared_expert(moe, M, G, s);
     pending_shared = GatedAdd{shared_down_.data(), shared_gate_logit_.data()};
   }

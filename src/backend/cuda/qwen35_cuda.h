@@ -71,10 +71,6 @@ struct CudaModelOptions {
   // adds the shared expert). set_shared_expert_decode() maps bench_decode's flag names onto it.
   enum class SharedExpertOrder { Side, Before, After };
   SharedExpertOrder shared_expert_decode = SharedExpertOrder::Side;
-  // Bytes of the next layer's first projection (DeltaNet in_proj_qkv, attention q_proj; after the last
-  // layer the LM head) the routed experts of a one-token step ask the L2 for during their latency tail
-  // (moe_routed_experts_int's L2Prefetch). A hint only: no logit depends on it; 0: none.
-  size_t l2_prefetch_bytes = 0;
   // Prompt tokens of DeltaNet layers in the chunked (WY) form (ops_gdn_chunked.h) where the shape
   // allows; prefill steps are then cut at multiples of 64 positions (prefill_alignment()).
   // Off: the sequential recurrence for every token.
@@ -134,9 +130,7 @@ class Qwen35CudaModel final : public model::CausalLM {
     int generated_seqs = 0;
   };
   void enqueue_layers(int M, RowSplit split);
-  void enqueue_experts(const CudaMoeWeights& moe, int M, int G, L2Prefetch next = {});
-  // The first l2_prefetch_bytes of the weights the kernel after layer li's experts reads first.
-  L2Prefetch next_weights_after(size_t li) const;
+  void enqueue_experts(const CudaMoeWeights& moe, int M, int G);
   void enqueue_shared_expert(const CudaMoeWeights& moe, int M, int G, cudaStream_t ss);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
