@@ -983,8 +983,9 @@ __device__ __forceinline__ void fold_pairs(const AttnLaunch& L, size_t base, int
 // done in rounds of kP2Tiles tiles (one round for the kChunk0-position chunks of contexts up to
 // kMaxChunks·kChunk0). Per round:
 //   1. all the round's K and V rows (positions <= pos) are copied at once (cp.async, one group)
-//      into [K|V][kP2Pos][hd]; the rows of the CTA's round kP2Ahead ahead (of this item or of
-//      its next ones) are prefetched into L2;
+//      into [K|V][kP2Pos][hd]: with one buffer (L.stages 1) now, with two during the round
+//      before, whose step 1 also sends the next round's copy (this item's or its next one's);
+//      the rows of the CTA's round kP2Ahead ahead are prefetched into L2;
 //   2. warp (head slot hs, tile slot ts) computes the 16 scores of tile ts for its head with
 //      the tile kernel's operations (tile_score_partials, reduce_scatter16) and the tile's
 //      masked maximum (half_warp_max), published in shared memory;
@@ -1073,14 +1074,16 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
   }
   pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
 
-  // The round after (item, r) in the CTA's walk: the same item's next round or its next item's
-  // first (CTA-uniform); false past the CTA's last.
-  auto next_round = [&](int item, const DecodeItem& w, int r, int& nitem, DecodeItem& nw, int& nr) {
-    nitem = item, nw = w, nr = r + 1;
-    if (nr < (w.n_tiles - 1) / kP2Tiles + 1) return true;
-    nitem = item + int(gridDim.x), nr = 0;
-    if (nitem >= n_items) return false;
-    nw = map_decode_item(tok, meta, Y, L.head_blocks, nitem);
+  // The round `ahead` rounds after (item, r) in the CTA's walk: round nr of item nitem (nw), this
+  // item's or one of its next ones' (CTA-uniform); false past the CTA's last.
+  auto round_ahead = [&](int item, const DecodeItem& w, int r, int ahead, int& nitem, DecodeItem& nw, int& nr) {
+    nitem = item, nw = w, nr = r + ahead;
+    while (nr >= (nw.n_tiles - 1) / kP2Tiles + 1) {
+      nr -= (nw.n_tiles - 1) / kP2Tiles + 1;
+      nitem += int(gridDim.x);
+      if (nitem >= n_items) return false;
+      nw = map_decode_item(tok, meta, Y, L.head_blocks, nitem);
+    }
     return true;
   };
   int g = 0;  // the CTA's round count: buffer g % L.stages
@@ -1119,7 +1122,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       if (L.stages == 2) {
         int nitem, nr;
         DecodeItem nw;
-        if (next_round(item, w, r, nitem, nw, nr)) {
+        if (round_ahead(item, w, r, 1, nitem, nw, nr)) {
           load_round(nw, nw.c0 + nr * kP2Pos, 2, k_base + size_t((g + 1) % 2) * buf_elems);
           cp_async_commit();
           next_in_flight = true;
@@ -1128,15 +1131,9 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       // The CTA's rounds kP2Ahead ahead (of this item or its next ones) on their way to L2; the
       // first round also sends the ones before.
       for (int ahead = first_item && r == 0 ? 1 : kP2Ahead; ahead <= kP2Ahead; ++ahead) {
-        int it = item, rr = r + ahead;
-        DecodeItem x = w;
-        while (rr >= (x.n_tiles - 1) / kP2Tiles + 1) {  // CTA-uniform
-          rr -= (x.n_tiles - 1) / kP2Tiles + 1;
-          it += int(gridDim.x);
-          if (it >= n_items) break;
-          x = map_decode_item(tok, meta, Y, L.head_blocks, it);
-        }
-        if (it < n_items) prefetch_round(x, x.c0 + rr * kP2Pos);
+        int it, rr;
+        DecodeItem x;
+        if (round_ahead(item, w, r, ahead, it, x, rr)) prefetch_round(x, x.c0 + rr * kP2Pos);
       }
       if (next_in_flight)
         cp_async_wait<1>();
