@@ -3,7 +3,7 @@
 // per block, then the whole grid). Each kernel runs `rounds` back-to-back barriers; the time per
 // barrier is the kernel's time (events around `launches` launches) over launches x rounds.
 //
-//   bench_sync [--rounds 200] [--launches 20] [--threads 192] [--ctas-per-sm 2] [--grid 256]
+//   bench_sync [--rounds 200] [--launches 20] [--threads 192] [--grid 256]
 //
 // Barriers measured (every CTA: __syncthreads, then thread 0 arrives and waits, then __syncthreads):
 //   grid  : a grid-wide count in global memory (thread 0 arrives, then polls with ld.acquire.gpu
