@@ -422,8 +422,7 @@ TEST(GpuOpsMoeIntDecode, GraphReplaysMatchEagerCalls) {
 }
 
 // The streaming kernels as two launches (variant 1), with the fused one-token kernel (variant 2, the
-// default; 3: an act block's 4 CTAs in a cluster, asserted at the 122B shape) and the persistent kernels
-// (variant 0: ops_moe_int_decode.cu) give every output the same
+// default) and the persistent kernels (variant 0: ops_moe_int_decode.cu) give every output the same
 // bits (all follow moe_int_arith.h exactly), on every shape of MatchesIntFormMoe, M = 1, 2, 5, 8,
 // with and without the shared expert; moe_int_decode_streams / moe_int_decode_fuses say which
 // kernels served each step (a silent fallback would make the comparison empty): the fused kernel
@@ -438,11 +437,11 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
     ~VariantGuard() { cuda::set_moe_int_decode_variant(saved); }
   } variant_guard;
   EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "the streaming kernels with the fused one are the default";
-  for (int bad : {-1, 4, 5}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
+  for (int bad : {-1, 3, 4}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
   EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "a rejected value leaves the variant as it was";
   Rng rng(97);
   const std::vector<IntCase>& cases = shape_cases();
-  int fused_steps = 0, cluster_steps = 0;
+  int fused_steps = 0;
   for (const auto& c : cases) {
     SCOPED_TRACE(case_name(c));
     const IntExperts ex = make_experts(rng, c);
@@ -454,23 +453,19 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
       for (bool with_shared : {false, true}) {
         in.shared = with_shared ? &shared : nullptr;
         in.gate = with_shared ? &gate : nullptr;
-        std::vector<float> out[4];
-        for (int variant : {3, 2, 1, 0}) {
+        std::vector<float> out[3];
+        for (int variant : {2, 1, 0}) {
           cuda::set_moe_int_decode_variant(variant);
           EXPECT_EQ(cuda::moe_int_decode_streams(shape_of(c), d, M), variant >= 1) << "M=" << M;
           const bool fits = M == 1 && c.H / 16 <= c.I / 32 * c.k;
-          EXPECT_EQ(cuda::moe_int_decode_fuses(shape_of(c), d, M), variant >= 2 && fits) << "M=" << M;
-          const bool clusters = cuda::moe_int_decode_fuses_in_clusters(shape_of(c), d, M);
-          EXPECT_TRUE(!clusters || (variant == 3 && fits && c.I % 128 == 0)) << "M=" << M;
+          EXPECT_EQ(cuda::moe_int_decode_fuses(shape_of(c), d, M), variant == 2 && fits) << "M=" << M;
           fused_steps += variant == 2 && fits && !with_shared;
-          cluster_steps += clusters && !with_shared;
-          if (variant == 3 && fits && c.H == 3072) EXPECT_TRUE(clusters) << "the 122B shape in clusters";
           bool ran = false;
           out[variant] = run(d, c, in, M, &ran);
           ASSERT_TRUE(ran);
         }
         cuda::set_moe_int_decode_variant(2);
-        for (int variant : {3, 1, 0}) {
+        for (int variant : {1, 0}) {
           int diffs = 0, changed = 0;
           for (size_t i = 0; i < out[2].size(); ++i) {
             diffs += !bits_equal(out[2][i], out[variant][i]);
@@ -484,7 +479,6 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
     }
   }
   EXPECT_GE(fused_steps, 5) << "the fused kernel served too few of the comparisons";
-  EXPECT_GE(cluster_steps, 4) << "the fused kernel in clusters served too few of the comparisons";
 }
 
 // The model adds the shared expert in the norm after the routed experts (ops_basic.h GatedAdd), so

@@ -86,7 +86,6 @@ int moe_decode_variant();
 // (default) the streaming kernels (ops_moe_int_stream.cu: cp.async rings, a CTA per 32 columns of
 // gate/up and 16 of down) with gate/up and down in one launch for a step of one token called
 // without the shared expert (the caller adds it) where the device holds the whole grid at once;
-// 3 the same with an act block's 4 CTAs in a thread block cluster (sm_90+, where it holds the grid so);
 // 1 the streaming kernels always as two launches; 0 the persistent ones (ops_moe_int_decode.cu),
 // for an A/B in one binary; all give every output the same bits. Throws Error on other values;
 // takes effect at the next launch (a captured CUDA graph keeps the kernels it captured).
@@ -94,10 +93,8 @@ void set_moe_int_decode_variant(int variant);
 int moe_int_decode_variant();
 // Whether moe_routed_experts_int would run a step of M tokens on the streaming kernels.
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M);
-// Whether it would run a step of M tokens without the shared expert on the fused one-token kernel,
-// and whether in clusters of an act block's 4 CTAs (variant 3).
+// Whether it would run a step of M tokens without the shared expert on the fused one-token kernel.
 bool moe_int_decode_fuses(const MoeShape& shape, const DeviceExperts& experts, int M);
-bool moe_int_decode_fuses_in_clusters(const MoeShape& shape, const DeviceExperts& experts, int M);
 
 // Same contract as moe_routed_experts (f32 overload), expert GEMMs on tensor cores (mma.sync
 // bf16, f32 activations split hi + lo; ops_moe_mma.cu). A token's result is bit-identical for any

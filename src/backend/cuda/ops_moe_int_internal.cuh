@@ -34,8 +34,6 @@ void int_decode(const float* x, const float* router_logits, const MoeShape& s, c
 bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M);
 // Whether a step of M tokens without the shared expert takes the fused one-token kernel (variant 2).
 bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M);
-// Whether that kernel runs with an act block's 4 CTAs in a cluster (variant 3).
-bool int_stream_fuses_in_clusters(const MoeShape& s, const DeviceExperts& ex, int M);
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
                        void* workspace, size_t workspace_bytes, float* residual, const float* shared_out,
                        const float* shared_gate_logit, cudaStream_t stream, cudaEvent_t shared_ready);

@@ -672,34 +672,10 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
   return v;
 }
 
-// kCluster (variant 3): the launch is in clusters of the 4 CTAs of an act block (x = 4b .. 4b + 3):
-// each CTA's warp 0 stores its 32 act values into the cluster's first CTA's shared memory (st.shared::
-// cluster at mapa's address), one cluster barrier (barrier.cluster arrive.release / wait.acquire, every
-// thread of the 4 CTAs), and the first CTA quantises the block from there: no arrival count in global
-// memory and no re-read through L2 (bench_sync, PERF.md run S23-6: ~0.3 us instead of ~0.96 for the
-// 4 CTAs' meeting). The same values, the same quantize_block: the same bits. Needs I % 128 == 0.
-__device__ __forceinline__ void cluster_sync_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// Stores v at the first CTA of this cluster's copy of the shared variable at `local` (sm_90+).
-__device__ __forceinline__ void st_cluster_first(float* local, float v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote = 0;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote) : "r"(a));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
-#else
-  *local = v;
-#endif
-}
-
-template <bool kSymUp, bool kSymDown, bool kCluster>
+template <bool kSymUp, bool kSymDown>
 __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs f, ExpertView gate, ExpertView up,
                                                                        ExpertView down) {
   extern __shared__ uint4 smem_sf[];
-  __shared__ __align__(16) float s_block[kCluster ? mi::kXBlock : 1];  // kCluster: the act block (first CTA)
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_p[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
@@ -756,25 +732,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, [&] {
     __syncthreads();  // gate/up's factors
-    if constexpr (kCluster) {
-      if (tid < 32) {  // lane c: gate and up of column n0 + c, act, into the block's first CTA
-        const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
-        const float uv = fold_units(dsm_u + nu_u * kUpCols + lane, scm_u + nu_u * kUpCols + lane, kUpCols, nu_u);
-        const float v = silu_mul_rn(gv, uv);
-        a.act[size_t(r) * I + n0 + lane] = v;  // published for the workspace's readers (tests)
-        st_cluster_first(&s_block[(blockIdx.x % 4) * kUpCols + lane], v);
-      }
-      cluster_sync_all();
-      if (blockIdx.x % 4 == 0 && tid < 32) {  // the first CTA quantises the block, then counts it
-        const int blk = int(blockIdx.x / 4);
-        const float4 v = *reinterpret_cast<const float4*>(&s_block[4 * lane]);
-        quantize_block(v, mi::kXBlock, a.aplanes + size_t(r) * (I / 8) + 16 * blk, a.asblk + size_t(r) * a.nbs + blk,
-                       a.asx + size_t(r) * a.sxs + 4 * blk);
-        __threadfence();  // the block's planes, s_b and ΣX before the count
-        __syncwarp();
-        if (lane == 0) atomicAdd(&g_fused_ready, 1u);
-      }
-    } else if (tid < 32) {  // lane c: gate and up of column n0 + c, act, the block arrival
+    if (tid < 32) {   // lane c: gate and up of column n0 + c, act, the block arrival
       const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
       const float uv = fold_units(dsm_u + nu_u * kUpCols + lane, scm_u + nu_u * kUpCols + lane, kUpCols, nu_u);
       a.act[size_t(r) * I + n0 + lane] = silu_mul_rn(gv, uv);
@@ -812,14 +770,9 @@ using DownKernel = void (*)(DownArgs, ExpertView);
 UpKernel up_kernel(bool sym) { return sym ? int_stream_gate_up_kernel<true> : int_stream_gate_up_kernel<false>; }
 DownKernel down_kernel(bool sym) { return sym ? int_stream_down_kernel<true> : int_stream_down_kernel<false>; }
 using FusedKernel = void (*)(FusedArgs, ExpertView, ExpertView, ExpertView);
-template <bool kCluster>
-FusedKernel fused_kernel_of(bool sym_up, bool sym_down) {
-  if (sym_up)
-    return sym_down ? int_stream_fused_kernel<true, true, kCluster> : int_stream_fused_kernel<true, false, kCluster>;
-  return sym_down ? int_stream_fused_kernel<false, true, kCluster> : int_stream_fused_kernel<false, false, kCluster>;
-}
-FusedKernel fused_kernel(bool sym_up, bool sym_down, bool cluster = false) {
-  return cluster ? fused_kernel_of<true>(sym_up, sym_down) : fused_kernel_of<false>(sym_up, sym_down);
+FusedKernel fused_kernel(bool sym_up, bool sym_down) {
+  if (sym_up) return sym_down ? int_stream_fused_kernel<true, true> : int_stream_fused_kernel<true, false>;
+  return sym_down ? int_stream_fused_kernel<false, true> : int_stream_fused_kernel<false, false>;
 }
 
 // Device limits and the kernels' registers, queried once per device; the first query also opts the
@@ -829,7 +782,6 @@ struct Caps {
   SmLimits sm;
   int regs_up = 0, regs_down = 0, regs_fused = 0, static_up = 0, static_down = 0, static_fused = 0;
   bool cooperative = false;  // cudaDevAttrCooperativeLaunch (the fused kernel's launch)
-  int major = 0;             // compute capability (clusters: 9+)
 };
 
 const Caps& device_caps() {
@@ -838,7 +790,6 @@ const Caps& device_caps() {
     c.sm = device_sm_limits(dev);
     int coop = 0;
     c.cooperative = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && coop != 0;
-    if (cudaDeviceGetAttribute(&c.major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) c.major = 0;
     for (bool sym : {true, false}) {
       const KernelResources u = opt_in_max_shared((const void*)up_kernel(sym), c.sm.smem_optin);
       const KernelResources d = opt_in_max_shared((const void*)down_kernel(sym), c.sm.smem_optin);
@@ -846,13 +797,11 @@ const Caps& device_caps() {
       c.static_up = std::max(c.static_up, u.static_smem);
       c.regs_down = std::max(c.regs_down, d.regs);
       c.static_down = std::max(c.static_down, d.static_smem);
-      for (bool sym_down : {true, false})
-        for (bool cluster : {false, true}) {
-          const KernelResources fr =
-              opt_in_max_shared((const void*)fused_kernel(sym, sym_down, cluster), c.sm.smem_optin);
-          c.regs_fused = std::max(c.regs_fused, fr.regs);
-          c.static_fused = std::max(c.static_fused, fr.static_smem);
-        }
+      for (bool sym_down : {true, false}) {
+        const KernelResources fr = opt_in_max_shared((const void*)fused_kernel(sym, sym_down), c.sm.smem_optin);
+        c.regs_fused = std::max(c.regs_fused, fr.regs);
+        c.static_fused = std::max(c.static_fused, fr.static_smem);
+      }
     }
     return c;
   });
@@ -937,7 +886,6 @@ Plans plan_for(const MoeShape& s, const DeviceExperts& ex, int M) {
 // grid resident at once by the occupancy of that configuration (the kernel's wait needs it).
 struct FusedPlan {
   bool ok = false;
-  bool cluster = false;  // variant 3 where the device holds the grid in clusters of 4 (kCluster)
   StreamPlan ring;
   dim3 grid;
   int down_ctas = 0;
@@ -945,8 +893,7 @@ struct FusedPlan {
 
 FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym_up, bool sym_down) {
   FusedPlan F;
-  const int variant = g_variant.load();
-  if (M != 1 || variant < 2) return F;
+  if (M != 1 || g_variant.load() != 2) return F;
   const Plans P = plan_for(s, ex, 1);
   if (!P.ok) return F;
   const int H = s.hidden, I = s.intermediate, k = s.top_k;
@@ -966,28 +913,6 @@ FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym
       2 * k * (I / ud), ud / 8);
   if (!F.ring.ok) return F;
   if (k * lay.nbs > 2 * F.ring.threads || k * lay.sxs > 4 * F.ring.threads) return F;  // stage_down_acts
-  if (variant == 3 && I % mi::kXBlock == 0 && c.major >= 9) {  // clusters of an act block's 4 CTAs
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = F.grid;
-    cfg.blockDim = dim3(unsigned(F.ring.threads));
-    cfg.dynamicSmemBytes = F.ring.smem;
-    cudaLaunchAttribute attr[1];
-    attr[0] = cudaLaunchAttribute{};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 4;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, (const void*)fused_kernel(sym_up, sym_down, true), &cfg) ==
-            cudaSuccess &&
-        long(clusters) * 4 >= ctas) {
-      F.ok = F.cluster = true;
-      return F;
-    }
-    cudaGetLastError();
-  }
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void*)fused_kernel(sym_up, sym_down),
                                                     F.ring.threads, F.ring.smem) != cudaSuccess) {
@@ -1006,10 +931,6 @@ bool int_stream_serves(const MoeShape& s, const DeviceExperts& ex, int M) {
 
 bool int_stream_fuses(const MoeShape& s, const DeviceExperts& ex, int M) {
   return fused_plan(s, ex, M, gate_up_symmetric(ex), down_symmetric(ex)).ok;
-}
-
-bool int_stream_fuses_in_clusters(const MoeShape& s, const DeviceExperts& ex, int M) {
-  return fused_plan(s, ex, M, gate_up_symmetric(ex), down_symmetric(ex)).cluster;
 }
 
 bool int_stream_decode(const float* x, const float* router_logits, const MoeShape& s, const DeviceExperts& ex, int M,
@@ -1032,13 +953,8 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
       fill_down_io(fa.down, fa.up, residual, nullptr, nullptr);
       fa.down.U = P.u_down;
       fa.down_ctas = F.down_ctas;
-      if (F.cluster)
-        launch_pdl_cooperative_clusters(true, 4, fused_kernel(sym_up, sym_down, true), F.grid,
-                                        dim3(unsigned(F.ring.threads)), F.ring.smem, stream, fa, view_of(ex.gate),
-                                        view_of(ex.up), view_of(ex.down));
-      else
-        launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)),
-                               F.ring.smem, stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
+      launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem,
+                             stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
       return true;
     }
   }
@@ -1069,10 +985,10 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
 namespace moeserve::cuda {
 
 void set_moe_int_decode_variant(int variant) {
-  if (variant < 0 || variant > 3)
+  if (variant < 0 || variant > 2)
     throw Error("set_moe_int_decode_variant: " + std::to_string(variant) +
                 " (0: the persistent dp4a kernels, 1: the streaming ones, 2: streaming with the fused one-token "
-                "kernel, 3: 2 with an act block's 4 CTAs in a cluster where the device holds the grid so)");
+                "kernel)");
   moe_int_detail::g_variant.store(variant);
 }
 
@@ -1085,10 +1001,6 @@ bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts,
 
 bool moe_int_decode_fuses(const MoeShape& shape, const DeviceExperts& experts, int M) {
   return moe_int_decode_streams(shape, experts, M) && moe_int_detail::int_stream_fuses(shape, experts, M);
-}
-
-bool moe_int_decode_fuses_in_clusters(const MoeShape& shape, const DeviceExperts& experts, int M) {
-  return moe_int_decode_streams(shape, experts, M) && moe_int_detail::int_stream_fuses_in_clusters(shape, experts, M);
 }
 
 }  // namespace moeserve::cuda

@@ -85,22 +85,4 @@ void launch_pdl_cooperative(bool enable, Kernel kernel, dim3 grid, dim3 block, s
   launch_with_attributes(attr, enable && pdl_enabled() ? 2 : 1, kernel, grid, block, smem, stream, args...);
 }
 
-// launch_pdl_cooperative in thread block clusters of cluster_x CTAs along x (sm_90+; grid.x a
-// multiple of cluster_x): the CTAs of a cluster are resident together and share their shared memory.
-template <typename Kernel, typename... Args>
-void launch_pdl_cooperative_clusters(bool enable, int cluster_x, Kernel kernel, dim3 grid, dim3 block, size_t smem,
-                                     cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[3];
-  attr[0] = cudaLaunchAttribute{};
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  attr[1] = cudaLaunchAttribute{};
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = unsigned(cluster_x);
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  attr[2] = programmatic_serialization();
-  launch_with_attributes(attr, enable && pdl_enabled() ? 3 : 2, kernel, grid, block, smem, stream, args...);
-}
-
 }  // namespace moeserve::cuda
