@@ -1021,3 +1021,120 @@ TEST(GpuOpsLinear, RowGemvF32TiledFormsBitIdentical) {
   }
   EXPECT_THROW(cuda::set_row_gemv_tiled_variant(3), Error);
 }
+
+// ---- row_gemv_f32_norm: the norm inside the row GEMV ---------------------------------------
+
+// The fused norm (every CTA normalises the rows itself, add_rms_norm's plan for K emulated by its 8
+// warps) against add_rms_norm followed by row_gemv_f32, bit for bit: the projections, the updated
+// residual (a gated add) and the normalised rows; the input residual untouched. K = 3072 (the 122B:
+// 768 norm threads, the lean feed), 4096 (1024 threads, 32 warps' sums), 8192 (1024 threads, two
+// chunks each; one token only: two rows of x exceed the shared memory), 1040 (288 threads: a CTA warp
+// takes two of them; the Registers feed), 128 (the fixtures' hidden size); one and two tokens; a tall
+// set (4 rows per warp; K 3072, 1040, 128) and a short one (1 row), with and without the gated add; Wide
+// and Shape forms.
+TEST(GpuOpsLinear, RowGemvNormEqualsAddRmsNormThenGemv) {
+  MOESERVE_REQUIRE_GPU();
+  RowsGuard guard;
+  Rng rng(77);
+  const float eps = 1e-6f;
+  for (int64_t K : {3072, 4096, 8192, 1040, 128}) {
+    std::vector<TestWeight> tall_set, short_set;
+    if (K != 4096 && K != 8192) {  // (the tall weights' host-side generation is what costs here)
+      tall_set.push_back(make_fp8_block(rng, tall_rows() + 37, K, 0.03f, false));
+      tall_set.push_back(make_dense_bf16(rng, 64, K, 0.05f));
+    }
+    short_set.push_back(make_dense_bf16(rng, 256, K, 0.05f));
+    short_set.push_back(make_fp8_block(rng, 1, K, 0.03f, true));
+    short_set.push_back(make_int8_rowwise(rng, 100, K, 0.05f));
+    std::vector<cuda::DeviceLinear> dt, ds;
+    for (const auto& t : tall_set) dt.push_back(cuda::upload_linear(t.weight, nullptr));
+    for (const auto& t : short_set) ds.push_back(cuda::upload_linear(t.weight, nullptr));
+    const auto res = random_f32(rng, size_t(2) * size_t(K), 2.0f);
+    const auto d_res = to_device_f32(res);
+    const auto d_values = to_device_f32(random_f32(rng, size_t(2) * size_t(K), 1.5f));
+    const auto d_logit = to_device_f32(random_f32(rng, 2, 3.0f));
+    const auto d_w = to_device_f32(random_f32(rng, size_t(K), 0.2f));
+    for (int M : {1, 2}) {
+      for (const auto* set : {&dt, &ds}) {
+        if (set->empty()) continue;
+        std::vector<const cuda::DeviceLinear*> ptrs;
+        for (const auto& w : *set) ptrs.push_back(&w);
+        std::vector<bool> acc(ptrs.size(), false);
+        acc.back() = true;  // an accumulating job too
+        std::vector<std::vector<float>> init;
+        for (const auto* w : ptrs) init.push_back(random_f32(rng, size_t(M) * size_t(w->N), 1.0f));
+        std::vector<DeviceBuffer<float>> ys;
+        std::vector<cuda::RowGemvJob> jobs;
+        for (size_t i = 0; i < ptrs.size(); ++i) ys.push_back(to_device_f32(init[i]));
+        for (size_t i = 0; i < ptrs.size(); ++i) jobs.push_back({ptrs[i], ys[i].data(), bool(acc[i])});
+        for (bool gated : {false, true}) {
+          const bool fits = size_t(gated ? 2 : 1) * size_t(M) * size_t(K) * 4 <= 46 * 1024;
+          ASSERT_EQ(cuda::row_gemv_norm_supported(M, jobs, gated), fits) << "K=" << K << " M=" << M;
+          if (!fits) continue;
+          for (auto form : {cuda::RowGemvRows::Wide, cuda::RowGemvRows::Shape}) {
+            SCOPED_TRACE("K=" + std::to_string(K) + " M=" + std::to_string(M) + " rows " + std::to_string(ptrs[0]->N) +
+                         (gated ? " gated" : "") + (form == cuda::RowGemvRows::Wide ? " wide" : " shape"));
+            cuda::set_row_gemv_rows(form);
+            // Reference: add_rms_norm on a copy of the residual, then row_gemv_f32 of its output.
+            auto d_res_ref = to_device_f32(res);
+            auto d_x_ref = to_device_f32(std::vector<float>(size_t(M) * size_t(K), 0.0f));
+            const cuda::GatedAdd g = gated ? cuda::GatedAdd{d_values.data(), d_logit.data()} : cuda::GatedAdd{};
+            cuda::add_rms_norm(d_res_ref.data(), nullptr, g, d_w.data(), M, int(K), eps, nullptr, nullptr,
+                               d_x_ref.data());
+            const auto want = row_gemv(ptrs, d_x_ref.data(), M, acc, &init);
+            for (size_t i = 0; i < ptrs.size(); ++i) ys[i] = to_device_f32(init[i]);
+            for (size_t i = 0; i < ptrs.size(); ++i) jobs[i].y = ys[i].data();
+            auto d_res_out = to_device_f32(std::vector<float>(size_t(2) * size_t(K), -7.0f));
+            auto d_x_out = to_device_f32(std::vector<float>(size_t(2) * size_t(K), -7.0f));
+            cuda::RowNormInput in;
+            in.residual = d_res.data();
+            in.values = g.values;
+            in.gate_logit = g.gate_logit;
+            in.weight = d_w.data();
+            in.eps = eps;
+            in.residual_out = d_res_out.data();
+            in.x_out = d_x_out.data();
+            cuda::row_gemv_f32_norm(in, M, jobs, nullptr);
+            for (size_t i = 0; i < ptrs.size(); ++i) {
+              const auto got = to_host(ys[i]);
+              EXPECT_EQ(count_diffs(got, want[i]), 0u) << "job " << i;
+              size_t nonzero = 0;
+              for (float v : got) nonzero += v != 0.0f;
+              EXPECT_GT(nonzero, got.size() / 2) << "job " << i;
+            }
+            const auto res_ref = to_host(d_res_ref), x_ref = to_host(d_x_ref);
+            auto res_out = to_host(d_res_out), x_out = to_host(d_x_out);
+            EXPECT_EQ(count_diffs(std::vector<float>(res_out.begin(), res_out.begin() + long(M * K)),
+                                  std::vector<float>(res_ref.begin(), res_ref.begin() + long(M * K))),
+                      0u)
+                << "updated residual";
+            EXPECT_EQ(count_diffs(std::vector<float>(x_out.begin(), x_out.begin() + long(M * K)), x_ref), 0u)
+                << "normalised rows";
+            if (M == 1) EXPECT_EQ(res_out[size_t(K)], -7.0f) << "rows past M untouched";
+            EXPECT_EQ(count_diffs(to_host(d_res), res), 0u) << "the input residual changed";
+            if (gated) EXPECT_GT(count_diffs(res_out, res), size_t(M * K) / 2) << "the gated add did nothing";
+          }
+        }
+      }
+    }
+  }
+  // Misuse: a gated add's values without logits, the output over the input, three rows.
+  Rng r2(5);
+  std::vector<cuda::DeviceLinear> d;
+  d.push_back(cuda::upload_linear(make_dense_bf16(r2, 64, 512, 0.05f).weight, nullptr));
+  auto d_res = to_device_f32(random_f32(r2, 3 * 512, 1.0f));
+  auto d_w = to_device_f32(random_f32(r2, 512, 0.1f));
+  auto d_y = to_device_f32(std::vector<float>(3 * 64, 0.0f));
+  const std::vector<cuda::RowGemvJob> jobs{{&d[0], d_y.data(), false}};
+  cuda::RowNormInput bad;
+  bad.residual = d_res.data();
+  bad.weight = d_w.data();
+  bad.values = d_res.data();
+  EXPECT_THROW(cuda::row_gemv_f32_norm(bad, 1, jobs, nullptr), Error);
+  bad.values = nullptr;
+  bad.residual_out = d_res.data();
+  EXPECT_THROW(cuda::row_gemv_f32_norm(bad, 1, jobs, nullptr), Error);
+  bad.residual_out = nullptr;
+  EXPECT_FALSE(cuda::row_gemv_norm_supported(3, jobs, false));
+  EXPECT_THROW(cuda::row_gemv_f32_norm(bad, 3, jobs, nullptr), Error);
+}
