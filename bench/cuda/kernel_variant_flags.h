@@ -29,6 +29,7 @@ struct KernelVariantFlags {
   int wgmma_overlap = cuda::mma_gemm_wgmma_overlap();
   int moe_mma = cuda::moe_mma_variant();
   int moe_int_decode = cuda::moe_int_decode_variant();
+  int moe_int_ring = 0;
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
   bool moe_int_wgmma = cuda::moe_int_wgmma();
@@ -44,6 +45,9 @@ struct KernelVariantFlags {
                    "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
                    "shape; 0 x via L1");
     app.add_option("--moe-decode-variant", moe_decode, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
+    app.add_option("--moe-int-ring", moe_int_ring,
+                   "integer-form streaming expert kernels: at most this many ring steps in flight per thread (0: the "
+                   "largest that fits)");
     app.add_option("--moe-int-decode-variant", moe_int_decode,
                    "integer-form expert kernels for <= 8 tokens: 2 streaming with gate/up and down in one launch "
                    "at one token, 1 streaming, 0 persistent (same bits)");
@@ -84,6 +88,7 @@ struct KernelVariantFlags {
     cuda::set_row_gemv_tiled_variant(gemv_tiled);
     cuda::set_moe_decode_variant(moe_decode);
     cuda::set_moe_int_decode_variant(moe_int_decode);
+    cuda::set_moe_int_stream_ring_cap(moe_int_ring);
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     cuda::set_attention_decode_variant(attention_decode);

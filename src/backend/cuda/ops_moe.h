@@ -90,6 +90,9 @@ int moe_decode_variant();
 // for an A/B in one binary; all give every output the same bits. Throws Error on other values;
 // takes effect at the next launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_int_decode_variant(int variant);
+// Measurement: the streaming kernels' ring (ops_moe_int_stream.cu), at most this many steps of 2 rows
+// in flight per thread (0, the default: the largest that fits). Every ring gives the same bits.
+void set_moe_int_stream_ring_cap(int steps);
 int moe_int_decode_variant();
 // Whether moe_routed_experts_int would run a step of M tokens on the streaming kernels.
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M);

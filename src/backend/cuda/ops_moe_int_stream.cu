@@ -820,6 +820,8 @@ struct StreamPlan {
 // not fit. bytes(R, IR, threads): the CTA's dynamic shared memory. The ring only groups loads,
 // never a sum: choosing it by M or by device keeps every bit.
 // A second phase through the same ring (the fused kernel): items2 more items of rows2 rows each.
+std::atomic<int> g_ring_cap{0};  // set_moe_int_stream_ring_cap
+
 template <class Bytes>
 StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, const Caps& c, Bytes bytes,
                        int items2 = 0, int rows2 = 0) {
@@ -829,7 +831,8 @@ StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes
   const int min_rows = items2 > 0 ? std::min(rows, rows2) : rows;
   const int reg_max = c.sm.regs_per_sm / (P.threads * std::max(regs, 1)), thread_max = c.sm.threads_per_sm / P.threads;
   const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sm.sms - 1) / c.sm.sms}));
-  const int max_ring = std::min(kMaxRing, (per_thread * rows + per_thread2 * rows2) / kStepRows);
+  int max_ring = std::min(kMaxRing, (per_thread * rows + per_thread2 * rows2) / kStepRows);
+  if (const int cap = g_ring_cap.load(std::memory_order_relaxed); cap > 0) max_ring = std::min(max_ring, cap);
   for (int want = want_max; want >= 1; --want) {
     const long budget = std::min<long>(c.sm.smem_optin, long(c.sm.smem_per_sm) / want - c.sm.smem_reserved) - long(static_bytes);
     for (int R = max_ring; R >= 1; --R) {
@@ -993,6 +996,11 @@ void set_moe_int_decode_variant(int variant) {
 }
 
 int moe_int_decode_variant() { return moe_int_detail::g_variant.load(); }
+
+void set_moe_int_stream_ring_cap(int steps) {
+  if (steps < 0) throw Error("set_moe_int_stream_ring_cap: " + std::to_string(steps) + " (0: no cap)");
+  moe_int_detail::g_ring_cap.store(steps);
+}
 
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M) {
   return moe_int_detail::int_form_supported(shape, experts) && M >= 1 && M <= moe_int_decode_max_tokens() &&
