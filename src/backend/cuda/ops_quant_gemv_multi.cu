@@ -882,12 +882,7 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
       sp += 4;
     }
   };
-  // The norm prologue (gated instance, u null): its copies go out ahead of the first weight loads
-  // (rms_norm_row.cuh): the norm weight's before the wait, the rows' right after it, then the weights.
-  const bool norm_fill = kGated && u == nullptr;
-  if (norm_fill) {
-    rms_row::rms_norm_copy_weight<kThreads, MT>(norm, K, act);
-  } else if (active) {
+  if (active) {
 #pragma unroll
     for (int d = 0; d < D; ++d)
       if (d < steps) load(raw[d], rs[d]);  // in flight while the previous kernel finishes
@@ -895,17 +890,10 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
   const float* xt;
   if constexpr (kGated) {  // every thread of the CTA: barriers inside
-    if (u) {
+    if (u)
       fill_act(x, u, K, m0, mt, act);
-    } else {
-      rms_row::rms_norm_copy_rows<kThreads, MT>(norm, K, m0, mt, act);
-      if (active) {
-#pragma unroll
-        for (int d = 0; d < D; ++d)
-          if (d < steps) load(raw[d], rs[d]);
-      }
-      rms_row::rms_norm_finish<kThreads, MT>(norm, K, m0, mt, act, writer);
-    }
+    else
+      rms_row::rms_norm_fill<kThreads, MT>(norm, K, m0, mt, act, writer);
     xt = act;
   } else {
     xt = x + size_t(m0) * K;

@@ -79,57 +79,34 @@ struct NormArgs {
 // act[m, :] = y of row m0 + m for the tile's mt (<= MT) rows, all of K, in shared memory, by a CTA of kN
 // threads (a multiple of 32); the writer CTA also stores v and y where asked. act holds MT·K floats, then
 // the norm weight (K floats), then with a gated add MT·K more (the values' copy). K % 4 == 0, every
-// pointer 16-byte aligned, rms_norm_plan(K).threads <= 32·32. Three steps, so that the caller can put
-// its own loads between them:
-//   rms_norm_copy_weight  the weight's cp.async (never written: before griddepcontrol.wait if the
-//                         caller likes);
-//   rms_norm_copy_rows    the rows' and values' cp.async, after the wait (another kernel wrote them),
-//                         and the commit of both: issued ahead of the caller's streaming loads, they do
-//                         not queue behind them in the SM's memory pipeline (docs/PERF.md run S24-4:
-//                         behind them the copies took 3-7 us);
-//   rms_norm_finish       the wait, the sums (add_rms_norm's warp sums, lane for lane) and y; every
-//                         thread of the CTA: three barriers, the last one at the end.
-template <int MT>
-__device__ __forceinline__ float4* rms_norm_weight_copy_at(float* act, int K) {
-  return reinterpret_cast<float4*>(act) + size_t(MT) * (K / 4);
-}
-
+// pointer 16-byte aligned, rms_norm_plan(K).threads <= 32·32. The rows, the values and the weight come in
+// one round trip by cp.async through L2 (another kernel wrote the rows), so no register holds them in
+// flight: the caller's weight loads in registers stay where they are. Every thread of the CTA must call
+// it: three barriers, the last one at the end.
 template <int kN, int MT>
-__device__ __forceinline__ void rms_norm_copy_weight(const NormArgs& n, int K, float* act) {
-  float4* w4 = rms_norm_weight_copy_at<MT>(act, K);
-  for (int c = int(threadIdx.x); c < K / 4; c += kN)
-    async_copy::cp_async16_ca(w4 + c, reinterpret_cast<const float4*>(n.weight) + c);
-}
-
-template <int kN, int MT>
-__device__ __forceinline__ void rms_norm_copy_rows(const NormArgs& n, int K, int m0, int mt, float* act) {
-  const int q = K / 4;
-  float4* a4 = reinterpret_cast<float4*>(act);
-  float4* g4 = rms_norm_weight_copy_at<MT>(act, K) + q;  // the values' copy (gated add only)
-  const size_t base = size_t(m0) * size_t(q);
-  for (int e = int(threadIdx.x); e < mt * q; e += kN) {
-    async_copy::cp_async16_ca(a4 + e, reinterpret_cast<const float4*>(n.residual) + base + e);
-    if (n.values) async_copy::cp_async16_ca(g4 + e, reinterpret_cast<const float4*>(n.values) + base + e);
-  }
-  async_copy::cp_async_commit();
-}
-
-template <int kN, int MT>
-__device__ __forceinline__ void rms_norm_finish(const NormArgs& n, int K, int m0, int mt, float* act, bool writer) {
+__device__ __forceinline__ void rms_norm_fill(const NormArgs& n, int K, int m0, int mt, float* act, bool writer) {
   __shared__ float s_warp_sums[MT][32];
   const NormPlan p = rms_norm_plan(K);
   const int q = K / 4, nvw = p.threads / 32, tid = int(threadIdx.x);
   const int warp = tid >> 5, lane = tid & 31;
   float4* a4 = reinterpret_cast<float4*>(act);
-  const float4* w4 = rms_norm_weight_copy_at<MT>(act, K);
-  const float4* g4 = w4 + q;
+  float4* w4 = a4 + size_t(MT) * q;  // the norm weight's copy
+  float4* g4 = w4 + q;                // the values' copy (gated add only)
+  // 1. The rows, the weight (and the values) into shared memory.
+  const size_t base = size_t(m0) * size_t(q);
+  for (int e = tid; e < mt * q; e += kN) {
+    async_copy::cp_async16_ca(a4 + e, reinterpret_cast<const float4*>(n.residual) + base + e);
+    if (n.values) async_copy::cp_async16_ca(g4 + e, reinterpret_cast<const float4*>(n.values) + base + e);
+  }
+  for (int c = tid; c < q; c += kN) async_copy::cp_async16_ca(w4 + c, reinterpret_cast<const float4*>(n.weight) + c);
+  async_copy::cp_async_commit();
   float sg[MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) sg[m] = n.values && m < mt ? gated_scale(__ldcg(n.gate_logit + m0 + m)) : 0.0f;
   async_copy::cp_async_wait<0>();
   __syncthreads();
-  // add_rms_norm's warp sums: CTA warp w takes its warps w, w + kN/32, ... lane for lane (each chunk
-  // belongs to one of them, which also applies the gated add to it).
+  // 2. add_rms_norm's warp sums: CTA warp w takes its warps w, w + kN/32, ... lane for lane (each chunk
+  //    belongs to one of them, which also applies the gated add to it).
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     if (m >= mt) break;
@@ -152,7 +129,7 @@ __device__ __forceinline__ void rms_norm_finish(const NormArgs& n, int K, int m0
     }
   }
   __syncthreads();
-  // y = v · inv · (1 + w) in place; the writer's copies.
+  // 3. y = v · inv · (1 + w) in place; the writer's copies.
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     if (m >= mt) break;
@@ -170,14 +147,6 @@ __device__ __forceinline__ void rms_norm_finish(const NormArgs& n, int K, int m0
     }
   }
   __syncthreads();
-}
-
-// The three steps in a row (callers with nothing to put between them).
-template <int kN, int MT>
-__device__ __forceinline__ void rms_norm_fill(const NormArgs& n, int K, int m0, int mt, float* act, bool writer) {
-  rms_norm_copy_weight<kN, MT>(n, K, act);
-  rms_norm_copy_rows<kN, MT>(n, K, m0, mt, act);
-  rms_norm_finish<kN, MT>(n, K, m0, mt, act, writer);
 }
 
 }  // namespace moeserve::cuda::rms_row
