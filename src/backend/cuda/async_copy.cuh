@@ -54,13 +54,6 @@ __device__ __forceinline__ void cp_async_wait_pending(int n) {
   }
 }
 
-// 16 bytes through L1 (.ca: the CTAs of one SM that copy the same bytes share the line).
-__device__ __forceinline__ void cp_async16_ca(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem) : "memory");
-#endif
-}
-
 // ---- cp.async, 8 and 4 bytes (.ca: the only sizes below 16; small per-item values) ----------
 __device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -95,10 +95,10 @@ __device__ __forceinline__ void rms_norm_fill(const NormArgs& n, int K, int m0, 
   // 1. The rows, the weight (and the values) into shared memory.
   const size_t base = size_t(m0) * size_t(q);
   for (int e = tid; e < mt * q; e += kN) {
-    async_copy::cp_async16_ca(a4 + e, reinterpret_cast<const float4*>(n.residual) + base + e);
-    if (n.values) async_copy::cp_async16_ca(g4 + e, reinterpret_cast<const float4*>(n.values) + base + e);
+    async_copy::cp_async16(a4 + e, reinterpret_cast<const float4*>(n.residual) + base + e);
+    if (n.values) async_copy::cp_async16(g4 + e, reinterpret_cast<const float4*>(n.values) + base + e);
   }
-  for (int c = tid; c < q; c += kN) async_copy::cp_async16_ca(w4 + c, reinterpret_cast<const float4*>(n.weight) + c);
+  for (int c = tid; c < q; c += kN) async_copy::cp_async16(w4 + c, reinterpret_cast<const float4*>(n.weight) + c);
   async_copy::cp_async_commit();
   float sg[MT];
 #pragma unroll
