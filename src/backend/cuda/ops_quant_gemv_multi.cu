@@ -228,22 +228,6 @@ __device__ __forceinline__ void load_x4(const float* __restrict__ xt, size_t off
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
 
-// x in the CTA's shared memory as a 32-bit shared-window address (bytes): the lean loop's running x
-// pointer for gated / norm launches (half the registers of a generic pointer, and an LDS).
-struct SmemX {
-  uint32_t a;
-  __device__ SmemX& operator+=(int floats) {
-    a += uint32_t(floats) * 4u;
-    return *this;
-  }
-};
-template <bool kGated>
-__device__ __forceinline__ void load_x4(SmemX xt, size_t off, float (&v)[4]) {
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-               : "r"(xt.a + uint32_t(off) * 4u));
-}
-
 // Gated: act[m, k] = silu(g[m0 + m, k])·u[m0 + m, k] for the tile's mt tokens, all of K, into
 // shared memory, by the whole CTA of kN threads (coalesced 16-byte loads), then a barrier.
 template <int kN = kThreads>
@@ -688,9 +672,9 @@ __global__ void __launch_bounds__(W * 32, 2)
 // into its fma chains acc[r][m] (every lane of the warp calls this: the scale shuffles).
 // kWhole: every step is whole (K % 512 == 0): no per-lane k < K tests (the lean feed passes xt
 // already at the step and lane, kbase 0, so the x offsets are immediates).
-template <int F, int MT, int R, bool kGated, bool kWhole = false, class XP = const float*>
-__device__ __forceinline__ void step_fma(const StepRaw<F> (&raw)[R], float rs, XP xt, int K, int mt, int kbase,
-                                         float (&acc)[R][MT]) {
+template <int F, int MT, int R, bool kGated, bool kWhole = false>
+__device__ __forceinline__ void step_fma(const StepRaw<F> (&raw)[R], float rs, const float* __restrict__ xt, int K,
+                                         int mt, int kbase, float (&acc)[R][MT]) {
   float bs[4];  // FP8: the step's 4 block scales (every lane shuffles)
 #pragma unroll
   for (int i = 0; i < 4; ++i) bs[i] = F == kFp8 ? __shfl_sync(0xffffffffu, rs, i) : 1.0f;
@@ -900,13 +884,7 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
   }
   if (!active) return;  // no barrier below
 
-  // This step's x at the lane's first group, token 0: a shared address where x is in shared memory.
-  auto xs = [&] {
-    if constexpr (kGated)
-      return SmemX{static_cast<uint32_t>(__cvta_generic_to_shared(xt)) + uint32_t(4 * lane) * 4u};
-    else
-      return xt + 4 * lane;
-  }();
+  const float* xs = xt + 4 * lane;  // this step's x at the lane's first group, token 0
   float acc[R][MT], tot[R][MT];
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -919,7 +897,7 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
     for (int d = 0; d < D; ++d) {
       const int t = t0 + d;
       if (t >= steps) break;  // warp-uniform
-      step_fma<F, MT, R, kGated, true, decltype(xs)>(raw[d], F == kFp8 ? rs[d] : 0.0f, xs, K, mt, 0, acc);
+      step_fma<F, MT, R, kGated, true>(raw[d], F == kFp8 ? rs[d] : 0.0f, xs, K, mt, 0, acc);
       xs += kStep;
       if (t + D < steps) load(raw[d], rs[d]);  // refill the slot just consumed (step t + D)
       if (--left == 0 || t + 1 == steps) {      // end of a slice (warp-uniform)
@@ -1049,22 +1027,8 @@ void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cuda
   const KSplit ks = k_split(K);
   const int tiles = (M + MT - 1) / MT;
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
-  // Gated: the tile's x; the norm prologue also the norm weight and, with a gated add, the values
-  // (rms_norm_fill; <= kGatedSmem).
-  const size_t smem =
-      !kGated ? 0 : size_t(MT) * size_t(K) * sizeof(float) * (norm.weight ? (norm.values ? 2 : 1) : 1) +
-                        (norm.weight ? size_t(K) * sizeof(float) : 0);
-  if constexpr (kGated) {
-    // The kernel keeps kBlocks CTAs per SM only with a shared-memory carveout that holds their copies:
-    // ask for the largest (once per instance; not a stream operation, so legal during graph capture).
-    static const bool carveout = [] {
-      MOESERVE_CUDA_CHECK(cudaFuncSetAttribute(row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed, kBlocks>,
-                                               cudaFuncAttributePreferredSharedMemoryCarveout,
-                                               int(cudaSharedmemCarveoutMaxShared)));
-      return true;
-    }();
-    (void)carveout;
-  }
+  // Gated: the tile's x; the norm prologue with a gated add also its values (<= kGatedSmem).
+  const size_t smem = kGated ? size_t(norm.values ? 2 : 1) * size_t(MT) * size_t(K) * sizeof(float) : 0;
   launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed, kBlocks>, dim3(grid),
              dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles, norm);
   MOESERVE_CUDA_CHECK_LAUNCH();
@@ -1311,8 +1275,7 @@ void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaS
 bool row_gemv_norm_supported(int M, std::span<const RowGemvJob> jobs, bool gated_add) {
   if (M < 1 || M > 2 || jobs.empty() || jobs.size() > size_t(kMaxRowJobs)) return false;
   const int64_t K = jobs[0].w->K;
-  // Shared memory: the rows of x (and of the gated add's values) and the norm weight.
-  if (K <= 0 || K % 4 != 0 || (size_t(gated_add ? 2 : 1) * size_t(M) + 1) * size_t(K) * sizeof(float) > kGatedSmem)
+  if (K <= 0 || K % 4 != 0 || size_t(gated_add ? 2 : 1) * size_t(M) * size_t(K) * sizeof(float) > kGatedSmem)
     return false;
   for (const auto& j : jobs)
     if (!row_gemv_supported(*j.w) || j.w->K != K) return false;
@@ -1323,7 +1286,7 @@ void row_gemv_f32_norm(const RowNormInput& in, int M, std::span<const RowGemvJob
   if (M == 0 || jobs.empty()) return;
   if (!row_gemv_norm_supported(M, jobs, in.values != nullptr))
     throw Error("row_gemv_f32_norm: needs 1 or 2 rows and at most 8 jobs of FP8 / INT8 / bf16 weights with one K, "
-                "K % 4 == 0, (M + 1)·K·4 bytes <= 46 KB (M more rows with a gated add) (row_gemv_norm_supported)");
+                "K % 4 == 0, M·K·4 bytes <= 46 KB (twice that with a gated add) (row_gemv_norm_supported)");
   auto al16 = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!in.residual || !in.weight || (in.values == nullptr) != (in.gate_logit == nullptr))
     throw Error("row_gemv_f32_norm: needs the residual and the norm weight, and a gated add's values with its logits");

@@ -77,12 +77,12 @@ struct NormArgs {
 };
 
 // act[m, :] = y of row m0 + m for the tile's mt (<= MT) rows, all of K, in shared memory, by a CTA of kN
-// threads (a multiple of 32); the writer CTA also stores v and y where asked. act holds MT·K floats, then
-// the norm weight (K floats), then with a gated add MT·K more (the values' copy). K % 4 == 0, every
-// pointer 16-byte aligned, rms_norm_plan(K).threads <= 32·32. The rows, the values and the weight come in
-// one round trip by cp.async through L2 (another kernel wrote the rows), so no register holds them in
-// flight: the caller's weight loads in registers stay where they are. Every thread of the CTA must call
-// it: three barriers, the last one at the end.
+// threads (a multiple of 32); the writer CTA also stores v and y where asked. act holds MT·K floats, and
+// MT·K more after them with a gated add (the values' copy). K % 4 == 0, every pointer 16-byte aligned,
+// rms_norm_plan(K).threads <= 32·32. The rows (and values) come in one round trip by cp.async through
+// L2 (another kernel wrote them), so no register holds them in flight: the caller's weight loads in
+// registers stay where they are. Every thread of the CTA must call it: three barriers, the last one at
+// the end.
 template <int kN, int MT>
 __device__ __forceinline__ void rms_norm_fill(const NormArgs& n, int K, int m0, int mt, float* act, bool writer) {
   __shared__ float s_warp_sums[MT][32];
@@ -90,16 +90,17 @@ __device__ __forceinline__ void rms_norm_fill(const NormArgs& n, int K, int m0, 
   const int q = K / 4, nvw = p.threads / 32, tid = int(threadIdx.x);
   const int warp = tid >> 5, lane = tid & 31;
   float4* a4 = reinterpret_cast<float4*>(act);
-  float4* w4 = a4 + size_t(MT) * q;  // the norm weight's copy
-  float4* g4 = w4 + q;                // the values' copy (gated add only)
-  // 1. The rows, the weight (and the values) into shared memory.
+  float4* g4 = a4 + size_t(MT) * q;  // the values' copy (gated add only)
+  const float4* w4 = reinterpret_cast<const float4*>(n.weight);
+  // 1. The rows (and values) into shared memory; the weight's chunks of step 3 into L1 (it is never
+  //    written, so L1 may hold it).
   const size_t base = size_t(m0) * size_t(q);
   for (int e = tid; e < mt * q; e += kN) {
     async_copy::cp_async16(a4 + e, reinterpret_cast<const float4*>(n.residual) + base + e);
     if (n.values) async_copy::cp_async16(g4 + e, reinterpret_cast<const float4*>(n.values) + base + e);
   }
-  for (int c = tid; c < q; c += kN) async_copy::cp_async16(w4 + c, reinterpret_cast<const float4*>(n.weight) + c);
   async_copy::cp_async_commit();
+  for (int c = tid; c < q; c += kN) asm volatile("prefetch.global.L1 [%0];" ::"l"(w4 + c));
   float sg[MT];
 #pragma unroll
   for (int m = 0; m < MT; ++m) sg[m] = n.values && m < mt ? gated_scale(__ldcg(n.gate_logit + m0 + m)) : 0.0f;
@@ -138,7 +139,7 @@ __device__ __forceinline__ void rms_norm_fill(const NormArgs& n, int K, int m0, 
     const size_t row = size_t(m0 + m) * size_t(q);
     for (int c = tid; c < q; c += kN) {
       const float4 v = a4[m * q + c];
-      const float4 y = norm_chunk(v, inv, w4[c]);
+      const float4 y = norm_chunk(v, inv, __ldg(w4 + c));
       a4[m * q + c] = y;
       if (writer) {
         if (n.residual_out) reinterpret_cast<float4*>(n.residual_out)[row + c] = v;
