@@ -107,11 +107,6 @@ int main(int argc, char** argv) {
   app.add_option("--shared-expert-decode", shared_expert_decode,
                  "decode steps' shared expert: side (a second stream, beside the routed experts), before or after "
                  "(the routed experts, on the step's stream)");
-  std::string fused_norm = "on";
-  app.add_option("--fused-norm", fused_norm,
-                 "decode steps of 1-2 rows: on (each norm inside the row GEMV of its projections) or off "
-                 "(add_rms_norm launches)")
-      ->check(CLI::IsMember({"on", "off"}));
   std::string timeline_csv;
 #ifdef MOESERVE_HAVE_CUPTI
   app.add_option("--kernel-timeline", timeline_csv,
@@ -149,7 +144,6 @@ int main(int argc, char** argv) {
     cuda::set_decode_attention(o, decode_attention);
     o.pdl = pdl;
     cuda::set_shared_expert_decode(o, shared_expert_decode);
-    o.fused_norm = fused_norm == "on";
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);
     const auto t0 = Clock::now();

@@ -266,34 +266,6 @@ TEST(CudaModel, SharedExpertDecodeOrderChangesNoLogits) {
   EXPECT_THROW(cuda::set_shared_expert_decode(bad, "aux"), Error);
 }
 
-// Decode steps of one or two generated rows run each norm before a set of projections inside their
-// row GEMV (CudaModelOptions::fused_norm, row_gemv_f32_norm): the same logits, bit for bit, as the
-// add_rms_norm launches, for generated steps of 1 and 2 tokens; steps of 7 generated tokens and steps of
-// prompt tokens (which never fuse) agree with them; greedy alone (fused) equals greedy in a batch of five.
-TEST(CudaModel, FusedNormChangesNoLogits) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  for (const std::string name : {"hybrid_int4_fp8", "fp8_block", "quant_base_bf16"}) {
-    SCOPED_TRACE(name);
-    Reference ref(name);
-    const auto ids = ref.ids("input_ids");
-    auto off_options = small_options();
-    off_options.fused_norm = false;
-    auto off = cuda::Qwen35CudaModel::load(fixture_dir(name), off_options);
-    auto on = cuda::Qwen35CudaModel::load(fixture_dir(name), small_options());
-    const auto one = score(*on, ids, 1, /*prompt_len=*/0);
-    EXPECT_GT(on->fused_norms_enqueued(), 0) << "no norm was fused";
-    EXPECT_EQ(one, score(*off, ids, 1, /*prompt_len=*/0)) << "one generated token per step";
-    EXPECT_EQ(off->fused_norms_enqueued(), 0);
-    EXPECT_EQ(score(*on, ids, 2, /*prompt_len=*/0), score(*off, ids, 2, /*prompt_len=*/0)) << "two per step";
-    EXPECT_EQ(score(*on, ids, 7, /*prompt_len=*/0), one) << "seven per step (not fused) against one (fused)";
-    const auto prompt = score(*on, ids, 16);
-    EXPECT_EQ(prompt, score(*off, ids, 16)) << "prompt tokens";
-    EXPECT_GT(top1_agreement(one, prompt, size_t(on->config().vocab_size)), 0.9);
-    const std::vector<int32_t> p(ids.begin(), ids.begin() + 20);
-    EXPECT_EQ(greedy_batch(*on, with_rotations(p), 8)[0], greedy_batch(*on, {p}, 8)[0]) << "batch of five";
-  }
-}
-
 // The tensor-core attention only takes head_dim 64/128/256 (the fixtures have 24 and 32), so
 // this model of random weights with head_dim 128 checks its wiring: prompt tokens are bit-equal
 // whatever shares their steps and however they are fed at multiples of 64 positions (the

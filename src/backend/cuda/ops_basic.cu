@@ -30,7 +30,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/ops_basic.h"
-#include "backend/cuda/rms_norm_row.cuh"
 #include "core/error.h"
 
 namespace moeserve::cuda {
@@ -115,7 +114,16 @@ __global__ void embedding_scalar_kernel(const int32_t* ids, const bf16* table, i
 // + M·H·4 (out_f32 write) [+ M·H·2: bf16 out write] + H·4 (weight) bytes.
 // Chunk c of a row covers elements 4c .. 4c+3; chunks past the row (and elements past H in
 // the last chunk) read as zero and are never stored. ----
-using rms_row::rms_norm_plan;
+struct NormPlan {
+  int threads;     // T: a multiple of 32, at most 1024
+  int per_thread;  // chunks per thread
+};
+
+NormPlan norm_plan(int H) {
+  const int chunks = (H + 3) / 4;
+  const int threads = std::min(1024, (chunks + 31) / 32 * 32);
+  return {threads, (chunks + threads - 1) / threads};
+}
 
 __device__ __forceinline__ float4 load_chunk(const float* row, int c, int H, bool vec) {
   const int i = 4 * c;
@@ -163,13 +171,27 @@ __device__ __forceinline__ void store_chunk_bf16(bf16* row, int c, int H, bool v
   if (i + 3 < H) row[i + 3] = __float2bfloat16(v.w);
 }
 
-// The norm's arithmetic (sum of squares, inv, (1 + w) scaling, the gated add): rms_norm_row.cuh,
-// shared with the row GEMVs' norm prologue, so that both give the same bits.
-using rms_row::gated_add;
-using rms_row::norm_chunk;
-using rms_row::rms_inv;
-using rms_row::sum_squares;
-__device__ __forceinline__ float gated_scale(const GatedAdd& g, size_t m) { return rms_row::gated_scale(g.gate_logit[m]); }
+__device__ __forceinline__ float sum_squares(float ss, float4 v) {
+  ss += v.x * v.x;
+  ss += v.y * v.y;
+  ss += v.z * v.z;
+  ss += v.w * v.w;
+  return ss;
+}
+
+__device__ __forceinline__ float4 norm_chunk(float4 v, float inv, float4 w) {
+  return make_float4(v.x * inv * (1.0f + w.x), v.y * inv * (1.0f + w.y), v.z * inv * (1.0f + w.z),
+                     v.w * inv * (1.0f + w.w));
+}
+
+// The gated add (GatedAdd): sigmoid of the row's gate logit exactly as the MoE combine computes the
+// shared expert's scale (ops_moe.cu shared_scale), then one fmaf per element.
+__device__ __forceinline__ float gated_scale(const GatedAdd& g, size_t m) {
+  return 1.0f / (1.0f + __expf(-g.gate_logit[m]));
+}
+__device__ __forceinline__ float4 gated_add(float4 v, float s, float4 g) {
+  return make_float4(fmaf(s, g.x, v.x), fmaf(s, g.y, v.y), fmaf(s, g.z, v.z), fmaf(s, g.w, v.w));
+}
 
 // kPer chunks per thread held in registers (the host picks kPer >= the plan's per_thread;
 // extra chunks are past the row: zeros that leave the sum unchanged).
@@ -218,7 +240,7 @@ __global__ void __launch_bounds__(1024) add_rms_norm_kernel(float* residual, con
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) ss = sum_squares(ss, v[j]);
-  const float inv = rms_inv(block_sum(ss), H, eps);
+  const float inv = rsqrtf(block_sum(ss) / float(H) + eps);
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const float4 y = norm_chunk(v[j], inv, wv[j]);
@@ -252,7 +274,7 @@ __global__ void __launch_bounds__(1024) add_rms_norm_wide_kernel(float* residual
     if (delta || gated.values) store_chunk(r, threadIdx.x + j * T, H, vec, v);
     ss = sum_squares(ss, v);
   }
-  const float inv = rms_inv(block_sum(ss), H, eps);
+  const float inv = rsqrtf(block_sum(ss) / float(H) + eps);
   for (int j = 0; j < per; ++j) {
     const int c = threadIdx.x + j * T;
     const float4 y = norm_chunk(load_chunk(r, c, H, vec), inv, load_chunk(w, c, H, vec));
@@ -472,7 +494,7 @@ void add_rms_norm(float* residual, const float* delta, GatedAdd gated, const flo
   if (M == 0) return;
   if ((gated.values == nullptr) != (gated.gate_logit == nullptr))
     throw Error("add_rms_norm: a gated add needs both its values and its gate logits");
-  const rms_row::NormPlan p = rms_norm_plan(H);
+  const NormPlan p = norm_plan(H);
   // Vector chunks need every row 16-byte aligned (f32) / 8-byte aligned (bf16 out).
   const bool vec = H % 4 == 0 && aligned(residual, 16) && aligned(delta, 16) && aligned(gated.values, 16) &&
                    aligned(w, 16) && aligned(out_f32, 16) && aligned(out, 8);

@@ -76,28 +76,6 @@ bool row_gemv_gated_supported(const DeviceLinear& w);
 void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,
                         cudaStream_t stream);
 
-// y_i (+)= W_i · x with x = the (1 + w) RMSNorm of the residual rows, computed by every CTA of the
-// launch itself (no add_rms_norm launch before it): bit-identical to
-//   add_rms_norm(residual, nullptr, GatedAdd{values, gate_logit}, weight, M, K, eps, nullptr, s, x)
-// followed by row_gemv_f32(x, M, jobs), also in what it writes: residual_out (if not null; it must
-// not be the residual, which every CTA reads) receives the updated residual (residual, or
-// fmaf(sigmoid(gate_logit), values, residual) with a gated add), x_out (if not null) the normalised
-// rows. M = 1 or 2 (the streaming kernel's shapes, the tile's x staged in shared memory: M·K·4 bytes <= 46
-// KB, twice that with a gated add), K % 4 == 0 (row_gemv_norm_supported); residual, values, weight and
-// outputs f32, 16-byte aligned. The norm's arithmetic: rms_norm_row.cuh (add_rms_norm's plan for K
-// emulated by the CTA's 8 warps).
-struct RowNormInput {
-  const float* residual = nullptr;    // [M, K]
-  const float* values = nullptr;      // [M, K]: the gated add's values (null: none)
-  const float* gate_logit = nullptr;  // [M]
-  const float* weight = nullptr;      // [K]
-  float eps = 1e-6f;
-  float* residual_out = nullptr;  // [M, K] or null
-  float* x_out = nullptr;         // [M, K] or null
-};
-bool row_gemv_norm_supported(int M, std::span<const RowGemvJob> jobs, bool gated_add);
-void row_gemv_f32_norm(const RowNormInput& in, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream);
-
 // How the M <= 2 streaming kernel (row_gemv_f32 and row_gemv_f32_gated at one or two tokens)
 // feeds its weights, process-wide, for A/B measurements in one binary; both feeds give the
 // same bits. Lean (the default): the register ring with lean addressing (running pointers,

@@ -94,7 +94,6 @@
 #include "backend/cuda/device_info.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/rms_norm_row.cuh"
 #include "backend/cuda/row_weight_format.cuh"
 
 namespace moeserve::cuda {
@@ -745,8 +744,7 @@ enum : int { kFeedRegisters = 0, kFeedLean = 1 };
 
 template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void stream_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
-                                            const rms_row::NormArgs& norm, bool writer, float* act, int K, int n0,
-                                            int m0, int mt, int S, int T) {
+                                            float* act, int K, int n0, int m0, int mt, int S, int T) {
   static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
   constexpr size_t kElem = F == kBf16 ? 2 : 1;
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // the same bytes in flight
@@ -777,11 +775,8 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
   const float* xt;
-  if constexpr (kGated) {  // every thread of the CTA: barriers inside
-    if (u)
-      fill_act(x, u, K, m0, mt, act);
-    else
-      rms_row::rms_norm_fill<kThreads, MT>(norm, K, m0, mt, act, writer);
+  if constexpr (kGated) {
+    fill_act(x, u, K, m0, mt, act);  // every thread of the CTA: the barrier inside
     xt = act;
   } else {
     xt = x + size_t(m0) * K;
@@ -824,9 +819,8 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
 // stream_rows (same chains, same order, same trees).
 template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __restrict__ x,
-                                                 const float* __restrict__ u, const rms_row::NormArgs& norm,
-                                                 bool writer, float* act, int K, int n0, int m0, int mt, int S,
-                                                 int T) {
+                                                 const float* __restrict__ u, float* act, int K, int n0, int m0,
+                                                 int mt, int S, int T) {
   static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
   constexpr int kElem = F == kBf16 ? 2 : 1;
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // the same bytes in flight
@@ -873,11 +867,8 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
   const float* xt;
-  if constexpr (kGated) {  // every thread of the CTA: barriers inside
-    if (u)
-      fill_act(x, u, K, m0, mt, act);
-    else
-      rms_row::rms_norm_fill<kThreads, MT>(norm, K, m0, mt, act, writer);
+  if constexpr (kGated) {
+    fill_act(x, u, K, m0, mt, act);  // every thread of the CTA: the barrier inside
     xt = act;
   } else {
     xt = x + size_t(m0) * K;
@@ -918,7 +909,7 @@ inline constexpr int kStreamMinBlocks = R == 1 ? 3 : 2;
 template <int MT, int R, int D, bool kGated, int kFeed, int kBlocks = kStreamMinBlocks<R>>
 __global__ void __launch_bounds__(kThreads, kBlocks)
     row_gemv_f32_stream_kernel(const float* __restrict__ x, const float* __restrict__ u, int M, Jobs jobs, int K,
-                               int S, int T, int tiles, rms_row::NormArgs norm) {
+                               int S, int T, int tiles) {
   pdl_launch_dependents();
   extern __shared__ float4 stream_smem_f4[];  // gated: the tile's silu(g)·u [MT][K] f32
   const int tile = int(blockIdx.x) % tiles, rb = int(blockIdx.x) / tiles;
@@ -933,9 +924,9 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   with_format(job.fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
     if constexpr (kFeed == kFeedLean)
-      stream_rows_lean<F, MT, R, D, kGated>(job, x, u, norm, rb == 0, act, K, n0, m0, mt, S, T);
+      stream_rows_lean<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
     else
-      stream_rows<F, MT, R, D, kGated>(job, x, u, norm, rb == 0, act, K, n0, m0, mt, S, T);
+      stream_rows<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
   });
 }
 
@@ -1022,15 +1013,13 @@ void launch_tiled_smem(const float* x, const float* u, int M, const Jobs& jobs, 
 
 // The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
 template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters, int kBlocks = kStreamMinBlocks<R>>
-void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream,
-                   const rms_row::NormArgs& norm = {}) {
+void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
   const KSplit ks = k_split(K);
   const int tiles = (M + MT - 1) / MT;
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
-  // Gated: the tile's x; the norm prologue with a gated add also its values (<= kGatedSmem).
-  const size_t smem = kGated ? size_t(norm.values ? 2 : 1) * size_t(MT) * size_t(K) * sizeof(float) : 0;
+  const size_t smem = kGated ? size_t(MT) * size_t(K) * sizeof(float) : 0;  // <= kGatedSmem
   launch_pdl(M <= kPdlMaxRows, row_gemv_f32_stream_kernel<MT, R, D, kGated, kFeed, kBlocks>, dim3(grid),
-             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles, norm);
+             dim3(kThreads), smem, stream, x, u, M, jobs, K, ks.S, ks.T, tiles);
   MOESERVE_CUDA_CHECK_LAUNCH();
 }
 
@@ -1168,31 +1157,6 @@ void launch(const float* x, const float* u, int M, const Jobs& jobs, int K, cuda
   }
 }
 
-// The norm prologue's launches (row_gemv_f32_norm): one or two tokens, x from shared memory (the
-// gated instances with u null: the prologue fills it). The lean feed (K % 512 == 0) takes the
-// streaming shape the launch would take without the norm (stream_shape); the Registers feed one row
-// per warp (M = 1: 4 rows where the launch is tall). Every shape gives the same bits.
-void launch_norm(int M, const Jobs& jobs, int K, const rms_row::NormArgs& norm, cudaStream_t stream) {
-  const int feed = requested_feed(K);
-  const StreamShape sh = stream_shape(jobs, M, false, feed);
-  if (feed != kFeedLean) {
-    if (M == 1 && sh.rows_per_warp == 4)
-      return launch_stream<1, 4, 3, true, kFeedRegisters>(nullptr, nullptr, M, jobs, K, stream, norm);
-    if (M == 1) return launch_stream<1, 1, 4, true, kFeedRegisters>(nullptr, nullptr, M, jobs, K, stream, norm);
-    return launch_stream<2, 1, 4, true, kFeedRegisters>(nullptr, nullptr, M, jobs, K, stream, norm);
-  }
-  if (M == 1) {
-    if (sh.rows_per_warp == 4 && sh.ctas_per_sm == 3)
-      return launch_stream<1, 4, 1, true, kFeedLean, 3>(nullptr, nullptr, M, jobs, K, stream, norm);
-    if (sh.rows_per_warp == 4) return launch_stream<1, 4, 2, true, kFeedLean>(nullptr, nullptr, M, jobs, K, stream, norm);
-    return launch_stream<1, 1, 4, true, kFeedLean>(nullptr, nullptr, M, jobs, K, stream, norm);
-  }
-  if (sh.rows_per_warp == 2 && sh.ctas_per_sm == 3)
-    return launch_stream<2, 2, 2, true, kFeedLean, 3>(nullptr, nullptr, M, jobs, K, stream, norm);
-  if (sh.rows_per_warp == 4) return launch_stream<2, 4, 2, true, kFeedLean>(nullptr, nullptr, M, jobs, K, stream, norm);
-  launch_stream<2, 1, 4, true, kFeedLean>(nullptr, nullptr, M, jobs, K, stream, norm);
-}
-
 Job make_job(const RowGemvJob& j) {
   const DeviceLinear& w = *j.w;
   const int f = fmt_of(w);
@@ -1270,35 +1234,6 @@ void row_gemv_f32(const float* x, int M, std::span<const RowGemvJob> jobs, cudaS
     for (int i = 0; i < js.count; ++i) js.job[i] = make_job(jobs[b + size_t(i)]);
     launch(x, nullptr, M, js, int(K), stream);
   }
-}
-
-bool row_gemv_norm_supported(int M, std::span<const RowGemvJob> jobs, bool gated_add) {
-  if (M < 1 || M > 2 || jobs.empty() || jobs.size() > size_t(kMaxRowJobs)) return false;
-  const int64_t K = jobs[0].w->K;
-  if (K <= 0 || K % 4 != 0 || size_t(gated_add ? 2 : 1) * size_t(M) * size_t(K) * sizeof(float) > kGatedSmem)
-    return false;
-  for (const auto& j : jobs)
-    if (!row_gemv_supported(*j.w) || j.w->K != K) return false;
-  return true;
-}
-
-void row_gemv_f32_norm(const RowNormInput& in, int M, std::span<const RowGemvJob> jobs, cudaStream_t stream) {
-  if (M == 0 || jobs.empty()) return;
-  if (!row_gemv_norm_supported(M, jobs, in.values != nullptr))
-    throw Error("row_gemv_f32_norm: needs 1 or 2 rows and at most 8 jobs of FP8 / INT8 / bf16 weights with one K, "
-                "K % 4 == 0, M·K·4 bytes <= 46 KB (twice that with a gated add) (row_gemv_norm_supported)");
-  auto al16 = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!in.residual || !in.weight || (in.values == nullptr) != (in.gate_logit == nullptr))
-    throw Error("row_gemv_f32_norm: needs the residual and the norm weight, and a gated add's values with its logits");
-  if (!al16(in.residual) || !al16(in.values) || !al16(in.weight) || !al16(in.residual_out) || !al16(in.x_out))
-    throw Error("row_gemv_f32_norm: the residual, values, weight and outputs must be 16-byte aligned");
-  if (in.residual_out != nullptr && in.residual_out == in.residual)
-    throw Error("row_gemv_f32_norm: residual_out must not be the residual (every CTA reads it)");
-  Jobs js{};
-  js.count = int(jobs.size());
-  for (int i = 0; i < js.count; ++i) js.job[i] = make_job(jobs[size_t(i)]);
-  const rms_row::NormArgs a{in.residual, in.values, in.gate_logit, in.weight, in.eps, in.residual_out, in.x_out};
-  launch_norm(M, js, int(jobs[0].w->K), a, stream);
 }
 
 void row_gemv_f32_gated(const float* g, const float* u, int M, const DeviceLinear& w, float* y, bool accumulate,

@@ -202,7 +202,6 @@ void Qwen35CudaModel::allocate_workspaces() {
   size_t total = 0;
   auto f32 = [&](DeviceBuffer<float>& b, size_t n) { b.resize(n); total += b.bytes(); };
   f32(residual_, T * H);
-  f32(residual_alt_, size_t(kFusedNormMaxRows) * H);
   f32(router_logits_, T * size_t(c.num_experts));
   f32(shared_down_, T * H);
   f32(shared_gate_logit_, T);
@@ -684,36 +683,13 @@ void Qwen35CudaModel::prompt_multi_rows(std::span<const LinearOut> outs, const f
   }
 }
 
-bool Qwen35CudaModel::fused_norm_multi(float*& residual, GatedAdd gated, const float* w, float* x_out,
-                                       std::span<const LinearOut> outs, int M, int G, cudaStream_t s) {
-  if (!options_.fused_norm || options_.tensor_core_decode || G != M || M > kFusedNormMaxRows) return false;
-  RowGemvJob jobs[kMaxRowJobs];
-  if (outs.empty() || outs.size() > size_t(kMaxRowJobs)) return false;
-  for (size_t i = 0; i < outs.size(); ++i) jobs[i] = RowGemvJob{outs[i].w, outs[i].y, false};
-  const std::span<const RowGemvJob> js(jobs, outs.size());
-  if (!row_gemv_norm_supported(M, js, gated.values != nullptr)) return false;
-  float* other = residual == residual_.data() ? residual_alt_.data() : residual_.data();
-  RowNormInput in;
-  in.residual = residual;
-  in.values = gated.values;
-  in.gate_logit = gated.gate_logit;
-  in.weight = w;
-  in.eps = float(config_.rms_norm_eps);
-  in.residual_out = gated.values ? other : nullptr;  // the sum; without a gated add the residual is unchanged
-  in.x_out = x_out;
-  row_gemv_f32_norm(in, M, js, s);
-  ++fused_norms_;
-  if (gated.values) residual = other;
-  return true;
-}
-
 // The routed experts of one layer. Rows [0, G) are generated tokens, [G, M) prompt tokens; each kind takes
 // one family, fixed by the options (so a token's bits never depend on its batch): the integer form
 // (moe_routed_experts_int; int_experts_generated / int_experts_prompt, formats it covers), the CUDA-core
 // f32 kernels (generated tokens by default) or the f32 tensor-core kernels (prompt tokens, and generated
 // ones with tensor_core_decode_experts). Rows of one family share a call; each call routes its own rows.
 // They add the routed experts only: the shared expert is added by the next norm (enqueue_layers).
-void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, float* residual) {
+void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G) {
   enum class Family { CudaCores, TensorCores, Int };
   const auto& c = config_;
   const int H = int(c.hidden_size), E = int(c.num_experts);
@@ -728,7 +704,7 @@ void Qwen35CudaModel::enqueue_experts(const CudaMoeWeights& moe, int M, int G, f
     const size_t xo = size_t(r0) * size_t(H);
     const float* x = x32_.data() + xo;
     const float* logits = router_logits_.data() + size_t(r0) * size_t(E);
-    float* res = residual + xo;
+    float* res = residual_.data() + xo;
     if (f == Family::Int) {
       if (!moe_routed_experts_int(x, logits, ms, moe.experts, n, moe_mma_ws_.data(), moe_mma_ws_.bytes(), res, s))
         throw Error("moe_routed_experts_int declined experts moe_int_supported accepted");
@@ -755,10 +731,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
   const int H = int(c.hidden_size);
   const float eps = float(c.rms_norm_eps);
   cudaStream_t s = stream_;
-  // The residual rows: residual_, or after a fused norm with a gated add the other buffer (fused_norm_multi);
-  // every kernel that adds into the residual takes `res`.
-  float* res = residual_.data();
-  embedding_lookup(token_ids_ptr_, M, weights_.embed_tokens.data(), H, res, s);
+  embedding_lookup(token_ids_ptr_, M, weights_.embed_tokens.data(), H, residual_.data(), s);
   const AttentionShape as{int(c.num_attention_heads), int(c.num_key_value_heads), int(c.head_dim),
                           int(c.rotary_dim()), eps};
   const GdnShape gs{int(c.linear_num_key_heads), int(c.linear_num_value_heads), int(c.linear_key_head_dim),
@@ -768,26 +741,22 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
   // (ops_basic.h GatedAdd), so the routed experts' kernels never wait for the side stream.
   GatedAdd pending_shared{};
   cudaEvent_t shared_ready = nullptr;
-  // The norm before a layer's first projections (and the final norm): fused into the projections
-  // `outs` where fused_norm_multi takes them (returns true: the caller skips its projections of the
-  // generated rows), else add_rms_norm into x32_.
-  auto norm_adding_shared = [&](const float* w, std::span<const LinearOut> outs) {
+  auto norm_adding_shared = [&](const float* w) {
     if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, shared_ready, 0));
-    const bool fused = !outs.empty() && fused_norm_multi(res, pending_shared, w, nullptr, outs, M, G, s);
-    if (!fused) add_rms_norm(res, nullptr, pending_shared, w, M, H, eps, nullptr, s, x32_.data());
+    add_rms_norm(residual_.data(), nullptr, pending_shared, w, M, H, eps, nullptr, s, x32_.data());
     pending_shared = GatedAdd{};
     shared_ready = nullptr;
-    return fused;
   };
   for (size_t li = 0; li < weights_.layers.size(); ++li) {
     const auto& L = weights_.layers[li];
+    norm_adding_shared(L.input_norm.data());
     if (L.attention) {
       const auto& a = *L.attention;
       const int idx = cache_index_[li];
       KvCacheView kv{k_cache_[size_t(idx)].data(), v_cache_[size_t(idx)].data(), num_kv_blocks_ + 1,
                      int(c.num_key_value_heads), options_.kv_block_size, int(c.head_dim)};
       const LinearOut qkv[] = {{&a.q_proj, qg_.data()}, {&a.k_proj, k_.data()}, {&a.v_proj, v_.data()}};
-      if (!norm_adding_shared(L.input_norm.data(), qkv) && multi_rows_fork(qkv, x32_.data(), M, G, s)) {  // K and V beside Q's GEMM
+      if (multi_rows_fork(qkv, x32_.data(), M, G, s)) {  // K and V beside Q's GEMM
         prompt_multi_rows(std::span<const LinearOut>(qkv + 1, 2), x32_.data(), M, G, aux_stream_);
         MOESERVE_CUDA_CHECK(cudaEventRecord(kv_ready_event_, aux_stream_));
         prompt_multi_rows(std::span<const LinearOut>(qkv, 1), x32_.data(), M, G, s);
@@ -809,7 +778,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       if (paged_attention_prefill_supported(as) && split.generated_rows < M)  // prompt tokens: tensor cores
         paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,
                                 split.generated_rows, M - split.generated_rows, nullptr, 0, attn_out_.data(), s);
-      linear_rows(a.o_proj, attn_out_.data(), M, G, res, /*accumulate=*/true, s);
+      linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true, s);
     } else {
       const auto& g = *L.gdn;
       const int idx = cache_index_[li];
@@ -823,7 +792,7 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
       // Prompt rows: b and a, then z on the side stream beside the qkv GEMM; z is waited for only
       // before the kernel that reads it (the chunked scan's gated norm: its z_ready).
       cudaEvent_t z_ready = nullptr;
-      if (!norm_adding_shared(L.input_norm.data(), in_proj) && multi_rows_fork(in_proj, x32_.data(), M, G, s)) {
+      if (multi_rows_fork(in_proj, x32_.data(), M, G, s)) {
         prompt_multi_rows(std::span<const LinearOut>(in_proj + 2, 2), x32_.data(), M, G, aux_stream_);
         MOESERVE_CUDA_CHECK(cudaEventRecord(ba_ready_event_, aux_stream_));
         prompt_multi_rows(std::span<const LinearOut>(in_proj + 1, 1), x32_.data(), M, G, aux_stream_);
@@ -852,20 +821,16 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
         gated_delta_net(qkv_.data(), z_.data(), b_.data(), a_.data(), gs, p, meta_, gdn_ws_.data(), gdn_ws_.bytes(),
                         gdn_out_.data(), s);
       }
-      linear_rows(g.out_proj, gdn_out_.data(), M, G, res, /*accumulate=*/true, s);
+      linear_rows(g.out_proj, gdn_out_.data(), M, G, residual_.data(), /*accumulate=*/true, s);
     }
+    add_rms_norm(residual_.data(), nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
     const auto& moe = L.moe;
     // Router, shared-expert gate, shared gate and up: one launch for the generated rows.
     const LinearOut moe_in[] = {{&moe.router, router_logits_.data()},
                                 {&moe.shared_expert_gate, shared_gate_logit_.data()},
                                 {&moe.shared_gate, shared_g_.data()},
                                 {&moe.shared_up, shared_u_.data()}};
-    // The post-attention norm: inside the router set where it fuses (x32_ still written: the experts
-    // read it), else its own launch.
-    if (!fused_norm_multi(res, GatedAdd{}, L.post_attention_norm.data(), x32_.data(), moe_in, M, G, s)) {
-      add_rms_norm(res, nullptr, L.post_attention_norm.data(), M, H, eps, nullptr, s, x32_.data());
-      if (std::min(G, M) > 0) generated_multi(moe_in, x32_.data(), std::min(G, M), s);
-    }
+    if (std::min(G, M) > 0) generated_multi(moe_in, x32_.data(), std::min(G, M), s);
     // The shared expert (the prompt rows' gate logit, gate and up GEMMs, then every row's down
     // projection; the next norm adds it: residual = (residual + routed) + sigmoid(gate)·shared).
     // Steps with prompt tokens run it on the side stream beside the routing and the routed experts
@@ -887,11 +852,11 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
     } else if (order == Order::Before) {
       enqueue_shared_expert(moe, M, G, s);
     }
-    enqueue_experts(moe, M, G, res);
+    enqueue_experts(moe, M, G);
     if (order == Order::After) enqueue_shared_expert(moe, M, G, s);
     pending_shared = GatedAdd{shared_down_.data(), shared_gate_logit_.data()};
   }
-  norm_adding_shared(weights_.final_norm.data(), {});
+  norm_adding_shared(weights_.final_norm.data());
 }
 
 // The shared expert of a MoE block on stream ss, after the router set (generated_multi) wrote the

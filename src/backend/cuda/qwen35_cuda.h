@@ -11,7 +11,6 @@
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_sampler.h"
 #include "backend/cuda/linear_runner.h"
-#include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_attention.h"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/ops_moe.h"
@@ -76,10 +75,6 @@ struct CudaModelOptions {
   // allows; prefill steps are then cut at multiples of 64 positions (prefill_alignment()).
   // Off: the sequential recurrence for every token.
   bool chunked_deltanet = true;
-  // Decode steps of one or two generated rows: each norm before a set of projections runs inside their
-  // row GEMV (row_gemv_f32_norm: every CTA normalises the rows itself, the same bits as add_rms_norm),
-  // which removes 96 norm launches from a 122B step; off: add_rms_norm, then the projections.
-  bool fused_norm = true;
 };
 
 // `--decode-kernels`: "gemv" (both families on CUDA cores), "tensor-cores" (both on tensor cores) or
@@ -107,8 +102,6 @@ class Qwen35CudaModel final : public model::CausalLM {
   ~Qwen35CudaModel() override;
 
   const io::Qwen35Config& config() const override { return config_; }
-  // Norms enqueued inside a projection's row GEMV so far (fused_norm; a captured graph counts once).
-  long fused_norms_enqueued() const { return fused_norms_; }
   model::CacheGeometry cache_geometry() const override;
   void allocate_caches(int num_kv_blocks, int num_state_slots) override;
   void reset_state(int32_t slot) override;
@@ -137,7 +130,7 @@ class Qwen35CudaModel final : public model::CausalLM {
     int generated_seqs = 0;
   };
   void enqueue_layers(int M, RowSplit split);
-  void enqueue_experts(const CudaMoeWeights& moe, int M, int G, float* residual);
+  void enqueue_experts(const CudaMoeWeights& moe, int M, int G);
   void enqueue_shared_expert(const CudaMoeWeights& moe, int M, int G, cudaStream_t ss);
   void linear_rows(const DeviceLinear& w, const float* x, int M, int gemv_rows, float* y, bool accumulate,
                    cudaStream_t s);
@@ -145,12 +138,6 @@ class Qwen35CudaModel final : public model::CausalLM {
   bool multi_rows_fork(std::span<const LinearOut> outs, const float* x, int M, int gemv_rows, cudaStream_t s);
   void fork_side(cudaStream_t s);
   void generated_multi(std::span<const LinearOut> outs, const float* x, int rows, cudaStream_t s);
-  // The norm of the residual rows (+ a gated add) fused into the projections of its output
-  // (row_gemv_f32_norm) where options_.fused_norm, the step is all generated rows and the GEMV takes it:
-  // true if it ran them (a gated add's sum went to the other residual buffer: *residual points at it
-  // now); false if the caller must run add_rms_norm and the projections itself.
-  bool fused_norm_multi(float*& residual, GatedAdd gated, const float* w, float* x_out,
-                        std::span<const LinearOut> outs, int M, int G, cudaStream_t s);
   // LM head of logit rows [row_begin, row_begin + rows); the first gemv_rows of them are GEMV rows.
   void enqueue_lm_head_rows(int row_begin, int rows, int gemv_rows);
   void allocate_workspaces();
@@ -192,11 +179,6 @@ class Qwen35CudaModel final : public model::CausalLM {
   // Activations stay f32 between ops: a decode step is bound by weight bytes, so f32 costs
   // almost nothing, and bf16 rounding of the intermediates is what separated the bf16 path
   // from the fp32 reference (docs/CUDA_BACKEND.md, "Precision"). x32_: the norm output.
-  // residual_alt_: the other residual buffer of fused norms with a gated add (fused_norm_multi), rows <=
-  // kFusedNormMaxRows.
-  static constexpr int kFusedNormMaxRows = 2;
-  DeviceBuffer<float> residual_alt_;
-  long fused_norms_ = 0;
   DeviceBuffer<float> residual_, router_logits_, shared_down_, shared_gate_logit_, logits_, x32_, b_, a_;
   DeviceBuffer<float> qg_, k_, v_, q_, gate_, attn_out_, qkv_, z_, gdn_out_, shared_g_, shared_u_, shared_act_,
       head_in_;
