@@ -29,7 +29,7 @@ struct KernelVariantFlags {
   int wgmma_overlap = cuda::mma_gemm_wgmma_overlap();
   int moe_mma = cuda::moe_mma_variant();
   int moe_int_decode = cuda::moe_int_decode_variant();
-  int moe_int_ring = 0;
+  int moe_int_ring = -1;
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
   bool moe_int_wgmma = cuda::moe_int_wgmma();
@@ -46,8 +46,8 @@ struct KernelVariantFlags {
                    "shape; 0 x via L1");
     app.add_option("--moe-decode-variant", moe_decode, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
     app.add_option("--moe-int-ring", moe_int_ring,
-                   "integer-form streaming expert kernels: at most this many ring steps in flight per thread (0: the "
-                   "largest that fits)");
+                   "integer-form streaming expert kernels: at most this many ring steps in flight per thread (-1: "
+                   "2 at 2-8 tokens, the largest that fits at one; 0: the largest that fits)");
     app.add_option("--moe-int-decode-variant", moe_int_decode,
                    "integer-form expert kernels for <= 8 tokens: 2 streaming with gate/up and down in one launch "
                    "at one token, 1 streaming, 0 persistent (same bits)");

@@ -439,6 +439,7 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
   EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "the streaming kernels with the fused one are the default";
   for (int bad : {-1, 3, 4}) EXPECT_THROW(cuda::set_moe_int_decode_variant(bad), Error) << bad;
   EXPECT_EQ(cuda::moe_int_decode_variant(), 2) << "a rejected value leaves the variant as it was";
+  EXPECT_THROW(cuda::set_moe_int_stream_ring_cap(-2), Error);
   Rng rng(97);
   const std::vector<IntCase>& cases = shape_cases();
   int fused_steps = 0;
@@ -465,6 +466,18 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
           ASSERT_TRUE(ran);
         }
         cuda::set_moe_int_decode_variant(2);
+        // The ring's cap (set_moe_int_stream_ring_cap: at most 2 steps at 2-8 tokens by default) only
+        // groups loads: the streaming kernels give the same bits with every cap.
+        for (int cap : {0, 1, 3}) {
+          cuda::set_moe_int_stream_ring_cap(cap);
+          bool ran = false;
+          const auto capped = run(d, c, in, M, &ran);
+          cuda::set_moe_int_stream_ring_cap(-1);
+          ASSERT_TRUE(ran);
+          int diffs = 0;
+          for (size_t i = 0; i < out[2].size(); ++i) diffs += !bits_equal(out[2][i], capped[i]);
+          EXPECT_EQ(diffs, 0) << "ring cap " << cap << ", M=" << M << " shared=" << with_shared;
+        }
         for (int variant : {1, 0}) {
           int diffs = 0, changed = 0;
           for (size_t i = 0; i < out[2].size(); ++i) {

@@ -820,10 +820,9 @@ struct StreamPlan {
 // not fit. bytes(R, IR, threads): the CTA's dynamic shared memory. The ring only groups loads,
 // never a sum: choosing it by M or by device keeps every bit.
 // A second phase through the same ring (the fused kernel): items2 more items of rows2 rows each.
-std::atomic<int> g_ring_cap{0};  // set_moe_int_stream_ring_cap
-
+// cap > 0: at most that many steps (ring_cap).
 template <class Bytes>
-StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, const Caps& c, Bytes bytes,
+StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes, const Caps& c, int cap, Bytes bytes,
                        int items2 = 0, int rows2 = 0) {
   StreamPlan P;
   P.threads = std::min(kMaxThreads, std::max(64, (items + 31) / 32 * 32));  // >= 2 warps: gate/up's x staging
@@ -832,7 +831,7 @@ StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes
   const int reg_max = c.sm.regs_per_sm / (P.threads * std::max(regs, 1)), thread_max = c.sm.threads_per_sm / P.threads;
   const int want_max = std::max(1, std::min({reg_max, thread_max, (ctas + c.sm.sms - 1) / c.sm.sms}));
   int max_ring = std::min(kMaxRing, (per_thread * rows + per_thread2 * rows2) / kStepRows);
-  if (const int cap = g_ring_cap.load(std::memory_order_relaxed); cap > 0) max_ring = std::min(max_ring, cap);
+  if (cap > 0) max_ring = std::min(max_ring, cap);
   for (int want = want_max; want >= 1; --want) {
     const long budget = std::min<long>(c.sm.smem_optin, long(c.sm.smem_per_sm) / want - c.sm.smem_reserved) - long(static_bytes);
     for (int R = max_ring; R >= 1; --R) {
@@ -851,6 +850,17 @@ StreamPlan plan_stream(int items, int rows, int ctas, int regs, int static_bytes
 }
 
 std::atomic<int> g_variant{2};
+
+// The ring's cap for a step of M tokens (set_moe_int_stream_ring_cap; < 0: by M). Steps of 2-8 tokens
+// take at most 2 steps of 2 rows per thread: docs/PERF.md run S24-7, the 122B at batch 2 / 4 / 6 / 8
+// 6.03 / 8.12 / 13.42 / 13.60 ms per step against 6.32 / 8.27 / 13.69 / 13.88 with the largest ring
+// that fits (7 steps), 1 and 3 steps no better than 7; one token (the fused kernel) is the same
+// either way (3.72-3.77 ms, run S24-6), so it keeps the largest.
+std::atomic<int> g_ring_cap{-1};
+int ring_cap(int M) {
+  const int cap = g_ring_cap.load(std::memory_order_relaxed);
+  return cap >= 0 ? cap : (M >= 2 ? 2 : 0);
+}
 
 // Both kernels' plans for a step of M tokens (ok false: the shape or the device does not fit them).
 struct Plans {
@@ -875,10 +885,11 @@ Plans plan_for(const MoeShape& s, const DeviceExperts& ex, int M) {
   P.grid_down = dim3(unsigned(H / kDownCols), unsigned(M));
   const int uu = P.u_up, ud = P.u_down;
   P.down = plan_stream(2 * k * (I / ud), ud / 8, int(P.grid_down.x * P.grid_down.y), c.regs_down, c.static_down,
-                       c, [&](int R, int IR, int nt) { return down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes; });
+                       c, ring_cap(M),
+                       [&](int R, int IR, int nt) { return down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes; });
   // down's staging loads s_b and ΣX with its first batch: at most 2 and 4 per thread.
   if (k * lay.nbs > 2 * P.down.threads || k * lay.sxs > 4 * P.down.threads) return P;
-  P.up = plan_stream(8 * (H / uu), uu / 8, int(P.grid_up.x * P.grid_up.y), c.regs_up, c.static_up, c,
+  P.up = plan_stream(8 * (H / uu), uu / 8, int(P.grid_up.x * P.grid_up.y), c.regs_up, c.static_up, c, ring_cap(M),
                      [&](int R, int IR, int nt) { return up_smem(H, uu, R, IR, nt).bytes; });
   P.ok = P.up.ok && P.down.ok;
   return P;
@@ -909,7 +920,7 @@ FusedPlan fused_plan(const MoeShape& s, const DeviceExperts& ex, int M, bool sym
   const int ctas = int(F.grid.x * F.grid.y);
   if (F.down_ctas > ctas) return F;
   F.ring = plan_stream(
-      8 * (H / uu), uu / 8, ctas, c.regs_fused, c.static_fused, c,
+      8 * (H / uu), uu / 8, ctas, c.regs_fused, c.static_fused, c, ring_cap(1),
       [&](int R, int IR, int nt) {
         return std::max(up_smem(H, uu, R, IR, nt).bytes, down_smem(I, ud, k, lay.nbs, lay.sxs, R, IR, nt).bytes);
       },
@@ -998,7 +1009,8 @@ void set_moe_int_decode_variant(int variant) {
 int moe_int_decode_variant() { return moe_int_detail::g_variant.load(); }
 
 void set_moe_int_stream_ring_cap(int steps) {
-  if (steps < 0) throw Error("set_moe_int_stream_ring_cap: " + std::to_string(steps) + " (0: no cap)");
+  if (steps < -1)
+    throw Error("set_moe_int_stream_ring_cap: " + std::to_string(steps) + " (-1: by the step's tokens, 0: no cap)");
   moe_int_detail::g_ring_cap.store(steps);
 }
 
