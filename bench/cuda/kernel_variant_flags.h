@@ -30,6 +30,7 @@ struct KernelVariantFlags {
   int moe_mma = cuda::moe_mma_variant();
   int moe_int_decode = cuda::moe_int_decode_variant();
   int moe_int_ring = -1;
+  int gemv_early = 1;
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
   bool moe_int_wgmma = cuda::moe_int_wgmma();
@@ -45,6 +46,8 @@ struct KernelVariantFlags {
                    "row GEMV token tiles (M >= 3): 2 x in shared memory, 8 warps; 1 the same with 6/8 warps by "
                    "shape; 0 x via L1");
     app.add_option("--moe-decode-variant", moe_decode, "expert kernels for <= 8 tokens: 1 streaming, 0 previous");
+    app.add_option("--gemv-early-loads", gemv_early,
+                   "one/two-token row GEMVs: first weight loads before the PDL wait (1) or after it (0)");
     app.add_option("--moe-int-ring", moe_int_ring,
                    "integer-form streaming expert kernels: at most this many ring steps in flight per thread (-1: "
                    "2 at 2-8 tokens, the largest that fits at one; 0: the largest that fits)");
@@ -89,6 +92,7 @@ struct KernelVariantFlags {
     cuda::set_moe_decode_variant(moe_decode);
     cuda::set_moe_int_decode_variant(moe_int_decode);
     cuda::set_moe_int_stream_ring_cap(moe_int_ring);
+    cuda::set_row_gemv_early_loads(gemv_early != 0);
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);
     cuda::set_attention_decode_variant(attention_decode);

@@ -56,6 +56,10 @@ bool row_gemv_supported(const DeviceLinear& w);
 // non-gated launches (0 = chosen by shape; 1..17: see launch() in ops_quant_gemv_multi.cu). Every
 // shape gives the same bits.
 void set_row_gemv_one_token_variant(int v);
+// Measurement: whether the one/two-token streaming kernel (lean feed) issues its first weight loads
+// before griddepcontrol.wait (true, the default: they overlap the previous kernel) or after it. The
+// same bits either way. Read at launch time.
+void set_row_gemv_early_loads(bool early);
 // The form of the token-tile kernel (every launch of M >= 3, and gated M >= 2 whose tile holds
 // two or more tokens), process-wide, for A/B measurements; all give the same bits. 2 (the
 // default; docs/PERF.md run S7: q_proj at 8 tokens 36.9 us instead of 60.7, batch 64 decode

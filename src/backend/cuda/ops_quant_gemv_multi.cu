@@ -121,6 +121,7 @@ struct Job {
 struct Jobs {
   Job job[kMaxRowJobs];
   int count;
+  int early_loads = 1;  // the lean streaming kernel's first weight loads before griddepcontrol.wait (1) or after
 };
 
 // Slices of the K steps: a function of K only (the reduction order may not depend on more).
@@ -820,7 +821,7 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
 template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __restrict__ x,
                                                  const float* __restrict__ u, float* act, int K, int n0, int m0,
-                                                 int mt, int S, int T) {
+                                                 int mt, int S, int T, bool early) {
   static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
   constexpr int kElem = F == kBf16 ? 2 : 1;
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // the same bytes in flight
@@ -860,12 +861,17 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
       sp += 4;
     }
   };
-  if (active) {
+  if (active && early) {
 #pragma unroll
     for (int d = 0; d < D; ++d)
       if (d < steps) load(raw[d], rs[d]);  // in flight while the previous kernel finishes
   }
   pdl_wait();  // x, g, u and y may be written or read by earlier kernels; the weights never are
+  if (active && !early) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+      if (d < steps) load(raw[d], rs[d]);
+  }
   const float* xt;
   if constexpr (kGated) {
     fill_act(x, u, K, m0, mt, act);  // every thread of the CTA: the barrier inside
@@ -924,7 +930,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   with_format(job.fmt, [&](auto f) {
     constexpr int F = decltype(f)::value;
     if constexpr (kFeed == kFeedLean)
-      stream_rows_lean<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
+      stream_rows_lean<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T, jobs.early_loads != 0);
     else
       stream_rows<F, MT, R, D, kGated>(job, x, u, act, K, n0, m0, mt, S, T);
   });
@@ -1012,8 +1018,11 @@ void launch_tiled_smem(const float* x, const float* u, int M, const Jobs& jobs, 
 }
 
 // The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
+std::atomic<int> g_early_loads{1};  // set_row_gemv_early_loads
+
 template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters, int kBlocks = kStreamMinBlocks<R>>
 void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
+  jobs.early_loads = g_early_loads.load(std::memory_order_relaxed);
   const KSplit ks = k_split(K);
   const int tiles = (M + MT - 1) / MT;
   const unsigned grid = grid_blocks(jobs, kWarps * R, tiles);
@@ -1171,6 +1180,7 @@ std::atomic<int> g_row_gemv_feed{int(RowGemvFeed::Lean)};
 }  // namespace
 
 void set_row_gemv_one_token_variant(int v) { g_one_token_variant = v; }
+void set_row_gemv_early_loads(bool early) { g_early_loads.store(early ? 1 : 0, std::memory_order_relaxed); }
 void set_row_gemv_tiled_variant(int v) {
   if (v < 0 || v > 2)
     throw Error("set_row_gemv_tiled_variant: 0 (x through L1), 1 (x in shared memory), 2 (1 with 8 warps per CTA)");
