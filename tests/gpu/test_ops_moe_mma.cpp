@@ -133,12 +133,23 @@ std::vector<float> run_mma_on(DeviceBuffer<uint8_t>& ws, const cuda::DeviceExper
 
 bool bits_equal(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-// Outputs of got that differ from ref in any bit; *first = the first one's index.
-int count_diffs(const std::vector<float>& got, const std::vector<float>& ref, size_t* first) {
-  int diffs = 0;
+// "" when got equals ref in every bit; else how many outputs differ and the first one: its token and
+// column (rows of H values) and both values with their bits.
+std::string bit_diff_report(const std::vector<float>& got, const std::vector<float>& ref, int H) {
+  if (got.size() != ref.size())
+    return "sizes differ: " + std::to_string(got.size()) + " vs " + std::to_string(ref.size());
+  size_t diffs = 0, first = 0;
   for (size_t i = 0; i < got.size(); ++i)
-    if (!bits_equal(got[i], ref[i]) && diffs++ == 0) *first = i;
-  return diffs;
+    if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
+  if (diffs == 0) return "";
+  uint32_t gb = 0, rb = 0;
+  std::memcpy(&gb, &got[first], 4);
+  std::memcpy(&rb, &ref[first], 4);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%zu of %zu outputs differ; first at token %zu column %zu: %.9g (0x%08x) vs %.9g (0x%08x)", diffs,
+                got.size(), first / size_t(H), first % size_t(H), double(got[first]), gb, double(ref[first]), rb);
+  return buf;
 }
 
 // Restores the default kernel form when a test ends (also on a failed ASSERT).
@@ -307,13 +318,7 @@ TEST(GpuOpsMoeMma, KernelFormsMatchPreviousKernels) {
       cuda::set_moe_mma_variant(1);
       const auto got = run_mma(d, x, logits, residual, M, c, &ran);
       ASSERT_TRUE(ran);
-      int diffs = 0;
-      size_t first = 0;
-      for (size_t i = 0; i < got.size(); ++i)
-        if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
-      EXPECT_EQ(diffs, 0) << "form 1 M=" << M << ": " << diffs << " of " << got.size()
-                          << " outputs differ from the previous kernels; first at token " << first / size_t(c.H)
-                          << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+      EXPECT_EQ(bit_diff_report(got, ref, c.H), "") << "form 1 M=" << M << " against the previous kernels";
     }
   }
 }
@@ -455,13 +460,7 @@ TEST(GpuOpsMoeMma, PerExpertTilesMatchWordForm) {
     cuda::set_moe_mma_variant(7);
     const auto got = run_mma(d, x, logits, residual, M, c, &ran);
     ASSERT_TRUE(ran);
-    int diffs = 0;
-    size_t first = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
-    EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
-                        << " outputs of variant 7 differ from variant 5; first at token " << first / size_t(c.H)
-                        << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+    EXPECT_EQ(bit_diff_report(got, ref, c.H), "") << "M=" << M << ": variant 7 against variant 5";
   }
 }
 
@@ -558,21 +557,11 @@ TEST(GpuOpsMoeMma, SwapTilingMatchesWordFormBitForBit) {
         cuda::set_moe_mma_variant(8);
         const auto got = run_mma(d, x, logits, residual, M, c, &ran, so, sg);
         ASSERT_TRUE(ran);
-        int diffs = 0, nans = 0;
-        size_t first = 0;
-        for (size_t i = 0; i < got.size(); ++i) {
-          nans += !std::isfinite(got[i]);
-          if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
-        }
+        int nans = 0;
+        for (float v : got) nans += !std::isfinite(v);
         EXPECT_EQ(nans, 0) << "M=" << M;
-        float gf = got[first], rf = ref[first];
-        uint32_t gb = 0, rb = 0;
-        std::memcpy(&gb, &gf, 4);
-        std::memcpy(&rb, &rf, 4);
-        EXPECT_EQ(diffs, 0) << "M=" << M << (with_shared ? " (shared expert)" : "") << ": " << diffs << " of "
-                            << got.size() << " outputs of variant 8 differ from variant 7; first at token "
-                            << first / size_t(c.H) << " column " << first % size_t(c.H) << ": " << gf << " (0x"
-                            << std::hex << gb << ") vs " << rf << " (0x" << rb << ")" << std::dec;
+        EXPECT_EQ(bit_diff_report(got, ref, c.H), "")
+            << "M=" << M << (with_shared ? " (shared expert)" : "") << ": variant 8 against variant 7";
       }
     }
   }
@@ -720,13 +709,7 @@ TEST(GpuOpsMoeMma, SwapTilingMatchesWordFormAtEveryTileCount) {
     cuda::set_moe_mma_variant(8);
     const auto got = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
     ASSERT_TRUE(ran);
-    int diffs = 0;
-    size_t first = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      if (!bits_equal(got[i], ref[i]) && diffs++ == 0) first = i;
-    EXPECT_EQ(diffs, 0) << "M=" << M << ": " << diffs << " of " << got.size()
-                        << " outputs of variant 8 differ from variant 7; first at token " << first / size_t(c.H)
-                        << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+    EXPECT_EQ(bit_diff_report(got, ref, c.H), "") << "M=" << M << ": variant 8 against variant 7";
   }
   cuda::set_moe_mma_variant(guard.saved);
 }
@@ -771,12 +754,8 @@ TEST(GpuOpsMoeMma, SwapFusedRoutingMatchesWordForm) {
         cuda::set_moe_mma_variant(8);
         const auto got = run_mma(d, x, logits, residual, M, c, &ran, so, sg);
         ASSERT_TRUE(ran);
-        size_t first = 0;
-        const int diffs = count_diffs(got, ref, &first);
-        EXPECT_EQ(diffs, 0) << "M=" << M << (with_shared ? " (shared expert)" : "") << ": " << diffs << " of "
-                            << got.size() << " outputs of variant 8 differ from variant 7; first at token "
-                            << first / size_t(c.H) << " column " << first % size_t(c.H) << ": " << got[first]
-                            << " vs " << ref[first];
+        EXPECT_EQ(bit_diff_report(got, ref, c.H), "")
+            << "M=" << M << (with_shared ? " (shared expert)" : "") << ": variant 8 against variant 7";
       }
     }
   }
@@ -826,11 +805,8 @@ TEST(GpuOpsMoeMma, SwapRepeatedCallsOnOneWorkspace) {
       bool ran = false;
       const auto got = run_mma_on(ws, d, i.x, i.logits, i.residual, i.M, c, &ran, &i.shared, &i.gate);
       ASSERT_TRUE(ran);
-      size_t first = 0;
-      const int diffs = count_diffs(got, i.ref, &first);
-      EXPECT_EQ(diffs, 0) << "M=" << i.M << ": " << diffs << " of " << got.size()
-                          << " outputs differ from variant 7 on a fresh workspace; first at token "
-                          << first / size_t(c.H) << " column " << first % size_t(c.H);
+      EXPECT_EQ(bit_diff_report(got, i.ref, c.H), "")
+          << "M=" << i.M << ": against variant 7 on a fresh workspace";
     }
   }
   cuda::set_moe_mma_variant(guard.saved);
@@ -893,11 +869,8 @@ TEST(GpuOpsMoeMma, SwapColumnBlocksPerCtaGiveSameBits) {
         cuda::set_moe_swap_columns_per_cta(nc);
         const auto got = run_mma(d, x, logits, residual, M, c, &ran, &shared, &gate);
         ASSERT_TRUE(ran);
-        size_t first = 0;
-        const int diffs = count_diffs(got, ref, &first);
-        EXPECT_EQ(diffs, 0) << "M=" << M << " nc=" << nc << ": " << diffs << " of " << got.size()
-                            << " outputs of variant 8 differ from variant 7; first at token " << first / size_t(c.H)
-                            << " column " << first % size_t(c.H) << ": " << got[first] << " vs " << ref[first];
+        EXPECT_EQ(bit_diff_report(got, ref, c.H), "")
+            << "M=" << M << " nc=" << nc << ": variant 8 against variant 7";
       }
     }
   }
