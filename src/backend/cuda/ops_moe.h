@@ -90,12 +90,12 @@ int moe_decode_variant();
 // for an A/B in one binary; all give every output the same bits. Throws Error on other values;
 // takes effect at the next launch (a captured CUDA graph keeps the kernels it captured).
 void set_moe_int_decode_variant(int variant);
+int moe_int_decode_variant();
 // The streaming kernels' ring (ops_moe_int_stream.cu): at most this many steps of 2 rows in flight per
 // thread. -1 (the default): 2 for steps of 2-8 tokens, the largest that fits for one token (docs/PERF.md
 // run S24-7); 0: the largest that fits; N: at most N. Every ring gives the same bits. Read at launch time
 // (a captured CUDA graph keeps the ring it was captured with). Throws Error below -1.
 void set_moe_int_stream_ring_cap(int steps);
-int moe_int_decode_variant();
 // Whether moe_routed_experts_int would run a step of M tokens on the streaming kernels.
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M);
 // Whether it would run a step of M tokens without the shared expert on the fused one-token kernel.

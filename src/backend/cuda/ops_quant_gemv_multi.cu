@@ -1017,9 +1017,9 @@ void launch_tiled_smem(const float* x, const float* u, int M, const Jobs& jobs, 
     launch_tiled_smem_w<MT, kGated, 8>(x, u, M, jobs, K, stream);
 }
 
-// The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
 std::atomic<int> g_early_loads{1};  // set_row_gemv_early_loads
 
+// The streaming kernel: 8 warps x R rows per CTA, one tile of MT (= M) tokens, ring depth D.
 template <int MT, int R, int D, bool kGated, int kFeed = kFeedRegisters, int kBlocks = kStreamMinBlocks<R>>
 void launch_stream(const float* x, const float* u, int M, Jobs jobs, int K, cudaStream_t stream) {
   jobs.early_loads = g_early_loads.load(std::memory_order_relaxed);
