@@ -107,6 +107,11 @@ int main(int argc, char** argv) {
   app.add_option("--shared-expert-decode", shared_expert_decode,
                  "decode steps' shared expert: side (a second stream, beside the routed experts), before or after "
                  "(the routed experts, on the step's stream)");
+  std::string attention_prepare = "fused";
+  app.add_option("--attention-prepare", attention_prepare,
+                 "decode steps of 1-2 tokens: fused (attention_prepare's work inside the tile-parallel decode "
+                 "attention kernel) or separate (its own launch first)")
+      ->check(CLI::IsMember({"fused", "separate"}));
   std::string timeline_csv;
 #ifdef MOESERVE_HAVE_CUPTI
   app.add_option("--kernel-timeline", timeline_csv,
@@ -144,6 +149,7 @@ int main(int argc, char** argv) {
     cuda::set_decode_attention(o, decode_attention);
     o.pdl = pdl;
     cuda::set_shared_expert_decode(o, shared_expert_decode);
+    o.fused_attention_prepare = attention_prepare == "fused";
     o.chunked_deltanet = chunked_deltanet;
     o.lm_head_chunk_rows = std::max(64, max_batch);
     const auto t0 = Clock::now();

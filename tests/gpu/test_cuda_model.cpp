@@ -266,6 +266,26 @@ TEST(CudaModel, SharedExpertDecodeOrderChangesNoLogits) {
   EXPECT_THROW(cuda::set_shared_expert_decode(bad, "aux"), Error);
 }
 
+// Steps of one or two generated tokens run attention_prepare's work inside the tile-parallel decode
+// attention kernel (CudaModelOptions::fused_attention_prepare): the same logits, bit for bit, as the two
+// launches, at generated steps of 1 and 2 tokens; steps of 7 (not fused) agree with them.
+TEST(CudaModel, FusedAttentionPrepareChangesNoLogits) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string name : {"hybrid_int4_fp8", "quant_base_bf16"}) {
+    SCOPED_TRACE(name);
+    Reference ref(name);
+    const auto ids = ref.ids("input_ids");
+    auto separate_options = small_options();
+    separate_options.fused_attention_prepare = false;
+    auto separate = cuda::Qwen35CudaModel::load(fixture_dir(name), separate_options);
+    auto fused = cuda::Qwen35CudaModel::load(fixture_dir(name), small_options());
+    const auto one = score(*fused, ids, 1, /*prompt_len=*/0);
+    EXPECT_EQ(one, score(*separate, ids, 1, /*prompt_len=*/0)) << "one generated token per step";
+    EXPECT_EQ(score(*fused, ids, 2, /*prompt_len=*/0), score(*separate, ids, 2, /*prompt_len=*/0)) << "two";
+    EXPECT_EQ(score(*fused, ids, 7, /*prompt_len=*/0), one) << "seven per step (separate) against one (fused)";
+  }
+}
+
 // The tensor-core attention only takes head_dim 64/128/256 (the fixtures have 24 and 32), so
 // this model of random weights with head_dim 128 checks its wiring: prompt tokens are bit-equal
 // whatever shares their steps and however they are fed at multiples of 64 positions (the

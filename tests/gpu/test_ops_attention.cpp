@@ -532,8 +532,10 @@ namespace {
 
 // attention_prepare then paged_attention on one stream without a synchronisation, 20 times,
 // against the same two calls with one; lens: the decode tokens' contexts (their positions + 1).
-// tensor_cores: through paged_attention_generated's tensor-core kernel instead.
-void check_decode_after_prepare(const std::vector<int>& lens, bool tensor_cores = false) {
+// tensor_cores: through paged_attention_generated's tensor-core kernel instead. prepared: the
+// repetitions run paged_attention_generated_prepared (one launch) instead of the two calls, and the
+// cache's new rows must match too.
+void check_decode_after_prepare(const std::vector<int>& lens, bool tensor_cores = false, bool prepared = false) {
   const AttnCase c{32, 2, 256, 64};
   Rng rng(25);
   std::vector<SeqSpec> seqs;
@@ -573,7 +575,7 @@ void check_decode_after_prepare(const std::vector<int>& lens, bool tensor_cores 
   const float scale = 1.0f / std::sqrt(float(c.hd));
   cudaStream_t st = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-  auto run = [&](bool sync) {
+  auto run = [&](bool sync, bool one_launch) {
     // The cache as before the step (the new rows garbage again), q, gate and out cleared.
     const size_t pool_bytes = pools.k_host.size() * sizeof(bf16);
     EXPECT_EQ(cudaMemcpyAsync(d_k_pool.data(), k_garbage.data(), pool_bytes, cudaMemcpyDeviceToDevice, st),
@@ -584,20 +586,34 @@ void check_decode_after_prepare(const std::vector<int>& lens, bool tensor_cores 
     EXPECT_EQ(cudaMemsetAsync(d_gate.data(), 0xff, d_gate.size() * sizeof(float), st), cudaSuccess);
     EXPECT_EQ(cudaMemsetAsync(d_out.data(), 0xff, d_out.size() * sizeof(float), st), cudaSuccess);
     EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    cuda::attention_prepare(d_qg.data(), d_kk.data(), d_vv.data(), d_qn.data(), d_kn.data(), d_freq.data(), shape,
-                            meta.meta(), view, d_q.data(), d_gate.data(), st);
-    if (sync) EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
-    cuda::paged_attention_generated(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, tensor_cores,
-                                    ws.data(), ws_bytes, d_out.data(), st);
+    if (one_launch) {
+      EXPECT_TRUE(cuda::paged_attention_generated_prepared(d_qg.data(), d_kk.data(), d_vv.data(), d_qn.data(),
+                                                           d_kn.data(), d_freq.data(), shape, meta.meta(), view, scale,
+                                                           ws.data(), ws_bytes, d_out.data(), st));
+    } else {
+      cuda::attention_prepare(d_qg.data(), d_kk.data(), d_vv.data(), d_qn.data(), d_kn.data(), d_freq.data(), shape,
+                              meta.meta(), view, d_q.data(), d_gate.data(), st);
+      if (sync) EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+      cuda::paged_attention_generated(d_q.data(), d_gate.data(), shape, meta.meta(), view, scale, tensor_cores,
+                                      ws.data(), ws_bytes, d_out.data(), st);
+    }
     EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     return to_host(d_out);
   };
-  const auto ref = run(true);
+  const auto ref = run(true, false);
+  const auto k_ref = to_host(d_k_pool), v_ref = to_host(d_v_pool);  // bf16 -> f32 is exact
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
   size_t finite = 0;
   for (float x : ref) finite += std::isfinite(x) ? 1 : 0;
   EXPECT_EQ(finite, ref.size()) << "the synchronised run left non-finite outputs";
   for (int rep = 0; rep < 20; ++rep) {
-    const auto got = run(false);
+    const auto got = run(false, prepared);
+    if (prepared) {
+      EXPECT_TRUE(same_bits(to_host(d_k_pool), k_ref)) << "repetition " << rep << ": the K cache differs";
+      EXPECT_TRUE(same_bits(to_host(d_v_pool), v_ref)) << "repetition " << rep << ": the V cache differs";
+    }
     size_t mismatched = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       uint32_t a, b;
@@ -639,6 +655,38 @@ TEST(GpuOpsAttention, DecodeTileParallelAfterPrepareMatchesSynchronised) {
   cuda::set_attention_decode_variant(2);  // the tile-parallel kernel up to 8 tokens
   check_decode_after_prepare({1, 17, 64, 65, 513, 1000, 4100, 4180});
   cuda::set_attention_decode_variant(saved);
+}
+
+// paged_attention_generated_prepared (attention_prepare's work inside the tile-parallel decode kernel,
+// one launch) gives the bits of attention_prepare followed by the decode kernel: the outputs and the
+// cache's new K / V rows, at 1 and 2 tokens (variant 1) and at 8 (variant 2), the new token in every
+// place of its round and chunk; where the kernel does not serve the step (9 tokens) it declines.
+TEST(GpuOpsAttention, DecodeTileParallelPreparedMatchesPrepareThenDecode) {
+  MOESERVE_REQUIRE_GPU();
+  check_decode_after_prepare({513}, false, true);
+  check_decode_after_prepare({1, 4180}, false, true);
+  check_decode_after_prepare({65}, false, true);
+  const int saved = cuda::attention_decode_variant();
+  cuda::set_attention_decode_variant(2);  // the tile-parallel kernel up to 8 tokens
+  check_decode_after_prepare({1, 17, 64, 65, 513, 1000, 4100, 4180}, false, true);
+  cuda::set_attention_decode_variant(saved);
+  // Nine tokens: the work-item kernel, so the one-launch form declines (and writes nothing).
+  const cuda::AttentionShape shape{32, 2, 256, 64, 1e-6f};
+  Rng rng(3);
+  std::vector<SeqSpec> seqs;
+  for (int i = 0; i < 9; ++i) seqs.push_back({10 + i, 1, 0, {}});
+  const int blocks = assign_shuffled_blocks(rng, seqs, kBlock);
+  int max_blocks = 0;
+  for (const auto& sq : seqs) max_blocks = std::max(max_blocks, int(sq.blocks.size()));
+  DeviceStepMeta meta(seqs, max_blocks);
+  DeviceBuffer<bf16> kp(size_t(blocks) * 2 * kBlock * 256), vp(kp.size());
+  const cuda::KvCacheView view{kp.data(), vp.data(), blocks, 2, kBlock, 256};
+  DeviceBuffer<float> qg(size_t(9) * 32 * 512), kk(size_t(9) * 2 * 256), out(size_t(9) * 32 * 256), w(256);
+  const size_t ws_bytes = cuda::paged_attention_workspace_bytes(shape, 9, max_blocks * kBlock);
+  DeviceBuffer<uint8_t> ws(std::max<size_t>(ws_bytes, 1));
+  EXPECT_FALSE(cuda::paged_attention_generated_prepared(qg.data(), kk.data(), kk.data(), w.data(), w.data(), w.data(),
+                                                        shape, meta.meta(), view, 0.0625f, ws.data(), ws_bytes,
+                                                        out.data(), nullptr));
 }
 
 // The tile-parallel decode kernel (decode steps of <= 2 tokens under the default variant 1, <= 8

@@ -255,6 +255,19 @@ struct AttnLaunch {
   float* ws_ml;       // [M][nq][chunk_stride][2] partial (max, sum), exp2 domain
 };
 
+// attention_prepare's inputs, for the tile-parallel decode kernel that does its work itself
+// (paged_attention_generated_prepared); qg null: attention_prepare has run (q, gate and the cache
+// rows are written).
+template <typename T>
+struct PrepIn {
+  const T* qg;  // [M][nq][query | gate][hd]
+  const T* k;   // [M][nkv][hd]
+  const T* v;
+  const float* q_norm_w;
+  const float* k_norm_w;
+  const float* inv_freq;
+};
+
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;
   asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -1009,12 +1022,17 @@ __device__ __forceinline__ void fold_pairs(const AttnLaunch& L, size_t base, int
 template <typename T>
 __global__ void __launch_bounds__(kP2Warps * 32, 1)
     paged_attention_decode2_kernel(const T* __restrict__ q, const T* __restrict__ gate, AttentionShape s,
-                                   StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out) {
+                                   StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out,
+                                   PrepIn<T> prep) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_tmax[kP2Heads][kP2Tiles];  // masked maximum of each tile's scores
   __shared__ float s_sum[kP2Heads][kP2Tiles];   // half-warp sum of each tile's weights
   __shared__ __align__(16) float s_e[kP2Heads][kP2Pos];  // weight of each position of the round
   __shared__ bool s_last;                                  // this CTA folds the token's partials
+  // With prep: the item's q heads after attention_prepare's norm and RoPE (also its rotation scratch),
+  // then the token's own K (normed, rotated) and V rows, f32.
+  __shared__ __align__(16) float s_prep[kP2Heads + 2][32 * kMaxDimsPerLane];
+  const bool fused = prep.qg != nullptr;  // launch-uniform
   const int hd = s.head_dim, nq = s.num_q_heads;
   const int group = nq / s.num_kv_heads;
   // L.stages buffers of one round each: [K|V][kP2Pos][hd] bf16; round g of the CTA uses buffer g % stages.
@@ -1094,17 +1112,57 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
     const int hg = w.hb * kP2Heads + hs;  // q head within the group
     const bool row_ok = hg < group;       // warp-uniform
     const size_t oh = size_t(w.t) * nq + size_t(w.kvh) * group + size_t(row_ok ? hg : 0);
+    if (fused) {
+      // attention_prepare's work for this item, with its device function and lane layout (the same
+      // bits): warp (hs, 0) its q head into s_prep[hs]; in the token's last chunk warp (0, 1) the own K
+      // and V rows into s_prep[kP2Heads ..], which the head block 0 CTA also writes to the cache.
+      const bool own = w.chunk == w.nc - 1;  // CTA-uniform
+      if ((ts == 0 && row_ok) || (own && hs == 0 && ts == 1)) {  // warp-uniform
+        const bool is_k = ts == 1;
+        float vals[kMaxDimsPerLane];
+        const T* src = is_k ? prep.k + (size_t(w.t) * s.num_kv_heads + w.kvh) * hd : prep.qg + oh * 2 * hd;
+#pragma unroll
+        for (int i = 0; i < kMaxDimsPerLane; ++i) {
+          const int d = lane + 32 * i;
+          vals[i] = d < hd ? to_f32(__ldcg(src + d)) : 0.0f;
+        }
+        float* row = s_prep[is_k ? kP2Heads : hs];
+        norm_rope(vals, hd, is_k ? prep.k_norm_w : prep.q_norm_w, s.rms_eps, prep.inv_freq, s.rotary_dim, w.pos, row);
+        const T* vsrc = prep.v + (size_t(w.t) * s.num_kv_heads + w.kvh) * hd;
+        size_t off = 0;
+        if (is_k) off = cache_offset(cache, w.table[w.pos >> bs_shift], w.kvh, w.pos & bs_mask);
+#pragma unroll
+        for (int i = 0; i < kMaxDimsPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d >= hd) continue;
+          if (!is_k) {
+            row[d] = to_f32(from_f32<T>(vals[i]));  // q as attention_prepare stores it
+            continue;
+          }
+          const float vv = to_f32(__ldcg(vsrc + d));
+          row[d] = vals[i];
+          s_prep[kP2Heads + 1][d] = vv;
+          if (w.hb == 0) {
+            cache.k[off + d] = __float2bfloat16(vals[i]);
+            cache.v[off + d] = __float2bfloat16(vv);
+          }
+        }
+      }
+      __syncthreads();  // the item's q heads and own rows
+    }
     float qv[1][kLaneDims];
 #pragma unroll
     for (int i = 0; i < kLaneDims; ++i) {
       const int d = kLaneDims * lane + i;
-      // L2 loads: attention_prepare wrote q while this grid was starting.
-      qv[0][i] = row_ok && d < hd ? __fmul_rn(to_f32(__ldcg(q + oh * hd + d)), L.scale_log2) : 0.0f;
+      // L2 loads: attention_prepare wrote q while this grid was starting (with prep: this CTA did).
+      const float qd = !(row_ok && d < hd) ? 0.0f : fused ? s_prep[hs][d] : to_f32(__ldcg(q + oh * hd + d));
+      qv[0][i] = row_ok && d < hd ? __fmul_rn(qd, L.scale_log2) : 0.0f;
     }
     float g0 = 0.0f, g1 = 0.0f;  // the gate of the warp's two dims (for the output, if this CTA writes it)
     if ((w.nc == 1 || L.fold_in_kernel) && row_ok && has_pair) {
-      g0 = to_f32(__ldcg(gate + oh * hd + 2 * pair));
-      g1 = to_f32(__ldcg(gate + oh * hd + 2 * pair + 1));
+      const T* gsrc = fused ? prep.qg + oh * 2 * hd + hd : gate + oh * hd;  // with prep: q_proj's gate half
+      g0 = to_f32(__ldcg(gsrc + 2 * pair));
+      g1 = to_f32(__ldcg(gsrc + 2 * pair + 1));
     }
     float run_m = -INFINITY, run_l = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
     const int n_rounds = (w.n_tiles - 1) / kP2Tiles + 1;
@@ -1114,8 +1172,9 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       const bf16* const v_s = k_s + size_t(kP2Pos) * hd;
       // One buffer: this round's copy now. Two: this round was requested during the previous one
       // (except the CTA's first), and the next round's copy goes out before this one is used.
+      // With prep the token's own row is never copied (it is not in the cache yet): this CTA forms it.
       if (L.stages == 1 || g == 0) {
-        load_round(w, p0, first_item && r == 0 ? 1 : 2, k_s);
+        if (!(fused && first_item && r == 0)) load_round(w, p0, fused ? 0 : first_item && r == 0 ? 1 : 2, k_s);
         cp_async_commit();
       }
       bool next_in_flight = false;
@@ -1123,7 +1182,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
         int nitem, nr;
         DecodeItem nw;
         if (round_ahead(item, w, r, 1, nitem, nw, nr)) {
-          load_round(nw, nw.c0 + nr * kP2Pos, 2, k_base + size_t((g + 1) % 2) * buf_elems);
+          load_round(nw, nw.c0 + nr * kP2Pos, fused ? 0 : 2, k_base + size_t((g + 1) % 2) * buf_elems);
           cp_async_commit();
           next_in_flight = true;
         }
@@ -1139,6 +1198,13 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
         cp_async_wait<1>();
       else
         cp_async_wait<0>();
+      if (fused && w.pos >= p0 && w.pos < p0 + kP2Pos) {  // CTA-uniform: the round holds the token's own row
+        const size_t row = size_t(w.pos - p0) * hd;
+        for (int d = tid; d < hd; d += kThreads) {
+          k_s[row + d] = __float2bfloat16(s_prep[kP2Heads][d]);
+          k_s[size_t(kP2Pos) * hd + row + d] = __float2bfloat16(s_prep[kP2Heads + 1][d]);
+        }
+      }
       __syncthreads();  // the round's K and V are in shared memory
 
       // 2. Scores of tile ts for head hs.
@@ -1348,13 +1414,50 @@ std::atomic<int> g_decode2_stages{2};  // set_attention_decode_stages: the most 
 // The tile-parallel decode kernel: a grid of at most the resident CTAs.
 template <typename T>
 void launch_decode2(size_t items, const T* q, const T* gate, const AttentionShape& shape, const StepMeta& meta,
-                    KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream) {
+                    KvCacheView cache, const AttnLaunch& L, T* out, cudaStream_t stream, const PrepIn<T>& prep = {}) {
   const size_t cap = size_t(sm_count()) * size_t(decode2_ctas_per_sm());
   const unsigned grid = unsigned(std::max<size_t>(1, std::min(items, cap)));
   AttnLaunch l = L;
   l.stages = std::min(decode2_max_stages(), g_decode2_stages.load(std::memory_order_relaxed));
   launch_pdl(true, paged_attention_decode2_kernel<T>, dim3(grid), dim3(kP2Warps * 32),
-             size_t(l.stages) * decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, l, out);
+             size_t(l.stages) * decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, l, out, prep);
+}
+
+// The tile-parallel decode kernel's launch for a decode step (launch_attention's choice): false where the
+// step is not one (more tokens than the variant takes, head dims other than 8·2^k, cache blocks other
+// than 2^k positions, too small a workspace). items: its work items; L.fold_in_kernel false with several
+// chunk slots: the merge kernel must follow.
+bool decode2_plan(const AttentionShape& shape, const StepMeta& meta, const KvCacheView& cache, float scale,
+                  void* workspace, size_t workspace_bytes, AttnLaunch& L, size_t& items) {
+  const int M = meta.num_tokens;
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const size_t slots = chunk_slots((long long)meta.max_blocks_per_seq * cache.block_size);
+  const size_t per_token = split_bytes_per_token(shape, slots);
+  if (M != meta.num_seqs || M > kDecodeMaxTokens) return false;
+  if (!(slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) return false;
+  const int variant = decode_variant();
+  // The tile-parallel kernel takes cache blocks of 2^k positions and head dims of 8·2^k.
+  const bool pow2 = (cache.block_size & (cache.block_size - 1)) == 0 &&
+                    ((shape.head_dim / kLaneDims) & (shape.head_dim / kLaneDims - 1)) == 0;
+  // Variant 1 (default): steps of <= kP2DefaultTokens; 2: <= kP2MaxTokens (run S6 in docs/PERF.md:
+  // 12.7 vs 23.7 us at one token, context 512, but 55.0 vs 31.4 us at eight).
+  if (!pow2 || !((variant == 1 && M <= kP2DefaultTokens) || (variant == 2 && M <= kP2MaxTokens))) return false;
+  L = AttnLaunch{};
+  L.tile_tokens = 1;
+  L.splits = 1;
+  L.chunk_stride = int(slots);
+  L.scale_log2 = scale * kLog2e;
+  if (slots > 1) {
+    L.ws_acc = static_cast<float*>(workspace);
+    L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
+  }
+  // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
+  L.heads_per_cta = kP2Heads;
+  L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
+  const size_t Y = size_t(shape.num_kv_heads) * L.head_blocks;
+  L.fold_in_kernel = slots > 1 && size_t(M) * Y <= size_t(kFoldSlots);
+  items = size_t(M) * Y * slots;
+  return true;
 }
 
 template <typename T>
@@ -1393,19 +1496,10 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
       L.ws_acc = static_cast<float*>(workspace);
       L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
     }
-    const int variant = decode_variant();
-    // The tile-parallel kernel takes cache blocks of 2^k positions and head dims of 8·2^k.
-    const bool pow2 = (cache.block_size & (cache.block_size - 1)) == 0 &&
-                      ((shape.head_dim / kLaneDims) & (shape.head_dim / kLaneDims - 1)) == 0;
-    // Variant 1 (default): steps of <= kP2DefaultTokens; 2: <= kP2MaxTokens (run S6 in docs/PERF.md:
-    // 12.7 vs 23.7 us at one token, context 512, but 55.0 vs 31.4 us at eight).
-    if (pow2 && ((variant == 1 && M <= kP2DefaultTokens) || (variant == 2 && M <= kP2MaxTokens))) {
-      // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
-      L.heads_per_cta = kP2Heads;
-      L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
-      const size_t Y = size_t(shape.num_kv_heads) * L.head_blocks;
-      L.fold_in_kernel = slots > 1 && size_t(M) * Y <= size_t(kFoldSlots);
-      launch_decode2<T>(size_t(M) * Y * slots, q, gate, shape, meta, cache, L, out, stream);
+    size_t items2 = 0;
+    if (AttnLaunch L2{}; decode2_plan(shape, meta, cache, scale, workspace, workspace_bytes, L2, items2)) {
+      L = L2;
+      launch_decode2<T>(items2, q, gate, shape, meta, cache, L, out, stream);
       if (L.fold_in_kernel) return;  // no merge kernel
     } else {
       const size_t items = size_t(M) * shape.num_kv_heads * L.head_blocks * slots;
@@ -1513,6 +1607,23 @@ void paged_attention(const float* q, const float* gate, const AttentionShape& sh
                      KvCacheView cache, float scale, void* workspace, size_t workspace_bytes, float* out,
                      cudaStream_t stream) {
   launch_attention(q, gate, shape, meta, cache, scale, workspace, workspace_bytes, out, stream);
+}
+
+bool paged_attention_generated_prepared(const float* qg, const float* k, const float* v, const float* q_norm_w,
+                                        const float* k_norm_w, const float* inv_freq, const AttentionShape& shape,
+                                        const StepMeta& meta, KvCacheView cache, float scale, void* workspace,
+                                        size_t workspace_bytes, float* out, cudaStream_t stream) {
+  if (meta.num_tokens == 0) return true;
+  check_shape(shape);
+  if (shape.head_dim % kLaneDims != 0 || cache.head_dim != shape.head_dim || cache.num_kv_heads != shape.num_kv_heads)
+    return false;
+  AttnLaunch L{};
+  size_t items = 0;
+  if (!decode2_plan(shape, meta, cache, scale, workspace, workspace_bytes, L, items)) return false;
+  if (L.chunk_stride > 1 && !L.fold_in_kernel) return false;  // the merge kernel would read the gate buffer
+  launch_decode2<float>(items, nullptr, nullptr, shape, meta, cache, L, out, stream,
+                        PrepIn<float>{qg, k, v, q_norm_w, k_norm_w, inv_freq});
+  return true;
 }
 
 bool paged_attention_generated_tc_supported(const AttentionShape& shape) {

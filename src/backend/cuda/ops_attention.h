@@ -87,6 +87,16 @@ void paged_attention_generated(const float* q, const float* gate, const Attentio
                                KvCacheView cache, float scale, bool tensor_cores, void* workspace,
                                size_t workspace_bytes, float* out, cudaStream_t stream);
 bool paged_attention_generated_tc_supported(const AttentionShape& shape);
+// attention_prepare and paged_attention_generated (CUDA cores) in one launch, where the step's decode
+// attention takes the tile-parallel kernel (decode steps of 1-2 tokens by default; head dims of 8·2^k,
+// cache blocks of 2^k positions) and folds its chunks itself: that kernel normalises and rotates each
+// item's q heads, and in each token's last chunk its own K row, with attention_prepare's device function
+// (the same bits), writes the new K / V rows to the cache, and reads the gate from qg. Returns false,
+// having done nothing, where it does not serve the step (the caller runs the two calls).
+bool paged_attention_generated_prepared(const float* qg, const float* k, const float* v, const float* q_norm_w,
+                                        const float* k_norm_w, const float* inv_freq, const AttentionShape& shape,
+                                        const StepMeta& meta, KvCacheView cache, float scale, void* workspace,
+                                        size_t workspace_bytes, float* out, cudaStream_t stream);
 
 // Which kernel runs decode steps (one token per sequence) of at most 64 tokens; a process-wide
 // switch for A/B measurements: every choice gives the same bits. 1 (the default): steps of at

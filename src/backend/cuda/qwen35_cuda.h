@@ -75,6 +75,10 @@ struct CudaModelOptions {
   // allows; prefill steps are then cut at multiples of 64 positions (prefill_alignment()).
   // Off: the sequential recurrence for every token.
   bool chunked_deltanet = true;
+  // Steps of generated tokens whose decode attention takes the tile-parallel kernel (1-2 tokens): that
+  // kernel does attention_prepare's work itself (paged_attention_generated_prepared, the same bits);
+  // off: attention_prepare, then the decode kernel.
+  bool fused_attention_prepare = true;
 };
 
 // `--decode-kernels`: "gemv" (both families on CUDA cores), "tensor-cores" (both on tensor cores) or
