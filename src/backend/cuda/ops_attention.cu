@@ -50,6 +50,13 @@
 //   output: no merge launch. Roofline as the work-item kernel (each K/V row leaves HBM once per
 //   (token, kv head): the 4 head blocks of a chunk read it side by side, from L2 after the
 //   first), plus the partials through L2.
+//   With prep (paged_attention_generated_prepared: steps of generated tokens, no attention_prepare
+//   launch), each item also does attention_prepare's work for itself, with its device function
+//   (norm_rope) and lane layout, so the same bits: warp (head slot, 0) normalises and rotates the
+//   slot's q head from q_proj's output into shared memory; in the token's last chunk warp (0, 1)
+//   forms the new K row (and takes the V row), which the round holding the token's position puts
+//   into its shared-memory copy (that row is never copied from the cache: no kernel has written it
+//   yet) and the head block 0 CTA writes to the cache; the gate is read from q_proj's output.
 //
 // paged_attention_decode_kernel (the work-item kernel): decode steps (one token per sequence) of
 //   <= 64 tokens, the generated tokens of the model (those of > 8 tokens, and all under decode
