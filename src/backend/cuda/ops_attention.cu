@@ -1430,6 +1430,21 @@ void launch_decode2(size_t items, const T* q, const T* gate, const AttentionShap
              size_t(l.stages) * decode2_smem_bytes(shape.head_dim), stream, q, gate, shape, meta, cache, l, out, prep);
 }
 
+// A decode step's launch parameters shared by its kernels: one token per CTA tile, no grid split, the
+// chunk partials (several chunk slots) in the workspace.
+AttnLaunch decode_launch(const AttentionShape& shape, int M, size_t slots, float scale, void* workspace) {
+  AttnLaunch L{};
+  L.tile_tokens = 1;
+  L.splits = 1;
+  L.chunk_stride = int(slots);
+  L.scale_log2 = scale * kLog2e;
+  if (slots > 1) {
+    L.ws_acc = static_cast<float*>(workspace);
+    L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
+  }
+  return L;
+}
+
 // The tile-parallel decode kernel's launch for a decode step (launch_attention's choice): false where the
 // step is not one (more tokens than the variant takes, head dims other than 8·2^k, cache blocks other
 // than 2^k positions, too small a workspace). items: its work items; L.fold_in_kernel false with several
@@ -1449,15 +1464,7 @@ bool decode2_plan(const AttentionShape& shape, const StepMeta& meta, const KvCac
   // Variant 1 (default): steps of <= kP2DefaultTokens; 2: <= kP2MaxTokens (run S6 in docs/PERF.md:
   // 12.7 vs 23.7 us at one token, context 512, but 55.0 vs 31.4 us at eight).
   if (!pow2 || !((variant == 1 && M <= kP2DefaultTokens) || (variant == 2 && M <= kP2MaxTokens))) return false;
-  L = AttnLaunch{};
-  L.tile_tokens = 1;
-  L.splits = 1;
-  L.chunk_stride = int(slots);
-  L.scale_log2 = scale * kLog2e;
-  if (slots > 1) {
-    L.ws_acc = static_cast<float*>(workspace);
-    L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
-  }
+  L = decode_launch(shape, M, slots, scale, workspace);
   // Small steps: the tile-parallel kernel, head blocks of kP2Heads q heads (more CTAs).
   L.heads_per_cta = kP2Heads;
   L.head_blocks = (group + kP2Heads - 1) / kP2Heads;
@@ -1487,7 +1494,7 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
   // block) work item, then the merge kernel (same bits as the tile kernel below).
   if (decode && M <= kDecodeMaxTokens &&
       (slots == 1 || (workspace != nullptr && size_t(M) * per_token <= workspace_bytes))) {
-    AttnLaunch L{};
+    AttnLaunch L = decode_launch(shape, M, slots, scale, workspace);
     // Heads per CTA: 4 (one per warp) for small groups, 8 (two head blocks of the 122B's group
     // of 16, so that a lone decode spreads over twice the SMs) or 16. With 8: steps of <= 4
     // tokens run 8 warps of one row (more warps per SM to hide latency: few items), larger
@@ -1495,14 +1502,6 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     // instructions per score). Same bits either way.
     L.heads_per_cta = group <= 4 ? 4 : group <= 16 ? 8 : 16;
     L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
-    L.tile_tokens = 1;
-    L.splits = 1;
-    L.chunk_stride = int(slots);
-    L.scale_log2 = scale * kLog2e;
-    if (slots > 1) {
-      L.ws_acc = static_cast<float*>(workspace);
-      L.ws_ml = L.ws_acc + size_t(M) * shape.num_q_heads * slots * shape.head_dim;
-    }
     size_t items2 = 0;
     if (AttnLaunch L2{}; decode2_plan(shape, meta, cache, scale, workspace, workspace_bytes, L2, items2)) {
       L = L2;
