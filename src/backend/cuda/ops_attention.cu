@@ -1162,8 +1162,9 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
     for (int i = 0; i < kLaneDims; ++i) {
       const int d = kLaneDims * lane + i;
       // L2 loads: attention_prepare wrote q while this grid was starting (with prep: this CTA did).
-      const float qd = !(row_ok && d < hd) ? 0.0f : fused ? s_prep[hs][d] : to_f32(__ldcg(q + oh * hd + d));
-      qv[0][i] = row_ok && d < hd ? __fmul_rn(qd, L.scale_log2) : 0.0f;
+      qv[0][i] = row_ok && d < hd
+                     ? __fmul_rn(fused ? s_prep[hs][d] : to_f32(__ldcg(q + oh * hd + d)), L.scale_log2)
+                     : 0.0f;
     }
     float g0 = 0.0f, g1 = 0.0f;  // the gate of the warp's two dims (for the output, if this CTA writes it)
     if ((w.nc == 1 || L.fold_in_kernel) && row_ok && has_pair) {
@@ -1447,8 +1448,8 @@ AttnLaunch decode_launch(const AttentionShape& shape, int M, size_t slots, float
 
 // The tile-parallel decode kernel's launch for a decode step (launch_attention's choice): false where the
 // step is not one (more tokens than the variant takes, head dims other than 8·2^k, cache blocks other
-// than 2^k positions, too small a workspace). items: its work items; L.fold_in_kernel false with several
-// chunk slots: the merge kernel must follow.
+// than 2^k positions, too small a workspace), leaving L as it was. items: its work items; L.fold_in_kernel
+// false with several chunk slots: the merge kernel must follow.
 bool decode2_plan(const AttentionShape& shape, const StepMeta& meta, const KvCacheView& cache, float scale,
                   void* workspace, size_t workspace_bytes, AttnLaunch& L, size_t& items) {
   const int M = meta.num_tokens;
@@ -1503,8 +1504,7 @@ void launch_attention(const T* q, const T* gate, const AttentionShape& shape, co
     L.heads_per_cta = group <= 4 ? 4 : group <= 16 ? 8 : 16;
     L.head_blocks = (group + L.heads_per_cta - 1) / L.heads_per_cta;
     size_t items2 = 0;
-    if (AttnLaunch L2{}; decode2_plan(shape, meta, cache, scale, workspace, workspace_bytes, L2, items2)) {
-      L = L2;
+    if (decode2_plan(shape, meta, cache, scale, workspace, workspace_bytes, L, items2)) {  // L untouched if not
       launch_decode2<T>(items2, q, gate, shape, meta, cache, L, out, stream);
       if (L.fold_in_kernel) return;  // no merge kernel
     } else {

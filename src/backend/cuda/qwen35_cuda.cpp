@@ -763,36 +763,30 @@ void Qwen35CudaModel::enqueue_layers(int M, RowSplit split) {
         MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(s, kv_ready_event_, 0));
       }
       const float scale = 1.0f / std::sqrt(float(c.head_dim));
+      StepMeta gen = meta_;  // the generated tokens: their sequences and rows are the step's first ones
+      gen.num_tokens = split.generated_rows;
+      gen.num_seqs = split.generated_seqs;
       // Steps of generated tokens only: attention_prepare's work inside the tile-parallel decode kernel
-      // where that kernel serves the step (paged_attention_generated_prepared), else the two launches.
-      bool prepared = false;
-      if (options_.fused_attention_prepare && G == M && paged_attention_prefill_supported(as) &&
-          !(options_.tensor_core_attention && paged_attention_generated_tc_supported(as))) {
-        StepMeta gen = meta_;
-        gen.num_tokens = split.generated_rows;
-        gen.num_seqs = split.generated_seqs;
-        prepared = paged_attention_generated_prepared(qg_.data(), k_.data(), v_.data(), a.q_norm.data(),
-                                                      a.k_norm.data(), inv_freq_.data(), as, gen, kv, scale,
-                                                      attn_ws_.data(), attn_ws_.bytes(), attn_out_.data(), s);
-      }
-      if (!prepared)
+      // where that kernel serves the step (paged_attention_generated_prepared), else the launches below.
+      const bool prepared = options_.fused_attention_prepare && G == M && paged_attention_prefill_supported(as) &&
+                            !(options_.tensor_core_attention && paged_attention_generated_tc_supported(as)) &&
+                            paged_attention_generated_prepared(qg_.data(), k_.data(), v_.data(), a.q_norm.data(),
+                                                               a.k_norm.data(), inv_freq_.data(), as, gen, kv, scale,
+                                                               attn_ws_.data(), attn_ws_.bytes(), attn_out_.data(), s);
+      if (!prepared) {
         attention_prepare(qg_.data(), k_.data(), v_.data(), a.q_norm.data(), a.k_norm.data(), inv_freq_.data(), as,
                           meta_, kv, q_.data(), gate_.data(), s);
-      if (prepared) {
-        // done: the decode kernel prepared q and the cache rows itself
-      } else if (!paged_attention_prefill_supported(as)) {  // e.g. head_dim 24: every token on CUDA cores
-        paged_attention(q_.data(), gate_.data(), as, meta_, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
-                        attn_out_.data(), s);
-      } else if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention
-        StepMeta gen = meta_;          // their sequences and rows are the step's first ones
-        gen.num_tokens = split.generated_rows;
-        gen.num_seqs = split.generated_seqs;
-        paged_attention_generated(q_.data(), gate_.data(), as, gen, kv, scale, options_.tensor_core_attention,
-                                  attn_ws_.data(), attn_ws_.bytes(), attn_out_.data(), s);
+        if (!paged_attention_prefill_supported(as)) {  // e.g. head_dim 24: every token on CUDA cores
+          paged_attention(q_.data(), gate_.data(), as, meta_, kv, scale, attn_ws_.data(), attn_ws_.bytes(),
+                          attn_out_.data(), s);
+        } else if (split.generated_rows > 0) {  // generated tokens: split-KV decode attention
+          paged_attention_generated(q_.data(), gate_.data(), as, gen, kv, scale, options_.tensor_core_attention,
+                                    attn_ws_.data(), attn_ws_.bytes(), attn_out_.data(), s);
+        }
+        if (paged_attention_prefill_supported(as) && split.generated_rows < M)  // prompt tokens: tensor cores
+          paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,
+                                  split.generated_rows, M - split.generated_rows, nullptr, 0, attn_out_.data(), s);
       }
-      if (paged_attention_prefill_supported(as) && split.generated_rows < M)  // prompt tokens: tensor cores
-        paged_attention_prefill(q_.data(), gate_.data(), as, meta_, kv, scale, split.generated_seqs, meta_.num_seqs,
-                                split.generated_rows, M - split.generated_rows, nullptr, 0, attn_out_.data(), s);
       linear_rows(a.o_proj, attn_out_.data(), M, G, residual_.data(), /*accumulate=*/true, s);
     } else {
       const auto& g = *L.gdn;
