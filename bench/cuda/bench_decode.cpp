@@ -6,7 +6,8 @@
 //
 // --kernel-timeline FILE.csv records every kernel of the timed decode steps with its device
 // timestamps, and each step's host call (kernel_timeline.h, CUPTI); bench/step_timeline.py
-// shows where a step's time goes.
+// shows where a step's time goes. In a measurement build (cmake -DMOESERVE_KERNEL_STAMPS=ON) the
+// instrumented kernels print their stage stamps (stage_stamps.cuh; bench/stage_stamps.py reads them).
 //
 // Roofline of a decode step at batch b: the bytes every step must read (all non-expert
 // weights except the embedding, the distinct experts the batch selects — expected
@@ -124,6 +125,10 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress survives a timeout in a pipe
   try {
     variants.apply();
+#if defined(MOESERVE_KERNEL_STAMPS) && MOESERVE_KERNEL_STAMPS
+    // Every CTA of an instrumented kernel prints a line: room for a graph's worth between syncs.
+    MOESERVE_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPrintfFifoSize, size_t(64) << 20));
+#endif
     const auto batch_list = bench::parse_int_list(batches);
     const auto prefill_list = bench::parse_int_list(prefills);
     const int max_batch = *std::max_element(batch_list.begin(), batch_list.end());

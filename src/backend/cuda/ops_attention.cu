@@ -114,6 +114,7 @@
 #include "backend/cuda/ops_attention.h"
 #include "backend/cuda/ops_attention_decode_tc.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/stage_stamps.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -1032,6 +1033,13 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
                                    StepMeta meta, KvCacheView cache, AttnLaunch L, T* __restrict__ out,
                                    PrepIn<T> prep) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  // Measurement builds only (stage_stamps.cuh): 0 entry, 1 the wait, 2 q (and own K / V) prepared,
+  // 3 the first round's K / V in shared memory, 4 the rounds done, 5 the partial stored and fenced,
+  // 6 the arrival counted, 7 the output written (the folding CTA), 8 exit; a CTA that walks several
+  // items reports its last one's.
+  StageStamps<9> stamps;
+  stamps.mark(0);
+  int st_chunk = -1, st_nc = -1, st_last = -1;
   __shared__ float s_tmax[kP2Heads][kP2Tiles];  // masked maximum of each tile's scores
   __shared__ float s_sum[kP2Heads][kP2Tiles];   // half-warp sum of each tile's weights
   __shared__ __align__(16) float s_e[kP2Heads][kP2Pos];  // weight of each position of the round
@@ -1098,6 +1106,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
     load_round(w, w.c0, 0, k_base);
   }
   pdl_wait();  // q, gate and the new tokens' K/V come from attention_prepare
+  stamps.mark(1);
 
   // The round `ahead` rounds after (item, r) in the CTA's walk: round nr of item nitem (nw), this
   // item's or one of its next ones' (CTA-uniform); false past the CTA's last.
@@ -1156,6 +1165,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
         }
       }
       __syncthreads();  // the item's q heads and own rows
+      stamps.mark(2);
     }
     float qv[1][kLaneDims];
 #pragma unroll
@@ -1214,6 +1224,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
         }
       }
       __syncthreads();  // the round's K and V are in shared memory
+      if (r == 0) stamps.mark(3);
 
       // 2. Scores of tile ts for head hs.
       const int ti = r * kP2Tiles + ts;  // tile of the chunk
@@ -1281,6 +1292,8 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       }
       __syncthreads();  // the buffers may be refilled
     }
+    stamps.mark(4);
+    st_chunk = w.chunk, st_nc = w.nc;
 
     // The chunk is the whole range (w.nc == 1: fold_partial would take it as is), or the partials
     // of all chunks are folded here by the last CTA, or by attention_merge_kernel.
@@ -1300,6 +1313,7 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       // in chunk order, as attention_merge_kernel would (fold_partial's operations per dim).
       __threadfence();  // this thread's partial is visible device-wide before the count below
       __syncthreads();
+      stamps.mark(5);
       if (tid == 0) {
         unsigned* count = g_fold_count + size_t(w.t) * Y + size_t(w.kvh) * L.head_blocks + w.hb;
         const bool last = atomicAdd(count, 1u) == unsigned(w.nc - 1);
@@ -1310,6 +1324,8 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
         s_last = last;
       }
       __syncthreads();
+      stamps.mark(6);
+      st_last = s_last;
       if (!s_last || !row_ok || !has_pair) continue;  // no barrier until the next item's first one
       fold_pairs(L, base, w.nc, hd, pair, A0, A1, Lsum);
     }
@@ -1317,8 +1333,11 @@ __global__ void __launch_bounds__(kP2Warps * 32, 1)
       T* const o = out + oh * hd + 2 * pair;
       o[0] = from_f32<T>(gated_output(A0, Lsum, g0));
       o[1] = from_f32<T>(gated_output(A1, Lsum, g1));
+      stamps.mark(7);
     }
   }
+  stamps.mark(8);
+  stamps.print("attention_decode2", 1, st_chunk, st_nc, st_last);
 }
 
 // ---- launchers ----------------------------------------------------------------------------

@@ -81,6 +81,7 @@
 #include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/ops_gdn.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/stage_stamps.cuh"
 
 namespace moeserve::cuda {
 namespace {
@@ -693,6 +694,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ __align__(16) float s_red[(kMaxThreads / 32) * kColGroups * 8];  // [ncw][W][cg][4 kv, 4 sq]
   __shared__ float s_part[3][kMaxHeadDim / 32];  // per 32 channels: Σq², Σk², Σq̂k̂
   __shared__ float s_gate[2];                    // decay, beta
+  // Measurement builds only (stage_stamps.cuh): 0 entry, 1 the wait, 2 conv + SiLU and the gates,
+  // 3 the l2norms and q·k, 4 the delta rule done and the state stored, 5 the cluster barrier, 6 the
+  // output written, 7 exit.
+  StageStamps<8> stamps;
+  stamps.mark(0);
 
   const int nk = s.num_k_heads, nv = s.num_v_heads, dk = s.k_head_dim, dv = s.v_head_dim;
   const int G = nv / nk, C = s.conv_dim(), K = s.conv_kernel, key_dim = s.key_dim();
@@ -728,6 +734,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
   }
   pdl_wait();
+  stamps.mark(1);
 
   // 1. The state columns, in flight during the prep.
   float st[kRowsPerThread][4];
@@ -757,6 +764,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     gdn_gates(b[g], a[g], p.dt_bias[h], p.a_log[h], s_gate[0], s_gate[1]);
   }
   __syncthreads();
+  stamps.mark(2);
   // The prep kernel's block has ceil(max(dk, dv)/32) warps; those past dk add +0.
   const int prep_warps = (max(dk, dv) + 31) / 32;
   float qq = s_part[0][0], kk = s_part[1][0];
@@ -773,6 +781,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if (lane == 0) s_part[2][i >> 5] = qk;
   }
   __syncthreads();
+  stamps.mark(3);
   float kq = s_part[2][0];
   for (int g = 1; g < prep_warps; ++g) kq = __fadd_rn(kq, g < W ? s_part[2][g] : 0.0f);
   const float decay = s_gate[0], beta = s_gate[1];
@@ -818,8 +827,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   float nw0[kMaxConvK - 1];
   if (idx0 < nch) load_shift(conv_channel(idx0), nw0);
 
+  stamps.mark(4);
   // 4. Every CTA of the cluster has its o in shared memory and is past its conv-state reads.
   cluster_sync();
+  stamps.mark(5);
   float inv = 0.0f;
   if (warp < ncw) {  // warp-uniform: the output warps, 32 columns each
     float oj[kMaxHeadDim / 32];  // columns lane, lane + 32, ...: all loads in flight at once
@@ -842,7 +853,10 @@ __global__ void __launch_bounds__(kMaxThreads)
     load_shift(conv_channel(idx), nw);
     store_shift(conv_channel(idx), nw);
   }
+  stamps.mark(6);
   cluster_wait();  // no CTA exits (freeing its shared memory) before the cluster's reads of it
+  stamps.mark(7);
+  stamps.print("gdn_decode", 1, int(blockIdx.x), int(blockIdx.y), int(blockIdx.z));
 }
 
 }  // namespace
