@@ -71,7 +71,7 @@ __global__ void stream_kernel(const uint4* __restrict__ p, size_t n, int passes,
   unsigned s = 0;
   for (int r = 0; r < passes; ++r)
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-      const uint4 v = __ldcs(p + i);
+      const uint4 v = __ldcg(p + i);  // normal L2 priority: it evicts what was there
       s += v.x ^ v.y ^ v.z ^ v.w;
     }
   if (kHog && s == 0x9e3779b9u) hog[threadIdx.x] = s;

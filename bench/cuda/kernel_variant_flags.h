@@ -14,7 +14,6 @@
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_tc_gemv.h"
-#include "backend/cuda/weight_l2_policy.h"
 
 namespace moeserve::bench {
 
@@ -36,7 +35,6 @@ struct KernelVariantFlags {
   int gdn_chunked = cuda::gdn_chunked_variant();
   bool moe_int_wgmma = cuda::moe_int_wgmma();
   bool tc_gemv_wgmma = true;
-  std::string weight_l2 = "normal";
 
   void add_to(CLI::App& app) {
     app.add_option("--gemv-feed", gemv_feed, "one/two-token row GEMV weight feed: lean, registers");
@@ -82,9 +80,6 @@ struct KernelVariantFlags {
     app.add_option("--tc-gemv-wgmma", tc_gemv_wgmma,
                    "tc_gemv launches of 9-256 tokens on wgmma (true, default; sm_90a builds on sm_90 GPUs) or the "
                    "mma.sync forms (false); same bits");
-    app.add_option("--weight-l2-policy", weight_l2,
-                   "L2 policy of the row GEMVs' and streaming expert kernels' weight loads: normal, or evict-first "
-                   "(the weights' lines go first, so code and activations stay in L2); same bits");
     app.add_option("--gdn-chunked-variant", gdn_chunked,
                    "chunked DeltaNet: 2 tensor-core intra + state, 1 tensor-core intra only, 0 CUDA cores");
   }
@@ -109,7 +104,6 @@ struct KernelVariantFlags {
     cuda::set_gdn_chunked_variant(gdn_chunked);
     cuda::set_moe_int_wgmma(moe_int_wgmma);
     cuda::set_tc_gemv_wgmma(tc_gemv_wgmma);
-    cuda::set_weight_l2_policy(cuda::parse_weight_l2_policy(weight_l2));
   }
 };
 

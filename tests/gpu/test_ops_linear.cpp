@@ -23,7 +23,6 @@
 #include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_quant_gemv.h"
 #include "backend/cuda/ops_small_linear.h"
-#include "backend/cuda/weight_l2_policy.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/qwen35_weights.h"
@@ -819,56 +818,6 @@ TEST(GpuOpsLinear, RowGemvF32FeedsBitIdentical) {
   EXPECT_EQ(cuda::parse_row_gemv_feed("lean"), cuda::RowGemvFeed::Lean);
   EXPECT_THROW(cuda::parse_row_gemv_feed("cp-async"), Error);
   EXPECT_THROW(cuda::parse_row_gemv_feed("bulk"), Error);
-}
-
-// The weights' L2 policy (set_weight_l2_policy: evict-first marks the streamed lines to leave L2
-// first) changes where lines live, never a value: every row GEMV kernel gives the same bits under
-// either policy. FP8, INT8 and bf16, short and tall, K = 3072 and 1040 (the Registers feed), one and
-// two tokens through both feeds (the streaming kernel), 5 and 16 tokens (the token-tile kernel),
-// plain and gated.
-TEST(GpuOpsLinear, RowGemvF32WeightL2PolicyBitIdentical) {
-  MOESERVE_REQUIRE_GPU();
-  FeedGuard guard;
-  struct PolicyGuard {
-    ~PolicyGuard() { cuda::set_weight_l2_policy(cuda::WeightL2Policy::Normal); }
-  } policy_guard;
-  EXPECT_EQ(cuda::weight_l2_policy(), cuda::WeightL2Policy::Normal) << "normal is the default";
-  EXPECT_EQ(cuda::parse_weight_l2_policy("evict-first"), cuda::WeightL2Policy::EvictFirst);
-  EXPECT_EQ(cuda::parse_weight_l2_policy("normal"), cuda::WeightL2Policy::Normal);
-  EXPECT_THROW(cuda::parse_weight_l2_policy("evict_first"), Error);
-  Rng rng(31);
-  const int64_t tall = tall_rows();
-  std::vector<TestWeight> ws;
-  for (int64_t K : {3072, 1040}) {
-    ws.push_back(make_fp8_block(rng, 300, K, 0.03f, K == 3072));
-    ws.push_back(make_int8_rowwise(rng, tall + 3, K, 0.05f));
-    ws.push_back(make_dense_bf16(rng, 37, K, 0.05f));
-  }
-  for (const auto& t : ws) {
-    const int64_t N = t.weight.out_features, K = t.weight.in_features;
-    SCOPED_TRACE(t.label + " N=" + std::to_string(N) + " K=" + std::to_string(K));
-    const cuda::DeviceLinear d = cuda::upload_linear(t.weight, nullptr);
-    const auto d_x = to_device_f32(random_f32(rng, size_t(16) * size_t(K), 1.0f));
-    const auto d_g = to_device_f32(random_f32(rng, size_t(16) * size_t(K), 3.0f));
-    const auto d_u = to_device_f32(random_f32(rng, size_t(16) * size_t(K), 1.0f));
-    const bool gated = cuda::row_gemv_gated_supported(d);
-    for (cuda::RowGemvFeed f : kFeeds) {
-      cuda::set_row_gemv_feed(f);
-      for (int M : {1, 2, 5, 16}) {
-        const std::string tag = std::string(feed_name(f)) + " M=" + std::to_string(M);
-        cuda::set_weight_l2_policy(cuda::WeightL2Policy::Normal);
-        const auto want = row_gemv1(d, d_x.data(), M);
-        const auto want_gated = gated ? row_gemv_gated1(d, d_g.data(), d_u.data(), M) : std::vector<float>{};
-        cuda::set_weight_l2_policy(cuda::WeightL2Policy::EvictFirst);
-        const auto y = row_gemv1(d, d_x.data(), M);
-        EXPECT_EQ(count_diffs(y, want), 0u) << tag << ": evict-first differs from normal";
-        EXPECT_GT(count_diffs(y, std::vector<float>(y.size(), 0.0f)), y.size() / 2) << tag << ": mostly zeros";
-        if (gated)
-          EXPECT_EQ(count_diffs(row_gemv_gated1(d, d_g.data(), d_u.data(), M), want_gated), 0u)
-              << tag << " gated: evict-first differs from normal";
-      }
-    }
-  }
 }
 
 // ---- The one-token form of tall launches (set_row_gemv_rows) ------------------------------

@@ -38,7 +38,6 @@
 #include "backend/cuda/ops_basic.h"
 #include "backend/cuda/ops_moe.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
-#include "backend/cuda/weight_l2_policy.h"
 #include "core/error.h"
 #include "gpu_test_quant.h"
 #include "moe_int_reference.h"
@@ -468,21 +467,16 @@ TEST(GpuOpsMoeIntDecode, StreamingKernelsMatchPersistentBitForBit) {
         }
         cuda::set_moe_int_decode_variant(2);
         // The ring's cap (set_moe_int_stream_ring_cap: at most 2 steps at 2-8 tokens by default) only
-        // groups loads, and the weights' L2 policy only says which lines leave L2 first: the streaming
-        // kernels give the same bits with every cap and either policy (cap 4 with evict-first).
-        for (int cap : {0, 1, 3, 4}) {
-          const bool evict_first = cap == 4;
-          cuda::set_moe_int_stream_ring_cap(evict_first ? -1 : cap);
-          if (evict_first) cuda::set_weight_l2_policy(cuda::WeightL2Policy::EvictFirst);
+        // groups loads: the streaming kernels give the same bits with every cap.
+        for (int cap : {0, 1, 3}) {
+          cuda::set_moe_int_stream_ring_cap(cap);
           bool ran = false;
           const auto capped = run(d, c, in, M, &ran);
           cuda::set_moe_int_stream_ring_cap(-1);
-          cuda::set_weight_l2_policy(cuda::WeightL2Policy::Normal);
           ASSERT_TRUE(ran);
           int diffs = 0;
           for (size_t i = 0; i < out[2].size(); ++i) diffs += !bits_equal(out[2][i], capped[i]);
-          EXPECT_EQ(diffs, 0) << (evict_first ? "evict-first weights" : "ring cap " + std::to_string(cap)) << ", M=" << M
-                              << " shared=" << with_shared;
+          EXPECT_EQ(diffs, 0) << "ring cap " << cap << ", M=" << M << " shared=" << with_shared;
         }
         for (int variant : {1, 0}) {
           int diffs = 0, changed = 0;

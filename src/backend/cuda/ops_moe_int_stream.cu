@@ -69,7 +69,6 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
-#include "backend/cuda/l2_policy.cuh"
 #include "backend/cuda/per_device.h"
 #include "backend/cuda/moe_int_arith.h"
 #include "backend/cuda/ops_moe_int_decode.cuh"
@@ -77,7 +76,6 @@
 #include "backend/cuda/ops_moe_int_internal.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/weight_l2_policy.h"
 #include "core/error.h"
 
 namespace moeserve::cuda::moe_int_detail {
@@ -160,11 +158,9 @@ struct RingProducer {
   int R, IR;
   int phase = 0, it = 0, u = 0, slot = 0, islot = 0;  // the next step: phase, item, packed row, slots
   UnitItem p{};
-  uint64_t policy;  // the weights' L2 policy (l2_policy.cuh)
 
-  __device__ __forceinline__ RingProducer(const PA& pa, const PB& pb, char* ring, char* islots, int R_, int IR_,
-                                          uint64_t policy_)
-      : a(pa), b(pb), R(R_), IR(IR_), policy(policy_) {
+  __device__ __forceinline__ RingProducer(const PA& pa, const PB& pb, char* ring, char* islots, int R_, int IR_)
+      : a(pa), b(pb), R(R_), IR(IR_) {
     const int tid = threadIdx.x, nthr = blockDim.x;
     vstride = size_t(nthr) * 16;      // A plane -> B plane of a row
     rowstride = 2 * vstride;          // row -> next row of a step
@@ -200,8 +196,8 @@ struct RingProducer {
     }
 #pragma unroll
     for (int j = 0; j < kStepRows; ++j) {
-      async_copy::cp_async16_policy(rs + j * rowstride, p.wa + size_t(j) * ph.N, policy);
-      async_copy::cp_async16_policy(rs + j * rowstride + vstride, p.wb + size_t(j) * ph.N, policy);
+      async_copy::cp_async16(rs + j * rowstride, p.wa + size_t(j) * ph.N);
+      async_copy::cp_async16(rs + j * rowstride + vstride, p.wb + size_t(j) * ph.N);
     }
     p.wa += size_t(kStepRows) * ph.N;
     p.wb += size_t(kStepRows) * ph.N;
@@ -305,10 +301,10 @@ __device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_sl
 // are staged there (and published by a barrier in it), so their latency overlaps the weights'.
 // Src::get's xp and sxu are read only after it.
 template <class P, class AfterIssue>
-__device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* ring, char* islots, uint64_t policy,
+__device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* ring, char* islots,
                                              AfterIssue&& after_issue) {
   const NoPhase none{};
-  RingProducer<P, NoPhase> prod(ph, none, ring, islots, R, IR, policy);
+  RingProducer<P, NoPhase> prod(ph, none, ring, islots, R, IR);
   for (int i = 0; i < R; ++i) prod.issue();
   after_issue();
   int c_slot = 0, c_islot = 0;
@@ -321,8 +317,8 @@ __device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* r
 // thread after phase A: it stages phase B's activations, read by B's Src::get only after it).
 template <class PA, class PB, class Between>
 __device__ __forceinline__ void stream_two_phases(const PA& pa, const PB& pb, int R, int IR, char* ring,
-                                                  char* islots, uint64_t policy, Between&& between) {
-  RingProducer<PA, PB> prod(pa, pb, ring, islots, R, IR, policy);
+                                                  char* islots, Between&& between) {
+  RingProducer<PA, PB> prod(pa, pb, ring, islots, R, IR);
   for (int i = 0; i < R; ++i) prod.issue();
   int c_slot = 0, c_islot = 0;
   consume_phase(pa, prod, c_slot, c_islot);
@@ -364,7 +360,6 @@ struct UpArgs {
   float* asblk;         // [M·k, nbs]
   int* asx;             // [M·k, sxs]
   int nbs, sxs;
-  int evict_first;      // the weights' L2 policy (weight_l2_policy.h)
 };
 
 // Shared-memory layout of a gate/up CTA (bytes): ring | item slots | planes [blocks][kPadBlock] | sblk
@@ -454,7 +449,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_gate_up_kernel(UpArgs 
                   kSym ? nullptr : gate.qzeros + zoff, kSym ? nullptr : up.qzeros + zoff,
                   planes, sx, sblk, I, n0, U, rows, gate.group, nu};
   const Phase<kSym, UpSrc> ph{src, 8 * nu, rows, I, dsm, scm};
-  stream_units(ph, a.R, a.IR, base, base + L.slots, weight_l2_policy(a.evict_first), [] {});
+  stream_units(ph, a.R, a.IR, base, base + L.slots, [] {});
   __syncthreads();
   if (tid < 32) {  // lane c: gate and up of column n0 + c, act, the block arrival
     const float gv = fold_units(dsm + lane, scm + lane, kUpCols, nu);
@@ -477,7 +472,6 @@ struct DownArgs {
   float* residual;       // [M, H]
   const float* shared;   // [M, H] or null
   const float* gate_logit;  // [M]
-  int evict_first;          // the weights' L2 policy (weight_l2_policy.h)
 };
 
 // The rank-row stride of down's staged planes (vectors): its blocks of kPadBlock, made ≡ 1 mod 8
@@ -638,7 +632,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_down_kernel(DownArgs a
                     U, rows, down.group, nu, I / down.group, RS, a.sxs, a.nbs};
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   const Phase<kSym, DownSrc> ph{src, 2 * k * nu, rows, H, dsm, scm};
-  stream_units(ph, a.R, a.IR, base, base + L.slots, weight_l2_policy(a.evict_first), [&] {
+  stream_units(ph, a.R, a.IR, base, base + L.slots, [&] {
     stage_down_acts(a, m, k, I, H, col, fin, planes, RS, sblk, sx, res, sh, sig);
     __syncthreads();
   });
@@ -736,7 +730,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   const Phase<kSymUp, UpSrc> pa{srcu, 8 * nu_u, rows_u, I, dsm_u, scm_u};
   const Phase<kSymDown, DownSrc> pb{srcd, has_down ? 2 * k * nu_d : 0, rows_d, H, dsm_d, scm_d};
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
-  stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, weight_l2_policy(a.evict_first), [&] {
+  stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, [&] {
     __syncthreads();  // gate/up's factors
     if (tid < 32) {   // lane c: gate and up of column n0 + c, act, the block arrival
       const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
@@ -962,7 +956,6 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   if (!P.ok || workspace_bytes < lay.bytes || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return false;
   char* ws = static_cast<char*>(workspace);
   const bool sym_up = gate_up_symmetric(ex), sym_down = down_symmetric(ex);
-  const int evict_first = weight_l2_evict_first_arg();
   if (shared_out == nullptr) {  // one token without the shared expert: the fused kernel where it fits
     const FusedPlan F = fused_plan(s, ex, M, sym_up, sym_down);
     if (F.ok) {
@@ -974,7 +967,6 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
       fill_down_io(fa.down, fa.up, residual, nullptr, nullptr);
       fa.down.U = P.u_down;
       fa.down_ctas = F.down_ctas;
-      fa.up.evict_first = fa.down.evict_first = evict_first;
       launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem,
                              stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
       return true;
@@ -989,7 +981,6 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   ua.U = u_up;
   ua.R = pu.R;
   ua.IR = pu.IR;
-  ua.evict_first = evict_first;
   launch_pdl(true, up_kernel(sym_up), grid_up, dim3(unsigned(pu.threads)), pu.smem, stream, ua, view_of(ex.gate),
              view_of(ex.up));
   if (shared_ready) MOESERVE_CUDA_CHECK(cudaStreamWaitEvent(stream, shared_ready, 0));  // down adds it
@@ -998,7 +989,6 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
   da.U = u_down;
   da.R = pd.R;
   da.IR = pd.IR;
-  da.evict_first = evict_first;
   launch_pdl(true, down_kernel(sym_down), grid_down, dim3(unsigned(pd.threads)), pd.smem, stream, da,
              view_of(ex.down));
   return true;

@@ -92,9 +92,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_info.h"
-#include "backend/cuda/l2_policy.cuh"
 #include "backend/cuda/ops_quant_gemv.h"
-#include "backend/cuda/weight_l2_policy.h"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/row_weight_format.cuh"
 
@@ -119,7 +117,6 @@ struct Job {
   int fmt;
   int block_begin;  // first row block of this job
   int accumulate;
-  int evict_first;  // the weights' L2 policy (weight_l2_policy.h): set by the launchers from the switch
 };
 struct Jobs {
   Job job[kMaxRowJobs];
@@ -138,19 +135,16 @@ KSplit k_split(int K) {
   return s;
 }
 
-// Streaming weight loads: read once, kept out of L1 (which holds x), under the L2 policy `pol`
-// (weight_l2_policy(job.evict_first), l2_policy.cuh). volatile: issued where written, i.e. before
-// pdl_wait (the compiler may not sink them past it).
-__device__ __forceinline__ uint32_t ld_stream32(const void* p, uint64_t pol) {
+// Streaming weight loads: read once, kept out of L1 (which holds x). volatile: issued where
+// written, i.e. before pdl_wait (the compiler may not sink them past it).
+__device__ __forceinline__ uint32_t ld_stream32(const void* p) {
   uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.b32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(pol));
+  asm volatile("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
   return v;
 }
-__device__ __forceinline__ uint2 ld_stream64(const void* p, uint64_t pol) {
+__device__ __forceinline__ uint2 ld_stream64(const void* p) {
   uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.b32 {%0, %1}, [%2], %3;"
-               : "=r"(v.x), "=r"(v.y)
-               : "l"(p), "l"(pol));
+  asm volatile("ld.global.nc.L1::no_allocate.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 
@@ -167,18 +161,17 @@ struct StepRaw {
 };
 
 template <int F>
-__device__ __forceinline__ void load_step_w(const uint8_t* __restrict__ row, int K, int t, StepRaw<F>& r,
-                                            uint64_t pol) {
+__device__ __forceinline__ void load_step_w(const uint8_t* __restrict__ row, int K, int t, StepRaw<F>& r) {
   const int kbase = t * kStep + 4 * (threadIdx.x & 31);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int k = kbase + 128 * i;
     if (k < K) {
       if constexpr (F == kBf16) {
-        const uint2 p = ld_stream64(row + size_t(k) * 2, pol);
+        const uint2 p = ld_stream64(row + size_t(k) * 2);
         r.v[2 * i] = p.x, r.v[2 * i + 1] = p.y;
       } else {
-        r.v[i] = ld_stream32(row + k, pol);
+        r.v[i] = ld_stream32(row + k);
       }
     }
   }
@@ -186,8 +179,8 @@ __device__ __forceinline__ void load_step_w(const uint8_t* __restrict__ row, int
 
 template <int F>
 __device__ __forceinline__ void load_step(const uint8_t* __restrict__ row, const float* __restrict__ srow, int K,
-                                          int t, StepRaw<F>& r, uint64_t pol) {
-  load_step_w<F>(row, K, t, r, pol);
+                                          int t, StepRaw<F>& r) {
+  load_step_w<F>(row, K, t, r);
   if constexpr (F == kFp8) r.s = __ldg(srow + min(4 * t + (threadIdx.x & 3), (K + 127) / 128 - 1));
 }
 
@@ -261,7 +254,6 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
                                           float* act, int K, int n0, int m0, int mt, int t_begin, int t_end,
                                           float (&acc)[R][MT]) {
   constexpr size_t kElem = F == kBf16 ? 2 : 1;
-  const uint64_t pol = weight_l2_policy(job.evict_first);
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // steps per batch: the same bytes in flight
   const int kb = (K + 127) / 128;
   const uint8_t* rows[R];
@@ -278,7 +270,7 @@ __device__ __forceinline__ void warp_rows(const Job& job, const float* __restric
     for (int d = 0; d < D; ++d)
       if (t0 + d < t_end) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) load_step<F>(rows[r], srow[r], K, t0 + d, raw[d][r], pol);
+        for (int r = 0; r < R; ++r) load_step<F>(rows[r], srow[r], K, t0 + d, raw[d][r]);
       }
   };
   load_batch(t_begin);  // the first weights are in flight while the previous kernel finishes
@@ -332,7 +324,6 @@ __device__ __forceinline__ void warp_rows_lean(const Job& job, const float* __re
                                                const float* __restrict__ u, float* act, int K, int n0, int m0, int mt,
                                                int t_begin, int t_end, float (&acc)[R][MT]) {
   constexpr int kElem = F == kBf16 ? 2 : 1;
-  const uint64_t pol = weight_l2_policy(job.evict_first);
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;
   constexpr int kGroupBytes = 128 * kElem;
   constexpr int kStepBytes = kStep * kElem;
@@ -355,10 +346,10 @@ __device__ __forceinline__ void warp_rows_lean(const Job& job, const float* __re
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             if constexpr (F == kBf16) {
-              const uint2 p = ld_stream64(wp[r] + i * kGroupBytes, pol);
+              const uint2 p = ld_stream64(wp[r] + i * kGroupBytes);
               raw[d][r].v[2 * i] = p.x, raw[d][r].v[2 * i + 1] = p.y;
             } else {
-              raw[d][r].v[i] = ld_stream32(wp[r] + i * kGroupBytes, pol);
+              raw[d][r].v[i] = ld_stream32(wp[r] + i * kGroupBytes);
             }
           }
           wp[r] += kStepBytes;
@@ -503,7 +494,6 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
                                                const float* __restrict__ u, float* smem, int K, int n0, int m0,
                                                int mt, int S, int T) {
   static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
-  const uint64_t pol = weight_l2_policy(job.evict_first);
   static_assert(R * MT <= 32, "one lane keeps each (row, token) sum");
   namespace ac = async_copy;
   constexpr int kElem = F == kBf16 ? 2 : 1;
@@ -529,10 +519,10 @@ __device__ __forceinline__ void tile_rows_smem(const Job& job, const float* __re
       for (int r = 0; r < R; ++r) {
         const uint8_t* p = wp[r] + (t * kStep + 128 * i) * kElem;
         if constexpr (F == kBf16) {
-          const uint2 v = ld_stream64(p, pol);
+          const uint2 v = ld_stream64(p);
           raw[r].v[2 * i] = v.x, raw[r].v[2 * i + 1] = v.y;
         } else {
-          raw[r].v[i] = ld_stream32(p, pol);
+          raw[r].v[i] = ld_stream32(p);
         }
       }
     }
@@ -757,7 +747,6 @@ template <int F, int MT, int R, int kD, bool kGated>
 __device__ __forceinline__ void stream_rows(const Job& job, const float* __restrict__ x, const float* __restrict__ u,
                                             float* act, int K, int n0, int m0, int mt, int S, int T) {
   static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
-  const uint64_t pol = weight_l2_policy(job.evict_first);
   constexpr size_t kElem = F == kBf16 ? 2 : 1;
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // the same bytes in flight
   const int lane = threadIdx.x & 31;
@@ -777,7 +766,7 @@ __device__ __forceinline__ void stream_rows(const Job& job, const float* __restr
   float rs[D];           // FP8: the scale of block 4t + lane % 4 (block_scales' convention)
   auto load = [&](int t, StepRaw<F>(&slot)[R], float& s) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) load_step_w<F>(rows[r], K, t, slot[r], pol);
+    for (int r = 0; r < R; ++r) load_step_w<F>(rows[r], K, t, slot[r]);
     if constexpr (F == kFp8) s = __ldg(srow + min(4 * t + (lane & 3), kb - 1));
   };
   if (active) {
@@ -834,7 +823,6 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
                                                  const float* __restrict__ u, float* act, int K, int n0, int m0,
                                                  int mt, int S, int T, bool early) {
   static_assert(128 % R == 0, "a warp's rows must share one FP8 scale block");
-  const uint64_t pol = weight_l2_policy(job.evict_first);
   constexpr int kElem = F == kBf16 ? 2 : 1;
   constexpr int D = F == kBf16 && kD > 1 ? kD / 2 : kD;  // the same bytes in flight
   constexpr int kGroupBytes = 128 * kElem;                // a lane's group i -> i + 1 in a row
@@ -860,10 +848,10 @@ __device__ __forceinline__ void stream_rows_lean(const Job& job, const float* __
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         if constexpr (F == kBf16) {
-          const uint2 p = ld_stream64(wp[r] + i * kGroupBytes, pol);
+          const uint2 p = ld_stream64(wp[r] + i * kGroupBytes);
           slot[r].v[2 * i] = p.x, slot[r].v[2 * i + 1] = p.y;
         } else {
-          slot[r].v[i] = ld_stream32(wp[r] + i * kGroupBytes, pol);
+          slot[r].v[i] = ld_stream32(wp[r] + i * kGroupBytes);
         }
       }
       wp[r] += kStepBytes;
@@ -962,14 +950,10 @@ int device_major() {
 
 // Numbers the jobs' row blocks consecutively (each job's first block) and returns the 1-D grid:
 // row blocks x token tiles.
-// Numbers the jobs' row blocks (and sets their weights' L2 policy from the switch): every launcher
-// calls it.
 unsigned grid_blocks(Jobs& jobs, int rows_per_block, int tiles) {
   long long blocks = 0;
-  const int evict_first = weight_l2_evict_first_arg();
   for (int i = 0; i < jobs.count; ++i) {
     jobs.job[i].block_begin = int(blocks);
-    jobs.job[i].evict_first = evict_first;
     blocks += (jobs.job[i].N + rows_per_block - 1) / rows_per_block;
   }
   if (blocks * tiles > INT_MAX) throw Error("row_gemv_f32: launch grid too large");
