@@ -677,8 +677,8 @@ __device__ __forceinline__ float conv_one(const T* __restrict__ qkv, const float
 // So a token's output and new state are the bits of the prep + recurrence path, whatever
 // shares the launch. Graph padding rows (sequences of one token sharing the padding slot)
 // race only on the padding slot's garbage. Launched as a programmatic dependent: the state
-// and conv lines are prefetched into L2 before griddepcontrol.wait, every load of them and of
-// the activations comes after it.
+// columns are loaded into registers and the conv lines prefetched into L2 before
+// griddepcontrol.wait; the activations and the conv state are read after it.
 // Roofline: the state read and written once, 2·nv·dk·dv·4 B per sequence (8.4 MB at the 122B
 // shape), plus per token qkv, z, b, a in, out out and the conv state (about 0.3 MB); the
 // shared key head's q/k inputs are read by the G·parts CTAs of a cluster (L2 hits).
@@ -721,11 +721,16 @@ __global__ void __launch_bounds__(kMaxThreads)
   float* S = p.recurrent_state + (size_t(slot) * nv + h) * size_t(dk) * dv;
   float* cs = p.conv_state + size_t(slot) * C * (K - 1);
 
-  if (cg == 0 && j0 < dv) {  // one prefetch per 128-B row segment of the warp
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerThread; ++rr)
-      if (i0 + rr < dk) prefetch_l2(S + size_t(i0 + rr) * dv + j0);
-  }
+  // 1. The state columns, in registers while the previous kernel runs. Only this layer's DeltaNet
+  // kernels write S, the last of them a step ago: steps end in a host synchronisation (the sampled
+  // tokens), and inside a step nothing else touches S (as gdn_recurrent_kernel's early load). The
+  // norm weight is a weight. The conv lines (read below through conv_one) only into L2.
+  float st[kRowsPerThread][4];
+  load_state_tile<vec>(S, i0, j0, dk, dv, st);
+  // The norm's inputs for this thread's output column (output warps: warp < ncw).
+  const int jn = col0 + warp * 32 + lane;  // output column of threads of warps < ncw
+  const bool writes_out = warp < ncw && jn < dv;
+  const float wn = writes_out ? p.norm_weight[jn] : 0.0f;
   for (int idx = tid; idx < 2 * dk + cw; idx += nthreads) {  // the conv inputs of the prep below
     const int c = idx < 2 * dk ? (idx < dk ? 0 : key_dim - dk) + kh * dk + idx : 2 * key_dim + h * dv + col0 + idx - 2 * dk;
     if (idx < 2 * dk || col0 + idx - 2 * dk < dv) {
@@ -736,15 +741,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   pdl_wait();
   stamps.mark(1);
 
-  // 1. The state columns, in flight during the prep.
-  float st[kRowsPerThread][4];
-  load_state_tile<vec>(S, i0, j0, dk, dv, st);
-  // The norm's inputs for this thread's output column (output warps: warp < ncw).
-  const int jn = col0 + warp * 32 + lane;  // output column of threads of warps < ncw
-  const bool writes_out = warp < ncw && jn < dv;
   const size_t out_off = size_t(m) * vd + size_t(h) * dv + jn;
   const float zn = writes_out ? to_f32(z[out_off]) : 0.0f;
-  const float wn = writes_out ? p.norm_weight[jn] : 0.0f;
 
   // 2. Prep. q and k channels (2·dkr of them, warp-uniform halves): conv, then Σx² per warp.
   for (int idx = tid; idx < 2 * dkr; idx += nthreads) {
