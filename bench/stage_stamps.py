@@ -25,6 +25,8 @@ STAGES = {
                           "arrival counted", "output (folding CTA)", "exit"],
     "gdn_decode": ["entry", "wait", "conv + gates", "l2norm, q.k", "delta rule, state stored", "cluster barrier",
                    "output written", "exit"],
+    "moe_int_fused": ["entry", "wait", "routed, x quantised", "gate/up consumed", "act folded, arrival counted",
+                      "past the grid-wide wait", "down acts staged", "down consumed", "combine written"],
 }
 
 

@@ -76,6 +76,7 @@
 #include "backend/cuda/ops_moe_int_internal.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/stage_stamps.cuh"
 #include "core/error.h"
 
 namespace moeserve::cuda::moe_int_detail {
@@ -679,6 +680,11 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_p[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
+  // Measurement builds only (stage_stamps.cuh): 0 entry, 1 the wait, 2 routed and x quantised, 3 gate/up's
+  // units consumed, 4 act folded and the block's arrival counted, 5 past the grid-wide wait (down CTAs),
+  // 6 down's activations staged, 7 down's units consumed, 8 the combine written.
+  StageStamps<9> stamps;
+  stamps.mark(0);
   const UpArgs& a = f.up;
   const int H = gate.K, I = gate.N, k = a.k, E = a.E;
   const int uu = a.U, rows_u = uu / 8, nu_u = H / uu, ud = f.down.U, rows_d = ud / 8, nu_d = I / ud;
@@ -702,6 +708,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   const int cta = int(blockIdx.y * gridDim.x + blockIdx.x), d0 = cta * kDownCols, col = d0 + tid;
   const bool has_down = cta < f.down_ctas, fin = has_down && tid < kDownCols;
   pdl_wait();
+  stamps.mark(1);
   if (tid < 32) {  // warp 0 routes the token, all k ranks (down needs every one)
     const float psum = route_rounds(a.logits, E, k, s_ids, s_p);
     __syncwarp();
@@ -719,6 +726,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
     quantize_rows<kUpQuantBatch>(a.x, 1, H, a.x_vec, planes_u, 0, kPadBlock, sblk_u, sx_u, 1);
   }
   __syncthreads();
+  stamps.mark(2);
   const int e = s_ids[r];
   const int ng = H / gate.group;
   const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * ng * I, zoff = size_t(e) * ng * (I / 8);
@@ -732,6 +740,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
   stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, [&] {
     __syncthreads();  // gate/up's factors
+    stamps.mark(3);
     if (tid < 32) {   // lane c: gate and up of column n0 + c, act, the block arrival
       const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
       const float uv = fold_units(dsm_u + nu_u * kUpCols + lane, scm_u + nu_u * kUpCols + lane, kUpCols, nu_u);
@@ -741,6 +750,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
         __syncwarp();
         if (lane == 0) atomicAdd(&g_fused_ready, 1u);
       }
+      stamps.mark(4);
     }
     if (has_down) {
       if (tid == 0) {
@@ -749,8 +759,10 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
         __threadfence();
       }
       __syncthreads();  // past the wait; warp 0's fold has read gate/up's regions, which down's overlay
+      stamps.mark(5);
       stage_down_acts(f.down, 0, k, I, H, col, fin, planes_d, RS, sblk_d, sx_d, res, sh, sig);
       __syncthreads();
+      stamps.mark(6);
       if (tid == 0 && atomicAdd(&g_fused_passed, 1u) == unsigned(f.down_ctas - 1)) {  // every down CTA is past
         atomicExch(&g_fused_passed, 0u);
         atomicExch(&g_fused_ready, 0u);
@@ -758,9 +770,15 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
     }
     pdl_launch_dependents();  // only now: every CTA of this grid has started (see above)
   });
-  if (!has_down) return;
+  stamps.mark(7);
+  if (!has_down) {
+    stamps.print("moe_int_fused", 1, 0, cta, 0);
+    return;
+  }
   __syncthreads();
   combine_down(dsm_d, scm_d, ys, s_w, k, nu_d, fin, res, false, sh, sig, f.down.residual + col);
+  stamps.mark(8);
+  stamps.print("moe_int_fused", 1, 1, cta, 0);
 }
 
 // ---- host ------------------------------------------------------------------------------------
