@@ -55,7 +55,7 @@ struct KernelVariantFlags {
     app.add_option("--moe-fused-tail", moe_fused_tail,
                    "fused one-token expert kernel, down's weights (bits): 0 in the ring behind gate/up's, 1 held "
                    "until the act rows are staged, 2 until past the grid-wide wait, 4 L2 prefetch once routed, 8 "
-                   "L2 prefetch once gate/up is consumed (same bits)");
+                   "L2 prefetch once gate/up is consumed; 16 / 32 / 48 act rows staged from 2 / 4 / 8 copies (same bits)");
     app.add_option("--moe-int-decode-variant", moe_int_decode,
                    "integer-form expert kernels for <= 8 tokens: 2 streaming with gate/up and down in one launch "
                    "at one token, 1 streaming, 0 persistent (same bits)");

@@ -99,8 +99,9 @@ void set_moe_int_stream_ring_cap(int steps);
 // The fused one-token expert kernel's handling of its down weights while gate/up's act blocks are
 // exchanged (bits; every setting gives the same bits of output): 0 (default) in each thread's ring
 // right behind its gate/up rows; 1 held back until the act rows are staged, 2 until the grid-wide wait
-// has passed (not with 1); 4 the L2 asked for them once routed, 8 once gate/up is consumed. Read at
-// launch time. Throws Error outside 0..15 or for 1 | 2.
+// has passed (not with 1); 4 the L2 asked for them once routed, 8 once gate/up is consumed; 16 / 32 / 48:
+// the act rows published as 2 / 4 / 8 copies, each down CTA staging one. Read at launch time. Throws
+// Error outside 0..63 or for 1 | 2.
 void set_moe_int_fused_tail(int bits);
 // Whether moe_routed_experts_int would run a step of M tokens on the streaming kernels.
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M);

@@ -382,6 +382,9 @@ struct UpArgs {
   float* asblk;         // [M·k, nbs]
   int* asx;             // [M·k, sxs]
   int nbs, sxs;
+  char* rep;            // replicas of aplanes / asblk / asx the last arrival also writes (int_decode_layout)
+  size_t rep_stride, rep_sblk, rep_sx;
+  int reps;             // how many (0: none)
 };
 
 // Shared-memory layout of a gate/up CTA (bytes): ring | item slots | planes [blocks][kPadBlock] | sblk
@@ -690,7 +693,9 @@ struct FusedArgs {
 // 0: in each thread's ring behind its gate/up rows; kTailHoldStaged / kTailHoldWait: held back until
 // the act rows are staged / the grid-wide wait has passed; kTailL2Route / kTailL2Fold: the CTAs ask
 // the L2 for the token's down weights (each its share) once routed / once gate/up is consumed.
-constexpr int kTailHoldStaged = 1, kTailHoldWait = 2, kTailL2Route = 4, kTailL2Fold = 8;
+// Bits 4-5 (kTailRepShift): the act rows published 1 << v times (replicas), down CTA c staging copy
+// c % (1 << v), so that each L2 line of them is asked for by fewer CTAs.
+constexpr int kTailHoldStaged = 1, kTailHoldWait = 2, kTailL2Route = 4, kTailL2Fold = 8, kTailRepShift = 4;
 __device__ unsigned g_fused_ready;   // act blocks quantised in this launch
 __device__ unsigned g_fused_passed;  // down CTAs past their wait
 
@@ -824,7 +829,14 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
         prod.release();
         stamps.mark(9);
       }
-      stage_down_acts(f.down, 0, k, I, H, col, fin, planes_d, RS, sblk_d, sx_d, res, sh, sig);
+      DownArgs src = f.down;  // down CTA c stages copy c % (reps + 1) of the act rows (0: the workspace's own)
+      if (const int c = cta % (a.reps + 1); c > 0) {
+        char* b = a.rep + size_t(c - 1) * a.rep_stride;
+        src.aplanes = reinterpret_cast<const uint4*>(b);
+        src.asblk = reinterpret_cast<const float*>(b + a.rep_sblk);
+        src.asx = reinterpret_cast<const int*>(b + a.rep_sx);
+      }
+      stage_down_acts(src, 0, k, I, H, col, fin, planes_d, RS, sblk_d, sx_d, res, sh, sig);
       __syncthreads();
       stamps.mark(6);
       if (f.tail & kTailHoldStaged) {
@@ -1055,6 +1067,11 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
       fa.down.U = P.u_down;
       fa.down_ctas = F.down_ctas;
       fa.tail = g_fused_tail.load(std::memory_order_relaxed);
+      fa.up.rep = ws + lay.rep;
+      fa.up.rep_stride = lay.rep_stride;
+      fa.up.rep_sblk = lay.rep_sblk;
+      fa.up.rep_sx = lay.rep_sx;
+      fa.up.reps = std::min(lay.reps, (1 << ((fa.tail >> kTailRepShift) & 3)) - 1);
       launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem,
                              stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
       return true;
@@ -1103,10 +1120,11 @@ void set_moe_int_stream_ring_cap(int steps) {
 }
 
 void set_moe_int_fused_tail(int bits) {
-  if (bits < 0 || bits > 15 || ((bits & 1) && (bits & 2)))
+  if (bits < 0 || bits > 63 || ((bits & 1) && (bits & 2)))
     throw Error("set_moe_int_fused_tail: " + std::to_string(bits) +
                 " (bits: 1 hold down's weights until staged, 2 until past the wait (not with 1), 4 L2 prefetch once "
-                "routed, 8 L2 prefetch once gate/up is consumed)");
+                "routed, 8 L2 prefetch once gate/up is consumed; 16 / 32 / 48: the act rows staged from 2 / 4 / 8 "
+                "copies)");
   moe_int_detail::g_fused_tail.store(bits);
 }
 
