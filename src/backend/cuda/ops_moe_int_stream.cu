@@ -246,9 +246,11 @@ struct RingProducer {
 // The consumer of one phase: for each of the thread's items, its steps from the ring (waiting for
 // the oldest pending group), the dp4a sums, then the item's fold factors (see the header).
 // c_slot / c_islot: the consumer's ring and item slots, carried from phase to phase.
-template <class P, class Prod>
-__device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_slot, int& c_islot) {
+// on_first(): called once the thread's first step of the phase has landed (stage stamps; empty otherwise).
+template <class P, class Prod, class OnFirst>
+__device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_slot, int& c_islot, OnFirst&& on_first) {
   const int R = prod.R, IR = prod.IR, rows = ph.rows;
+  bool first = true;
   for (int it = threadIdx.x; it < ph.items; it += int(blockDim.x)) {
     const UnitItem q = ph.src.get(it);
     const char* is = prod.my_items + size_t(c_islot) * prod.istride;
@@ -257,6 +259,10 @@ __device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_sl
     unsigned al[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};  // Σ q·lo (u8 x u8)
     for (int u = 0; u < rows; u += kStepRows) {
       cp_async_wait_pending(R - 1);  // committed: R + steps consumed; this step's group is the oldest pending
+      if (first) {
+        on_first();
+        first = false;
+      }
       const char* rs = prod.my_ring + size_t(c_slot) * prod.rstride;
       if (++c_slot == R) c_slot = 0;
 #pragma unroll
@@ -327,7 +333,7 @@ __device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* r
   for (int i = 0; i < R; ++i) prod.issue();
   after_issue();
   int c_slot = 0, c_islot = 0;
-  consume_phase(ph, prod, c_slot, c_islot);
+  consume_phase(ph, prod, c_slot, c_islot, [] {});
   async_copy::cp_async_wait<0>();  // nothing of this thread's lands later
 }
 
@@ -335,17 +341,17 @@ __device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* r
 // while phase A's last ones are consumed, so they are in flight across between(prod) (called by every
 // thread after phase A: it stages phase B's activations, read by B's Src::get only after it), unless
 // hold_b: then they go out when between calls prod.release().
-template <class PA, class PB, class Between>
+template <class PA, class PB, class Between, class OnFirstB>
 __device__ __forceinline__ void stream_two_phases(const PA& pa, const PB& pb, int R, int IR, char* ring,
-                                                  char* islots, bool hold_b, Between&& between) {
+                                                  char* islots, bool hold_b, Between&& between, OnFirstB&& on_first_b) {
   RingProducer<PA, PB> prod(pa, pb, ring, islots, R, IR);
   prod.hold = hold_b;
   for (int i = 0; i < R; ++i) prod.issue();
   int c_slot = 0, c_islot = 0;
-  consume_phase(pa, prod, c_slot, c_islot);
+  consume_phase(pa, prod, c_slot, c_islot, [] {});
   between(prod);
   prod.release();  // no-op unless between left steps held
-  consume_phase(pb, prod, c_slot, c_islot);
+  consume_phase(pb, prod, c_slot, c_islot, on_first_b);
   async_copy::cp_async_wait<0>();
 }
 
@@ -741,8 +747,9 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   __shared__ float s_w[kMaxTopK];
   // Measurement builds only (stage_stamps.cuh): 0 entry, 1 the wait, 2 routed and x quantised, 3 gate/up's
   // units consumed, 4 act folded and the block's arrival counted, 5 past the grid-wide wait (down CTAs),
-  // 6 down's activations staged, 7 down's units consumed, 8 the combine written, 9 held down steps released.
-  StageStamps<10> stamps;
+  // 6 down's activations staged, 7 down's units consumed, 8 the combine written, 9 held down steps released,
+  // 10 thread 0's first down step landed.
+  StageStamps<11> stamps;
   stamps.mark(0);
   const UpArgs& a = f.up;
   const int H = gate.K, I = gate.N, k = a.k, E = a.E;
@@ -849,7 +856,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
       }
     }
     pdl_launch_dependents();  // only now: every CTA of this grid has started (see above)
-  });
+  }, [&] { stamps.mark(10); });
   stamps.mark(7);
   if (!has_down) {
     stamps.print("moe_int_fused", 1, 0, cta, 0);
