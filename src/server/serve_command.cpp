@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "model/model_loader.h"
 #include "runtime/engine.h"
@@ -220,6 +221,14 @@ int run_serve(const ServeOptions& o) {
   engine_config.kv_cache_bytes = load.device == "cuda"
                                      ? model::gpu_cache_budget_bytes(o.gpu_memory_utilization)
                                      : size_t(o.cpu_kv_cache_space_gib * double(1ull << 30));
+  if (load.device != "cuda" && o.num_kv_blocks_override == 0 && o.num_state_slots_override == 0) {
+    // The pools are populated before the server is ready (ZeroedHostBuffer); refuse a budget the
+    // host cannot give now rather than meet the out-of-memory killer while populating it.
+    if (const auto avail = available_host_memory(); avail && engine_config.kv_cache_bytes > *avail)
+      fail("--cpu-kv-cache-space {} GiB is more than the {:.2f} GiB of host memory available now (MemAvailable, "
+           "cgroup memory.max) with the model loaded; lower --cpu-kv-cache-space",
+           o.cpu_kv_cache_space_gib, double(*avail) / double(1ull << 30));
+  }
   engine_config.kv_block_size = o.block_size;
   engine_config.num_kv_blocks_override = o.num_kv_blocks_override;
   engine_config.num_state_slots_override = o.num_state_slots_override;

@@ -12,9 +12,10 @@ PagedKvCache::PagedKvCache(const KvGeometry& geometry, int64_t num_blocks)
                  "KV cache geometry must be positive (heads {}, head_dim {}, block_size {})",
                  geometry.num_kv_heads, geometry.head_dim, geometry.block_size);
   MOESERVE_CHECK(num_blocks >= 0, "negative number of KV blocks: {}", num_blocks);
-  const size_t n = size_t(num_blocks * geometry.num_kv_heads * geometry.block_size * geometry.head_dim);
-  keys_.assign(n, 0.0f);
-  values_.assign(n, 0.0f);
+  const size_t bytes =
+      size_t(num_blocks * geometry.num_kv_heads * geometry.block_size * geometry.head_dim) * sizeof(float);
+  keys_ = ZeroedHostBuffer(bytes);
+  values_ = ZeroedHostBuffer(bytes);
 }
 
 void PagedKvCache::check_block_table(std::span<const int32_t> block_table, int64_t end_pos) const {

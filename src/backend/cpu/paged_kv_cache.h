@@ -2,11 +2,13 @@
 //
 // K and V are each laid out [num_blocks][num_kv_heads][block_size][head_dim]; a sequence's
 // position p lives in block block_table[p / block_size], slot p % block_size. Blocks are
-// owned and handed out by the runtime; this class only stores and addresses them.
+// owned and handed out by the runtime; this class only stores and addresses them. The pool
+// is zeroed and resident from construction on (ZeroedHostBuffer).
 #pragma once
 #include <cstdint>
 #include <span>
-#include <vector>
+
+#include "core/zeroed_host_buffer.h"
 
 namespace moeserve::cpu {
 
@@ -28,13 +30,13 @@ class PagedKvCache {
     return size_t(2 * g.num_kv_heads * g.block_size * g.head_dim) * sizeof(float);
   }
 
-  float* key(int32_t block, int64_t head, int64_t slot) { return keys_.data() + offset(block, head, slot); }
-  float* value(int32_t block, int64_t head, int64_t slot) { return values_.data() + offset(block, head, slot); }
+  float* key(int32_t block, int64_t head, int64_t slot) { return floats(keys_) + offset(block, head, slot); }
+  float* value(int32_t block, int64_t head, int64_t slot) { return floats(values_) + offset(block, head, slot); }
   const float* key(int32_t block, int64_t head, int64_t slot) const {
-    return keys_.data() + offset(block, head, slot);
+    return floats(keys_) + offset(block, head, slot);
   }
   const float* value(int32_t block, int64_t head, int64_t slot) const {
-    return values_.data() + offset(block, head, slot);
+    return floats(values_) + offset(block, head, slot);
   }
 
   // Checks that `block_table` covers positions [0, end_pos) with valid block ids; throws a
@@ -51,9 +53,12 @@ class PagedKvCache {
                   geometry_.head_dim);
   }
 
+  static float* floats(ZeroedHostBuffer& b) { return reinterpret_cast<float*>(b.data()); }
+  static const float* floats(const ZeroedHostBuffer& b) { return reinterpret_cast<const float*>(b.data()); }
+
   KvGeometry geometry_;
   int64_t num_blocks_ = 0;
-  std::vector<float> keys_, values_;
+  ZeroedHostBuffer keys_, values_;  // fp32, page-aligned
 };
 
 }  // namespace moeserve::cpu

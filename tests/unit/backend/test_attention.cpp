@@ -64,6 +64,33 @@ TEST(CpuAttention, PagedChunksMatchDenseCausalAttentionWithGqa) {
   EXPECT_LT(rel_diff(out, ref), 1e-5);
 }
 
+TEST(CpuPagedKvCache, StartsZeroedAndStoresWritesInTheirBlocks) {
+  const int64_t nkv = 2, hd = 8, bs = 4, blocks = 300;
+  PagedKvCache cache({nkv, hd, bs}, blocks);
+  for (int32_t b = 0; b < blocks; ++b)
+    for (int64_t h = 0; h < nkv; ++h)
+      for (int64_t s = 0; s < bs; ++s)
+        for (int64_t i = 0; i < hd; ++i) {
+          ASSERT_EQ(cache.key(b, h, s)[i], 0.0f) << b << " " << h << " " << s << " " << i;
+          ASSERT_EQ(cache.value(b, h, s)[i], 0.0f) << b << " " << h << " " << s << " " << i;
+        }
+  // Six positions over blocks 7 and 299 (the last one).
+  const int64_t T = 6;
+  std::vector<float> k(size_t(T * nkv * hd)), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) k[i] = float(i) + 1.0f, v[i] = -float(i) - 1.0f;
+  const std::vector<int32_t> table = {7, 299};
+  cache.write(table, 0, T, k.data(), v.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < nkv; ++h)
+      for (int64_t i = 0; i < hd; ++i) {
+        const int32_t b = table[size_t(t / bs)];
+        EXPECT_EQ(cache.key(b, h, t % bs)[i], k[size_t((t * nkv + h) * hd + i)]);
+        EXPECT_EQ(cache.value(b, h, t % bs)[i], v[size_t((t * nkv + h) * hd + i)]);
+      }
+  EXPECT_EQ(cache.key(8, 0, 0)[0], 0.0f);
+  EXPECT_EQ(cache.value(299, nkv - 1, bs - 1)[hd - 1], 0.0f);  // slot 3 of block 299 is unwritten
+}
+
 TEST(CpuAttention, RejectsShortOrOutOfRangeBlockTables) {
   PagedKvCache cache({1, 4, 4}, 3);
   std::vector<float> kv(4 * 5);
