@@ -837,7 +837,7 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
         stamps.mark(9);
       }
       DownArgs src = f.down;  // down CTA c stages copy c % (reps + 1) of the act rows (0: the workspace's own)
-      if (const int c = cta % (a.reps + 1); c > 0) {
+      if (const int c = a.reps > 0 ? cta % (a.reps + 1) : 0; c > 0) {  // no division by default
         char* b = a.rep + size_t(c - 1) * a.rep_stride;
         src.aplanes = reinterpret_cast<const uint4*>(b);
         src.asblk = reinterpret_cast<const float*>(b + a.rep_sblk);
