@@ -384,6 +384,7 @@ uint64_t Engine::submit(std::vector<int32_t> prompt, SamplingParams params, Outp
   seq->tokens.reserve(size_t(seq->num_prompt_tokens) + size_t(params.max_tokens));
   seq->history.set_prompt(seq->tokens);
   seq->params = std::move(params);
+  if (seq->params.constraint) seq->constraint = seq->params.constraint->start();
   seq->callback = std::move(callback);
   uint64_t id;
   {

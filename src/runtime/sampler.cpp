@@ -111,9 +111,9 @@ bool Sampler::needs_processing(const SampleInput& in) {
   const SamplingParams& p = *in.params;
   const bool min_tokens_active =
       in.num_generated < p.min_tokens && (!p.stop_token_ids.empty() || (!p.ignore_eos && !in.eos_token_ids.empty()));
-  return min_tokens_active || !p.logit_bias.empty() || (in.history != nullptr && (p.repetition_penalty != 1.0 ||
-                                                                                  p.frequency_penalty != 0.0 ||
-                                                                                  p.presence_penalty != 0.0));
+  const bool penalties = in.history != nullptr && (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 ||
+                                                   p.presence_penalty != 0.0);
+  return min_tokens_active || in.constraint != nullptr || !p.logit_bias.empty() || penalties;
 }
 
 const std::vector<float>& Sampler::process_logits(const SampleInput& in) {
@@ -131,6 +131,7 @@ const std::vector<float>& Sampler::process_logits(const SampleInput& in) {
       for (int64_t t : in.eos_token_ids)
         if (in_vocab(t)) work_[size_t(t)] = kNegInf;
   }
+  if (in.constraint) in.constraint->mask_logits(work_, end_tokens(in));
   for (const auto& [token, bias] : p.logit_bias)
     if (in_vocab(token)) work_[size_t(token)] += bias;
 
@@ -262,13 +263,21 @@ SampleResult Sampler::sample_row(std::span<const float> logits, const model::Dev
   return result;
 }
 
+std::vector<int32_t> end_tokens(const SampleInput& in) {
+  std::vector<int32_t> ends(in.params->stop_token_ids);
+  if (!in.params->ignore_eos)
+    for (int64_t t : in.eos_token_ids) ends.push_back(int32_t(t));
+  return ends;
+}
+
 std::optional<model::DeviceSampleParams> to_device_sample(const SampleInput& in, int64_t vocab,
                                                           std::vector<int32_t>& masked) {
   MOESERVE_CHECK(in.params != nullptr && in.rng != nullptr, "to_device_sample: missing params or RNG");
   const SamplingParams& p = *in.params;
   const bool penalties = in.history != nullptr && (p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 ||
                                                    p.presence_penalty != 0.0);
-  if (penalties || !p.logit_bias.empty() || p.logprobs > model::kMaxDeviceLogprobs) return std::nullopt;
+  if (penalties || !p.logit_bias.empty() || p.constraint || p.logprobs > model::kMaxDeviceLogprobs)
+    return std::nullopt;
   masked.clear();
   if (in.num_generated < p.min_tokens) {  // as process_logits: stop tokens, and eos unless ignored
     for (int32_t t : p.stop_token_ids)

@@ -1,6 +1,7 @@
 // Turns one sequence's logits into its next token, with vLLM's order of operations:
 //   1. logprobs, when asked, of the model's raw distribution (log-softmax of the raw logits);
 //   2. min_tokens: eos and stop tokens masked while fewer than min_tokens were generated;
+//      a structured-output constraint masks the tokens that would break its format;
 //   3. logit_bias added;
 //   4. penalties: repetition (prompt + output), frequency and presence (output);
 //   5. greedy (temperature ~ 0): argmax, lowest id on ties; otherwise
@@ -35,6 +36,7 @@ struct SampleInput {
   int num_generated = 0;                  // tokens generated before this one
   std::span<const int64_t> eos_token_ids; // the model's; ignored with params->ignore_eos
   Rng* rng = nullptr;                     // the request's; untouched when greedy
+  TokenConstraint* constraint = nullptr;  // the sequence's structured-output state, if any
 };
 
 struct SampleResult {
@@ -73,8 +75,11 @@ class Sampler {
 float inverse_temperature(double temperature);
 float min_p_log_ratio(double min_p);
 
+// The ids that end `input`'s sequence: its stop token ids, and the eos ids unless ignore_eos.
+std::vector<int32_t> end_tokens(const SampleInput& input);
+
 // The device-sampling form of `input` (its logits are not read), or nullopt when the request
-// needs the host path: penalties or logit_bias, more than model::kMaxDeviceLogprobs logprobs,
+// needs the host path: penalties, logit_bias or a structured-output constraint, more than model::kMaxDeviceLogprobs logprobs,
 // more than model::kMaxDeviceMaskedTokens tokens held back by min_tokens. A sampled (not
 // greedy) request draws its uniform from input.rng here, the one draw sample() would make,
 // so the RNG stream and the tokens of a seeded request are the same on both paths.

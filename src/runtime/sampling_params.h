@@ -3,8 +3,11 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
+
+#include "runtime/token_constraint.h"
 
 namespace moeserve::runtime {
 
@@ -36,6 +39,10 @@ struct SamplingParams {
   // Log-probabilities of the model's raw distribution (log-softmax of the unprocessed logits).
   int logprobs = -1;         // -1: none; k >= 0: the sampled token's + the top k alternatives
   int prompt_logprobs = -1;  // -1: none; k >= 0: for every prompt token after the first
+
+  // Structured output (response_format): each sequence gets its own constraint from this,
+  // which masks the tokens that would break the format. Such sequences sample on the host.
+  std::shared_ptr<const TokenConstraintFactory> constraint;
 
   bool greedy() const { return temperature < 1e-5; }
 };

@@ -2,6 +2,7 @@
 // Owned by the engine; the scheduler moves pointers between its queues.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct Sequence {
   OutputCallback callback;
   Rng rng;
   TokenHistory history;
+  std::unique_ptr<TokenConstraint> constraint;  // from params.constraint; null without one
 
   SeqStatus status = SeqStatus::Waiting;
   // Tokens whose K/V and GDN state are in the caches. A step computes a chunk starting here;

@@ -120,7 +120,9 @@ ChunkResult StepExecutor::process_chunk(const ScheduledChunk& chunk, size_t inde
       in.num_generated = seq.num_generated();
       in.eos_token_ids = eos_token_ids_;
       in.rng = &seq.rng;
+      in.constraint = seq.constraint.get();
       result.sample = sampler.sample(in);
+      if (seq.constraint) seq.constraint->accept(result.sample->token, end_tokens(in));
     }
   } catch (const std::exception& e) {
     result.sample.reset();

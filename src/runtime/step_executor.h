@@ -4,8 +4,8 @@
 // RNG, so the result does not depend on the thread count or the batch).
 //
 // When the model supports_device_sampling(), a chunk that samples and whose request needs
-// no host-only processing (runtime::to_device_sample: no penalties, no logit_bias, at most
-// 20 logprobs, no prompt logprobs in this chunk) is sampled by the model itself: its uniform
+// no host-only processing (runtime::to_device_sample: no penalties, no logit_bias, no
+// structured-output constraint, at most 20 logprobs, no prompt logprobs in this chunk) is sampled by the model itself: its uniform
 // is drawn from the request's RNG before the forward, and only the token comes back.
 #pragma once
 #include <cstdint>

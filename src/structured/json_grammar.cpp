@@ -1,0 +1,36 @@
+#include "structured/json_grammar.h"
+
+#include <utility>
+
+namespace moeserve::structured {
+
+JsonGrammar::JsonGrammar() {
+  nodes.resize(4);
+  nodes[kAny].kind = NodeKind::Any;
+  nodes[kAnyObject].kind = NodeKind::Object;
+  nodes[kAnyObject].additional = kAny;
+  nodes[kAnyArray].kind = NodeKind::Array;
+  nodes[kAnyArray].items = kAny;
+  nodes[kAnyString].kind = NodeKind::String;
+  literals = {"true", "false", "null"};
+}
+
+uint32_t JsonGrammar::add_node(JsonNode node) {
+  nodes.push_back(std::move(node));
+  return uint32_t(nodes.size() - 1);
+}
+
+uint32_t JsonGrammar::add_literal(std::string text) {
+  for (size_t i = 0; i < literals.size(); ++i)
+    if (literals[i] == text) return uint32_t(i);
+  literals.push_back(std::move(text));
+  return uint32_t(literals.size() - 1);
+}
+
+JsonGrammar any_json_object() {
+  JsonGrammar g;
+  g.root = JsonGrammar::kAnyObject;
+  return g;
+}
+
+}  // namespace moeserve::structured

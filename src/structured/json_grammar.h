@@ -1,0 +1,75 @@
+// The grammar of the JSON texts a structured-output request may produce: a graph of value
+// nodes that json_matcher.h walks byte by byte. `response_format: {"type": "json_object"}`
+// is any_json_object(); a JSON schema compiles into one (json_schema_compiler.h).
+//
+// Every grammar accepts only JSON texts (RFC 8259) whose value matches its root node, with at
+// most kMaxWhitespace bytes of whitespace between tokens and none after the value. A grammar
+// may accept fewer texts than its schema allows (object properties come in the schema's
+// order, for example), never more.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace moeserve::structured {
+
+inline constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
+// Whitespace bytes allowed in one gap between JSON tokens: room for pretty-printing, but a
+// model that keeps emitting spaces is made to go on with the value.
+inline constexpr uint8_t kMaxWhitespace = 48;
+// Nesting depth of the JSON value (objects and arrays inside each other).
+inline constexpr int kMaxNesting = 48;
+
+enum class NodeKind : uint8_t {
+  Any,      // any JSON value
+  Object,   // properties in order, or a map (additional) when it has none
+  Array,    // items, min_items..max_items of them
+  String,   // min_length..max_length characters (code points; an escape is one)
+  Number,   // -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+  Integer,  // -?(0|[1-9][0-9]*)
+  Literal,  // exactly one JSON text, e.g. true, null, "red", {"a":1} (compact form)
+  AnyOf,    // one of `options`
+};
+
+struct JsonProperty {
+  uint32_t key_literal = 0;  // literals[key_literal]: the key as a JSON string without its opening quote
+  uint32_t value = 0;        // node of the value
+  bool required = false;
+};
+
+struct JsonNode {
+  NodeKind kind = NodeKind::Any;
+  // Object. With properties, each may appear once, in this order (required ones must); with
+  // none, any string keys map to `additional` values (-1: only {}).
+  std::vector<JsonProperty> properties;
+  int64_t additional = -1;
+  // Array.
+  uint32_t items = 0;
+  uint32_t min_items = 0, max_items = kUnbounded;
+  // String.
+  uint32_t min_length = 0, max_length = kUnbounded;
+  // Literal.
+  uint32_t literal = 0;
+  // AnyOf.
+  std::vector<uint32_t> options;
+};
+
+struct JsonGrammar {
+  // Nodes 0..3 and literals 0..2 are the same in every grammar: what `Any` expands to.
+  static constexpr uint32_t kAny = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3;
+  static constexpr uint32_t kTrue = 0, kFalse = 1, kNull = 2;
+
+  std::vector<JsonNode> nodes;
+  std::vector<std::string> literals;
+  uint32_t root = kAny;
+
+  JsonGrammar();  // the built-in nodes and literals, root Any
+  uint32_t add_node(JsonNode node);
+  uint32_t add_literal(std::string text);
+};
+
+// response_format {"type": "json_object"}: any JSON object.
+JsonGrammar any_json_object();
+
+}  // namespace moeserve::structured
