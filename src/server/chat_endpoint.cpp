@@ -19,6 +19,10 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
   ChatRequest r = parse_chat_request(body, config_.served_model_names, config_.limits,
                                      ToolSettings{config_.enable_auto_tool_choice, config_.tool_call_parser},
                                      config_.default_chat_template_kwargs, config_.sampling_defaults);
+  const bool json_output = r.generation.response_format.type != ResponseFormat::Type::Text;
+  if (json_output && (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Named))
+    throw ApiError(400, "`response_format` cannot be combined with a `tool_choice` that forces a tool call",
+                   "response_format");
   if (!svc.render_chat)
     throw ApiError(400, "This model has no chat template; start the server with --chat-template, or "
                         "use /v1/completions.");
@@ -43,6 +47,16 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
     parser_prefix = forced.parser_prefix;
     ends_in_think = false;
   }
+  auto& gen = r.generation;
+  if (json_output) {
+    if (gen.response_format.type == ResponseFormat::Type::JsonSchema)
+      gen.response_format.schema = schema_in_request_order(req.body);
+    // A model that thinks first (the prompt leaves <think> open and a reasoning parser splits
+    // the output) writes the JSON after </think>.
+    std::optional<int32_t> start_after;
+    if (!config_.reasoning_parser.empty() && ends_in_think) start_after = svc.tokenizer->token_to_id(text::kThinkClose);
+    gen.sampling.constraint = structured_->factory(gen.response_format, start_after);
+  }
 
   std::vector<int32_t> tokens;
   try {
@@ -50,7 +64,6 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
   } catch (const Error& e) {
     throw ApiError(400, fmt::format("Cannot tokenize the prompt: {}", e.what()), "messages");
   }
-  auto& gen = r.generation;
   finalize_max_tokens(gen, int(tokens.size()), config_.limits, Endpoint::Chat);
   add_model_stop_tokens(gen.sampling, svc);
 

@@ -68,6 +68,7 @@ void OpenAiServer::set_ready(ModelServices services) {
   services_ = std::move(services);
   logprob_formatter_.emplace(*services_.tokenizer);
   if (config_.limits.vocab_size <= 0) config_.limits.vocab_size = services_.tokenizer->vocab_size();
+  structured_ = std::make_unique<StructuredOutputs>(*services_.tokenizer, config_.limits.vocab_size);
   ready_ = true;
   metrics_.set_ready(true);
 }

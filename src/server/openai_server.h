@@ -27,6 +27,7 @@
 #include "server/response_json.h"
 #include "server/server_config.h"
 #include "server/server_metrics.h"
+#include "server/structured_output.h"
 
 namespace moeserve::server {
 
@@ -73,6 +74,7 @@ class OpenAiServer {
   SessionRegistry sessions_;
   ModelServices services_;
   std::optional<LogprobFormatter> logprob_formatter_;
+  std::unique_ptr<StructuredOutputs> structured_;  // response_format json_object / json_schema
   std::atomic<bool> ready_{false};
   std::atomic<bool> draining_{false};
 

@@ -117,15 +117,7 @@ GenerationOptions parse_generation_options(const JsonFields& f, const RequestLim
   }
   if (auto v = f.integer("prompt_logprobs", 0, limits.max_logprobs)) sp.prompt_logprobs = int(*v);
 
-  if (const auto* rf = f.object("response_format")) {
-    JsonFields rff(*rf, "response_format.");
-    const std::string type = rff.required_string("type");
-    if (type != "text")
-      throw_bad_request(fmt::format("response_format type `{}` is not supported (structured output "
-                                    "is not implemented); use \"text\"",
-                                    type),
-                        "response_format.type");
-  }
+  o.response_format = parse_response_format(f);
   return o;
 }
 

@@ -8,6 +8,7 @@
 
 #include "runtime/sampling_params.h"
 #include "server/json_fields.h"
+#include "server/structured_output.h"
 
 namespace moeserve::server {
 
@@ -48,6 +49,7 @@ struct GenerationOptions {
   // Completions with echo and max_tokens 0 (how lm-eval scores a prompt): the engine
   // generates one token that is thrown away.
   bool prompt_only = false;
+  ResponseFormat response_format;  // the endpoint turns it into sampling.constraint
 };
 
 GenerationOptions parse_generation_options(const JsonFields& fields, const RequestLimits& limits,

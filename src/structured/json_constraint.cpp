@@ -31,10 +31,15 @@ class JsonConstraint : public runtime::TokenConstraint {
     const size_t n = logits.size();
     for (size_t w = 0; w * 64 < n; ++w) {
       const uint64_t bits = w < mask->size() ? (*mask)[w] : 0;
-      if (bits == ~uint64_t(0)) continue;
-      const size_t end = std::min(n, w * 64 + 64);
-      for (size_t t = w * 64; t < end; ++t)
-        if (!((bits >> (t - w * 64)) & 1)) logits[t] = kNegInf;
+      const size_t base = w * 64, end = std::min(n, base + 64);
+      if (bits == 0) {
+        std::fill(logits.begin() + long(base), logits.begin() + long(end), kNegInf);
+        continue;
+      }
+      for (uint64_t refused = ~bits; refused != 0; refused &= refused - 1) {
+        const size_t t = base + size_t(__builtin_ctzll(refused));
+        if (t < end) logits[t] = kNegInf;
+      }
     }
     for (const auto& [t, value] : saved_) logits[size_t(t)] = value;
   }

@@ -4,7 +4,9 @@
 // vocabulary size, except the added tokens (special or not: <|im_end|>, <think>,
 // <tool_call>, ...): inside JSON their text is produced from ordinary tokens, and a stray
 // <tool_call> in the content would confuse the output parsers. End-of-sequence tokens are
-// handled by the constraint, not here.
+// handled by the constraint, not here. A byte-level BPE vocabulary (Qwen's) has a token for
+// every single byte, so whatever continuation the grammar allows can be spelled: a mask is
+// never empty where the matcher is alive.
 //
 // Tries, in preorder: node i is byte `byte` at depth `depth` (1 = a token's first byte); the
 // nodes of its subtree are i+1 .. skip-1; the tokens whose bytes end at it are

@@ -11,8 +11,6 @@
 namespace moeserve::text {
 namespace {
 
-constexpr std::string_view kThinkOpen = "<think>";
-constexpr std::string_view kThinkClose = "</think>";
 constexpr std::array<std::string_view, 1> kNames = {"qwen3"};
 
 }  // namespace

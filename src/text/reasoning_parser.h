@@ -25,6 +25,10 @@
 
 namespace moeserve::text {
 
+// The tags of a think block (added tokens of the Qwen3 / Qwen3.5 tokenizers).
+inline constexpr std::string_view kThinkOpen = "<think>";
+inline constexpr std::string_view kThinkClose = "</think>";
+
 class ReasoningParser {
  public:
   struct Delta {

@@ -83,7 +83,15 @@ TEST(SamplingRequest, RejectsInvalidValues) {
   EXPECT_EQ(error_of(R"({"logprobs":true,"top_logprobs":21})").param(), "top_logprobs");
   EXPECT_EQ(error_of(R"({"stream_options":{"include_usage":true}})").param(), "stream_options");
   EXPECT_EQ(error_of(R"({"stop_token_ids":[1000]})").param(), "stop_token_ids");
-  EXPECT_EQ(error_of(R"({"response_format":{"type":"json_object"}})").param(), "response_format.type");
+  EXPECT_EQ(error_of(R"({"response_format":{"type":"xml"}})").param(), "response_format.type");
+  EXPECT_EQ(error_of(R"({"response_format":{}})").param(), "response_format.type");
+  EXPECT_EQ(error_of(R"({"response_format":{"type":"json_schema"}})").param(), "response_format.json_schema");
+  EXPECT_EQ(error_of(R"({"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})").param(),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(error_of(R"({"response_format":{"type":"json_schema","json_schema":{"schema":[1]}}})").param(),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(error_of(R"({"response_format":{"type":"json_schema","json_schema":{"name":3,"schema":{}}}})").param(),
+            "response_format.json_schema.name");
   EXPECT_EQ(error_of(R"({"suffix":"x"})", Endpoint::Completions).param(), "suffix");
   EXPECT_EQ(error_of(R"({"best_of":3})", Endpoint::Completions).param(), "best_of");
 }

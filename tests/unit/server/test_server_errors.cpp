@@ -136,7 +136,15 @@ TEST_F(ServerTest, FieldValidation) {
       {{{"messages", msgs}, {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
         {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}},
        400, "tool_choice"},
-      {{{"messages", msgs}, {"response_format", {{"type", "json_schema"}}}}, 400, "response_format.type"},
+      {{{"messages", msgs}, {"response_format", {{"type", "json_schema"}}}}, 400, "response_format.json_schema"},
+      {{{"messages", msgs}, {"response_format", {{"type", "yaml"}}}}, 400, "response_format.type"},
+      {{{"messages", msgs},
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", {{"type", "string"}, {"pattern", "a+"}}}}}}}},
+       400, "response_format.json_schema.schema"},
+      {{{"messages", msgs}, {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
+        {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}},
+       400, "response_format"},
   };
   for (const auto& c : chat_cases) {
     auto [status, body] = post("/v1/chat/completions", c.body);

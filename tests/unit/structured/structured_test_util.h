@@ -1,6 +1,7 @@
 // Helpers of the structured-output tests.
 #pragma once
 #include <algorithm>
+#include <cctype>
 #include <random>
 #include <string>
 #include <string_view>
@@ -25,7 +26,7 @@ inline bool alive_after(const JsonGrammar& g, std::string_view text) {
 }
 
 // A text of the grammar, drawn byte by byte: at each step a random byte among those the
-// matcher takes (favouring the end once `soft_length` bytes are out). Checks as it goes that
+// matcher takes (favouring the end once `soft_length` bytes are out; numbers kept short). Checks as it goes that
 // no state is a dead end: each one takes some byte or may end. Returns false on a dead end.
 inline bool random_text(const JsonGrammar& g, std::mt19937& rng, size_t soft_length, std::string& text) {
   JsonMatcher m(g);
@@ -41,6 +42,15 @@ inline bool random_text(const JsonGrammar& g, std::mt19937& rng, size_t soft_len
     if (bytes.empty()) return may_end;
     if (may_end && (text.size() >= soft_length || rng() % 8 == 0)) return true;
     // Past the soft length, prefer bytes that close things: '}', ']', '"', digits.
+    // Keep numbers short (parsers refuse doubles that overflow): after two digits in a row,
+    // another digit only when nothing else fits.
+    const size_t n = text.size();
+    if (n >= 2 && std::isdigit(uint8_t(text[n - 1])) && std::isdigit(uint8_t(text[n - 2]))) {
+      std::vector<uint8_t> others;
+      for (uint8_t c : bytes)
+        if (!std::isdigit(c)) others.push_back(c);
+      if (!others.empty()) bytes.swap(others);
+    }
     uint8_t b = bytes[rng() % bytes.size()];
     if (text.size() >= soft_length) {
       for (uint8_t c : {uint8_t('}'), uint8_t(']'), uint8_t('"'), uint8_t('0'), uint8_t('e'), uint8_t('l')})

@@ -1,0 +1,77 @@
+// response_format (OpenAI's structured output) for chat and completions:
+//   {"type": "text"}                      no constraint
+//   {"type": "json_object"}               any JSON object
+//   {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}
+//                                         a JSON value matching the schema (what the grammar
+//                                         supports: src/structured/json_schema_compiler.h)
+// The request is checked when it is parsed (parse_response_format: 400 naming the field);
+// the schema is compiled, and its masks cached, by StructuredOutputs.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/token_constraint.h"
+#include "server/json_fields.h"
+
+namespace moeserve::text {
+class Tokenizer;
+}
+namespace moeserve::structured {
+class TokenMasker;
+class TokenVocabulary;
+}  // namespace moeserve::structured
+
+namespace moeserve::server {
+
+struct ResponseFormat {
+  enum class Type { Text, JsonObject, JsonSchema };
+  Type type = Type::Text;
+  // JsonSchema: the schema, with its object keys in the request's order (properties are
+  // generated in that order).
+  nlohmann::ordered_json schema;
+};
+
+// The request's response_format (Text when absent). Throws ApiError(400). The schema's keys
+// come out sorted (nlohmann::json): see schema_in_request_order.
+ResponseFormat parse_response_format(const JsonFields& request);
+// response_format.json_schema.schema of a request body that parse_response_format accepted,
+// read again from the body as sent, with its keys in the request's order.
+nlohmann::ordered_json schema_in_request_order(const std::string& raw_body);
+
+// One per server: the vocabulary as bytes (built on first use) and the compiled grammars of
+// recent formats, whose mask caches requests with the same schema share.
+class StructuredOutputs {
+ public:
+  StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, size_t max_grammars = 32);
+  ~StructuredOutputs();
+
+  // The constraint factory of `format` (nullptr for Text). `start_after_token`: the grammar
+  // applies only after this token (the reasoning parser's </think>). Throws ApiError(400)
+  // for a schema the grammar cannot express. Thread-safe.
+  std::shared_ptr<const runtime::TokenConstraintFactory> factory(const ResponseFormat& format,
+                                                                 std::optional<int32_t> start_after_token);
+
+ private:
+  const std::shared_ptr<const structured::TokenVocabulary>& vocabulary();
+
+  const text::Tokenizer& tokenizer_;
+  const int64_t vocab_size_;
+  const size_t max_grammars_;
+  std::once_flag vocabulary_once_;
+  std::shared_ptr<const structured::TokenVocabulary> vocabulary_;
+
+  std::mutex mutex_;
+  std::list<std::string> lru_;  // format keys, most recent first
+  std::unordered_map<std::string, std::pair<std::shared_ptr<const structured::TokenMasker>, std::list<std::string>::iterator>>
+      maskers_;
+};
+
+}  // namespace moeserve::server

@@ -1,0 +1,177 @@
+// compile_json_schema: what each supported keyword lets through, what is refused (with the
+// keyword's JSON pointer in the message), and random texts of each grammar checked by hand.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "structured/json_schema_compiler.h"
+#include "structured_test_util.h"
+
+namespace moeserve::structured {
+namespace {
+
+using nlohmann::ordered_json;
+using testing::accepts;
+using testing::alive_after;
+
+JsonGrammar compile(const char* schema) { return compile_json_schema(ordered_json::parse(schema)); }
+
+struct Case {
+  const char* schema;
+  std::vector<std::string> accepted;
+  std::vector<std::string> rejected;
+};
+
+TEST(JsonSchemaCompiler, KeywordsAcceptAndRejectWhatTheySay) {
+  const std::vector<Case> cases = {
+      {R"({"type": "string"})", {R"("")", R"("abc")", R"( "x")"}, {"1", "null", R"(["a"])"}},
+      {R"({"type": "integer"})", {"0", "-12", "7"}, {"1.5", "1e3", "\"1\"", "01"}},
+      {R"({"type": "number"})", {"0", "-1.5e-3", "12"}, {"\"1\"", "true"}},
+      {R"({"type": "boolean"})", {"true", "false"}, {"null", "1", "\"true\""}},
+      {R"({"type": "null"})", {"null"}, {"false", "{}"}},
+      {R"({"type": ["string", "null"]})", {"null", R"("a")"}, {"1"}},
+      {R"({"enum": ["red", "green", 3, null]})", {R"("red")", R"("green")", "3", "null"}, {R"("blue")", R"("re")", "4"}},
+      {R"({"const": {"a": [1, "x"]}})", {R"({"a":[1,"x"]})"}, {R"({"a": [1, "x"]})", R"({"a":[1]})"}},
+      {R"({"type": "string", "enum": ["a", 1, "b"]})", {R"("a")", R"("b")"}, {"1"}},
+      {R"({"type": "string", "minLength": 2, "maxLength": 3})",
+       {R"("ab")", R"("abc")", "\"\xC3\xA9\xE6\x97\xA5\"", R"("\n\u00e9")"},
+       {R"("a")", R"("abcd")", "\"\xC3\xA9\""}},
+      {R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2})",
+       {"[1]", "[1,2]", "[ 1 , 2 ]"},
+       {"[]", "[1,2,3]", R"(["a"])"}},
+      {R"({"type": "array", "items": false})", {"[]"}, {"[1]"}},
+      {R"({"type": "array"})", {"[]", R"([1,"a",{"b":null}])"}, {"{}"}},
+      {R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+           "required": ["name"]})",
+       {R"({"name":"x"})", R"({"name": "x", "age": 3})"},
+       {"{}", R"({"age":3})", R"({"age":3,"name":"x"})", R"({"name":"x","other":1})", R"({"name":"x",})"}},
+      {R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}})",
+       {"{}", R"({"a":1})", R"({"b":2})", R"({"a":1,"b":2})"},
+       {R"({"b":2,"a":1})", R"({"a":1,"a":2})", R"({"c":1})"}},
+      {R"({"type": "object", "additionalProperties": {"type": "integer"}})",
+       {"{}", R"({"x":1,"y":2})"},
+       {R"({"x":"1"})"}},
+      {R"({"type": "object", "additionalProperties": false})", {"{}"}, {R"({"x":1})"}},
+      {R"({"type": "object"})", {"{}", R"({"x":[1,{"y":null}]})"}, {"[]"}},
+      {R"({"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]}]})",
+       {"5", R"({"k":1})"},
+       {R"({"k":2})", "\"5\""}},
+      {R"({"oneOf": [{"type": "string"}, {"type": "null"}]})", {"null", R"("s")"}, {"0"}},
+      {R"({"allOf": [{"type": "integer"}]})", {"1"}, {"\"a\""}},
+      {R"({"$defs": {"Node": {"type": "object", "properties": {"v": {"type": "integer"},
+           "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}}, "required": ["v", "next"]}},
+          "$ref": "#/$defs/Node"})",
+       {R"({"v":1,"next":null})", R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"},
+       {R"({"v":1})", R"({"v":1,"next":{"v":2}})"}},
+      {R"({"definitions": {"s": {"type": "string"}}, "type": "object",
+           "properties": {"a": {"$ref": "#/definitions/s"}}, "required": ["a"]})",
+       {R"({"a":"x"})"},
+       {R"({"a":1})"}},
+      {R"({"type": "object", "properties": {"k~/\"": {"type": "integer"}}, "required": ["k~/\""]})",
+       {R"({"k~/\"":1})"},
+       {R"({"k":1})"}},
+      {R"({"title": "t", "description": "d", "format": "date-time", "type": "string"})", {R"("x")"}, {"1"}},
+      {R"(true)", {"1", "{}", "null"}, {}},
+      {R"({})", {"1", "{}", "null"}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const JsonGrammar g = compile(c.schema);
+    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
+    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
+  }
+}
+
+TEST(JsonSchemaCompiler, PropertiesComeInTheSchemasOrder) {
+  // ordered_json keeps "z" before "a": the grammar asks for them in that order.
+  const JsonGrammar g = compile(R"({"type": "object", "properties": {"z": {"type": "integer"},
+      "a": {"type": "integer"}}, "required": ["z", "a"]})");
+  EXPECT_TRUE(accepts(g, R"({"z":1,"a":2})"));
+  EXPECT_FALSE(accepts(g, R"({"a":2,"z":1})"));
+}
+
+TEST(JsonSchemaCompiler, RequiredPropertyCannotBeSkippedAndClosingWaitsForIt) {
+  const JsonGrammar g = compile(R"({"type": "object", "properties": {"a": {"type": "integer"},
+      "b": {"type": "integer"}, "c": {"type": "integer"}}, "required": ["b"]})");
+  EXPECT_FALSE(alive_after(g, "{}"));
+  EXPECT_FALSE(alive_after(g, R"({"c")"));  // c cannot come before the required b
+  EXPECT_TRUE(alive_after(g, R"({"a":1,)"));
+  EXPECT_FALSE(alive_after(g, R"({"a":1})"));
+  EXPECT_TRUE(accepts(g, R"({"b":1,"c":2})"));
+  EXPECT_FALSE(alive_after(g, R"({"b":1,"c":2,)"));  // nothing is left after c
+}
+
+TEST(JsonSchemaCompiler, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
+  const std::vector<std::pair<const char*, const char*>> refused = {
+      {R"({"type": "string", "pattern": "^a"})", "(root): the keyword `pattern` is not supported"},
+      {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})",
+       "/properties/n: the keyword `minimum` is not supported"},
+      {R"({"type": "array", "uniqueItems": true})", "the keyword `uniqueItems`"},
+      {R"({"not": {"type": "string"}})", "the keyword `not`"},
+      {R"({"type": "object", "required": ["x"]})", "required property `x` is not in `properties`"},
+      {R"({"type": "string", "minLength": 3, "maxLength": 2})", "minLength is larger than maxLength"},
+      {R"({"type": "array", "minItems": -1})", "/minItems: must be a non-negative integer"},
+      {R"({"type": "color"})", "/type: unknown type `color`"},
+      {R"({"$ref": "#/$defs/missing"})", "does not name a schema"},
+      {R"({"$ref": "http://example.com/s.json"})", "only references inside the schema"},
+      {R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})", "refers to itself"},
+      {R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}}, "$ref": "#/$defs/a"})",
+       "refers to itself"},
+      {R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})", "only an allOf of exactly one schema"},
+      {R"({"type": "integer", "anyOf": [{"const": 1}]})", "together with"},
+      {R"({"enum": []})", "/enum: must be a non-empty array"},
+      {R"({"type": "string", "enum": [1, 2]})", "no value of `enum`/`const` matches"},
+      {R"(false)", "the schema `false` accepts no value"},
+      {R"(3)", "a schema must be an object or a boolean"},
+  };
+  for (const auto& [schema, message] : refused) {
+    try {
+      compile(schema);
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << schema << " -> " << e.what();
+    }
+  }
+}
+
+// Random texts of a realistic schema: valid JSON, with the shape the schema asks for, and no
+// dead end on the way.
+TEST(JsonSchemaCompiler, RandomTextsHaveTheSchemasShape) {
+  const char* schema = R"({
+    "type": "object",
+    "properties": {
+      "name": {"type": "string", "maxLength": 8},
+      "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
+      "score": {"type": "number"},
+      "nested": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {"ok": {"type": "boolean"}},
+                 "required": ["ok"]}]}
+    },
+    "required": ["name", "tags", "nested"]
+  })";
+  const JsonGrammar g = compile(schema);
+  std::mt19937 rng(99);
+  for (int i = 0; i < 300; ++i) {
+    std::string text;
+    ASSERT_TRUE(testing::random_text(g, rng, 30, text)) << "dead end after: " << text;
+    const auto v = nlohmann::json::parse(text);
+    ASSERT_TRUE(v.is_object()) << text;
+    ASSERT_TRUE(v.contains("name") && v["name"].is_string()) << text;
+    EXPECT_LE(v["name"].get<std::string>().size(), 8u * 4) << text;
+    ASSERT_TRUE(v.contains("tags") && v["tags"].is_array()) << text;
+    EXPECT_GE(v["tags"].size(), 1u);
+    EXPECT_LE(v["tags"].size(), 3u);
+    for (const auto& t : v["tags"]) EXPECT_TRUE(t == "a" || t == "b" || t == "c") << text;
+    if (v.contains("score")) EXPECT_TRUE(v["score"].is_number()) << text;
+    ASSERT_TRUE(v.contains("nested")) << text;
+    EXPECT_TRUE(v["nested"].is_null() || (v["nested"].is_object() && v["nested"]["ok"].is_boolean())) << text;
+    for (const auto& [key, value] : v.items())
+      EXPECT_TRUE(key == "name" || key == "tags" || key == "score" || key == "nested") << text;
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::structured
