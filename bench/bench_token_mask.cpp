@@ -7,7 +7,8 @@
 //                       151,669-float row, then accept, along a tokenized JSON answer; with a
 //                       warm cache (steady state, as for repeated shapes and long strings) and
 //                       with a fresh masker every pass (every state computed once). Each
-//                       token also refills the row (a 600 KB write, as the sampler's copy).
+//                       token also refills the row (a 600 KB write, as the sampler's copy;
+//                       BM_RowRefill times it alone).
 // There is no bandwidth roofline here: the budget is the decode step (a few ms at batch 1
 // on the H200), which the per-token cost must stay well under.
 #include <benchmark/benchmark.h>
@@ -108,6 +109,21 @@ void BM_Generate(benchmark::State& state, bool schema, bool warm) {
   state.counters["per_token"] =
       benchmark::Counter(double(ids.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
+// The row refill alone, as in BM_Generate without the constraint: what to subtract.
+void BM_RowRefill(benchmark::State& state) {
+  const size_t tokens = tokenizer().encode(kAnswer).size();
+  std::vector<float> logits(size_t(vocabulary()->size()));
+  for (auto _ : state)
+    for (size_t i = 0; i < tokens; ++i) {
+      std::fill(logits.begin(), logits.end(), float(i));
+      benchmark::DoNotOptimize(logits.data());
+      benchmark::ClobberMemory();
+    }
+  state.counters["per_token"] =
+      benchmark::Counter(double(tokens), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_RowRefill)->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_Generate, json_object_warm, false, true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Generate, json_object_cold, false, false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_Generate, schema_warm, true, true)->Unit(benchmark::kMicrosecond);

@@ -1,0 +1,157 @@
+// response_format (structured output) through the official OpenAI client (npm openai@6)
+// against a real `moeserve serve` with the demo model. Its weights are random, so only the
+// grammar makes its output JSON; every answer is checked with Ajv (npm ajv@8), an
+// independent JSON Schema validator.
+import assert from 'node:assert/strict';
+import Ajv from 'ajv';
+import OpenAI from 'openai';
+import { parseArgs, runTests, startServer, waitEngineIdle } from './lib/server.mjs';
+
+const args = parseArgs();
+const MODEL = 'demo';
+const noThinking = { chat_template_kwargs: { enable_thinking: false } };
+const messages = [{ role: 'user', content: 'Describe a colour as JSON.' }];
+
+// A schema whose texts are bounded (booleans, enums, short arrays, null): every answer ends.
+const finiteSchema = {
+  type: 'object',
+  properties: {
+    ok: { type: 'boolean' },
+    color: { enum: ['red', 'green', 'blue'] },
+    tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
+    note: { type: 'null' },
+  },
+  required: ['ok', 'color', 'tags', 'note'],
+  additionalProperties: false,
+};
+const ajv = new Ajv({ strict: true });
+const validFinite = ajv.compile(finiteSchema);
+const asJsonSchema = (schema) => ({ type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } });
+
+function checkFinite(text) {
+  const value = JSON.parse(text);
+  assert.ok(validFinite(value), `${text}: ${ajv.errorsText(validFinite.errors)}`);
+  assert.deepEqual(Object.keys(value), ['ok', 'color', 'tags', 'note'], 'properties in the schema\'s order');
+  return value;
+}
+
+async function tokenIds(baseUrl, text) {
+  const r = await fetch(`${baseUrl}/tokenize`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: text }),
+  });
+  assert.equal(r.status, 200);
+  return (await r.json()).tokens;
+}
+
+await runTests({
+  async 'json_schema: greedy and sampled answers match the schema'({ client }) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 400, temperature: 0, response_format: asJsonSchema(finiteSchema), ...noThinking,
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    checkFinite(r.choices[0].message.content);
+    const sampled = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 400, temperature: 1.0, seed: 5, n: 4,
+      response_format: asJsonSchema(finiteSchema), ...noThinking,
+    });
+    assert.equal(sampled.choices.length, 4);
+    for (const c of sampled.choices) {
+      assert.equal(c.finish_reason, 'stop');
+      checkFinite(c.message.content);
+    }
+  },
+
+  async 'json_schema: streaming gives the same text as one response'({ client }) {
+    const body = { model: MODEL, messages, max_tokens: 400, temperature: 0, response_format: asJsonSchema(finiteSchema), ...noThinking };
+    const whole = await client.chat.completions.create(body);
+    const stream = await client.chat.completions.create({ ...body, stream: true });
+    let text = '';
+    let finish = null;
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        text += c.delta.content ?? '';
+        finish = c.finish_reason ?? finish;
+      }
+    }
+    assert.equal(finish, 'stop');
+    assert.equal(text, whole.choices[0].message.content);
+    checkFinite(text);
+  },
+
+  async 'json_object: logit_bias cannot push a token the format forbids'({ client, server }) {
+    // "[" is forbidden at the start of an object answer, "}" right after "{" is allowed:
+    // biased up by 100, the answer is exactly {}.
+    const [open] = await tokenIds(server.baseUrl, '[');
+    const [close] = await tokenIds(server.baseUrl, '}');
+    const r = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 50, temperature: 0, response_format: { type: 'json_object' },
+      logit_bias: { [open]: 100, [close]: 100 }, ...noThinking,
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].message.content.trim(), '{}');
+  },
+
+  async 'json_object: an unfinished answer is still a prefix of an object'({ client }) {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 24, temperature: 0, response_format: { type: 'json_object' }, ...noThinking,
+    });
+    const text = r.choices[0].message.content;
+    if (r.choices[0].finish_reason === 'stop') {
+      assert.equal(typeof JSON.parse(text), 'object');
+    } else {
+      assert.equal(r.choices[0].finish_reason, 'length');
+      assert.match(text, /^\s*\{/);
+    }
+  },
+
+  async 'json_schema after thinking: the reasoning is free, the content is JSON'({ client, server }) {
+    // The prompt leaves <think> open; biasing </think> makes the model close it at once.
+    const [thinkEnd] = await tokenIds(server.baseUrl, '</think>');
+    const r = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 400, temperature: 0, logit_bias: { [thinkEnd]: 100 },
+      response_format: asJsonSchema(finiteSchema),
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    checkFinite(r.choices[0].message.content);
+  },
+
+  async 'completions: response_format applies to the prompt continuation'({ client }) {
+    const schema = { type: 'object', properties: { answer: { enum: ['yes', 'no'] } }, required: ['answer'] };
+    const r = await client.completions.create({
+      model: MODEL, prompt: 'Is the sky blue? Answer in JSON: ', max_tokens: 200, temperature: 0,
+      response_format: asJsonSchema(schema),
+    });
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const value = JSON.parse(r.choices[0].text);
+    assert.ok(ajv.validate(schema, value), r.choices[0].text);
+  },
+
+  async 'bad formats are 400s naming the field'({ client, server }) {
+    const bad = async (extra, param) => assert.rejects(
+      client.chat.completions.create({ model: MODEL, messages, max_tokens: 4, ...extra }),
+      (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === param, JSON.stringify(extra));
+    await bad({ response_format: asJsonSchema({ type: 'string', pattern: '^a+$' }) }, 'response_format.json_schema.schema');
+    await bad({ response_format: { type: 'json_schema' } }, 'response_format.json_schema');
+    await bad({ response_format: { type: 'grammar' } }, 'response_format.type');
+    await bad({
+      response_format: { type: 'json_object' }, tool_choice: 'required',
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
+    }, 'response_format');
+    await waitEngineIdle(server.baseUrl);
+  },
+}, {
+  async before() {
+    const server = await startServer(args, [
+      '--reasoning-parser', 'qwen3', '--tool-call-parser', 'qwen3_coder', '--enable-auto-tool-choice',
+      '--max-model-len', '2048', '--seed', '0',
+      '--chat-template', new URL('./fixtures/chatml_thinking.jinja', import.meta.url).pathname,
+    ]);
+    await server.waitReady();
+    const client = new OpenAI({ baseURL: `${server.baseUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+    return { server, client };
+  },
+  async after({ server }) {
+    const { code } = await server.stop();
+    assert.equal(code, 0, `exit code ${code}:\n${server.log}`);
+  },
+});
