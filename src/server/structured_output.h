@@ -50,7 +50,9 @@ nlohmann::ordered_json schema_in_request_order(const std::string& raw_body);
 // recent formats, whose mask caches requests with the same schema share.
 class StructuredOutputs {
  public:
-  StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, size_t max_grammars = 32);
+  // At most max_grammars grammars, each caching up to 256 masks (TokenMasker): ~125 MB of
+  // masks at most for Qwen3.5's vocabulary.
+  StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, size_t max_grammars = 16);
   ~StructuredOutputs();
 
   // The constraint factory of `format` (nullptr for Text). `start_after_token`: the grammar

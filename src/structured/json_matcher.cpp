@@ -165,17 +165,22 @@ bool JsonMatcher::in_plain_string(const MatchState& state, uint32_t* max_chars) 
 }
 
 // The frame on top of `s` is done: pop it and move its parent past the value (or key).
-void JsonMatcher::complete(Stack& s) {
+void JsonMatcher::complete(Stack& s) const {
   --s.n;
   Frame& p = s.top();
   p.ws = 0;
   switch (p.kind) {
     case FrameKind::Root: p.sub = kRootDone; break;
     case FrameKind::Object: p.sub = p.sub == kObjKey ? kObjColon : kObjAfterValue; break;
-    case FrameKind::Array:
+    case FrameKind::Array: {
       p.sub = kArrAfterValue;
-      ++p.aux;
+      // Only `count >= min_items` and `count < max_items` matter: without a maximum the count
+      // stops at min_items, so that a long array does not make a new state (and cache key)
+      // at every item.
+      const JsonNode& node = g_.nodes[p.node];
+      if (node.max_items != kUnbounded || p.aux < node.min_items) ++p.aux;
       break;
+    }
     default: break;  // only containers and Root have children
   }
 }

@@ -23,7 +23,8 @@ namespace moeserve::structured {
 enum class FrameKind : uint8_t { Root, Value, Object, Array, String, Number, Literal };
 
 struct Frame {
-  uint32_t aux = 0;   // Object: next property index; Array: items done; String: characters; Literal: position
+  uint32_t aux = 0;   // Object: next property index; Array: items done (up to min_items when
+                      // there is no maximum); String: characters (when limited); Literal: position
   uint32_t node = 0;  // grammar node (Literal: the literal's index)
   FrameKind kind = FrameKind::Root;
   uint8_t sub = 0;    // the frame's lexical state (json_matcher.cpp)
@@ -67,7 +68,7 @@ class JsonMatcher {
   struct Stack;
   void advance(Stack& s, uint8_t b, MatchState& out) const;
   bool begin_value(Stack& s, uint8_t b) const;
-  static void complete(Stack& s);
+  void complete(Stack& s) const;
   static void emit(const Stack& s, MatchState& out);
   static void dedupe(MatchState& state);
 

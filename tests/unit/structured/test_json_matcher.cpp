@@ -140,6 +140,15 @@ TEST(JsonMatcher, EqualStatesHaveEqualKeys) {
   EXPECT_NE(a.key(), b.key());
 }
 
+TEST(JsonMatcher, LongArraysRepeatTheirState) {
+  const JsonGrammar g;
+  JsonMatcher m(g);
+  MatchState a = m.start(), b = m.start();
+  ASSERT_TRUE(m.feed_all(a, "[1,"));
+  ASSERT_TRUE(m.feed_all(b, "[1,2,3,4,"));
+  EXPECT_EQ(a.key(), b.key());  // no item limit: the count does not matter
+}
+
 // Mutations of valid texts (a byte inserted, deleted or replaced, from JSON's alphabet and
 // beyond): the matcher takes a whole text exactly when nlohmann::json does, except texts the
 // grammar deliberately refuses (trailing whitespace, long whitespace gaps, deep nesting).
