@@ -1,9 +1,14 @@
-// response_format (OpenAI's structured output) for chat and completions:
+// Structured output for chat and completions, as OpenAI's response_format:
 //   {"type": "text"}                      no constraint
 //   {"type": "json_object"}               any JSON object
 //   {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}
 //                                         a JSON value matching the schema (what the grammar
 //                                         supports: src/structured/json_schema_compiler.h)
+// or as vLLM's structured_outputs (one of):
+//   {"json": SCHEMA or its JSON text}     as json_schema
+//   {"json_object": true}                 as json_object
+//   {"choice": ["a", "b", ...]}           exactly one of the texts
+// (regex, grammar and structural_tag are refused with a 400).
 // The request is checked when it is parsed (parse_response_format: 400 naming the field);
 // the schema is compiled, and its masks cached, by StructuredOutputs.
 #pragma once
@@ -15,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,19 +38,24 @@ class TokenVocabulary;
 namespace moeserve::server {
 
 struct ResponseFormat {
-  enum class Type { Text, JsonObject, JsonSchema };
+  enum class Type { Text, JsonObject, JsonSchema, Choice };
   Type type = Type::Text;
   // JsonSchema: the schema, with its object keys in the request's order (properties are
-  // generated in that order).
+  // generated in that order); where the request holds it (a JSON pointer), and its name in
+  // errors.
   nlohmann::ordered_json schema;
+  std::string schema_pointer;
+  std::string schema_param;
+  std::vector<std::string> choices;  // Choice
 };
 
-// The request's response_format (Text when absent). Throws ApiError(400). The schema's keys
-// come out sorted (nlohmann::json): see schema_in_request_order.
+// The request's response_format or structured_outputs (Text when neither). Throws
+// ApiError(400). The schema's keys come out sorted (nlohmann::json): see
+// schema_in_request_order.
 ResponseFormat parse_response_format(const JsonFields& request);
-// response_format.json_schema.schema of a request body that parse_response_format accepted,
+// The schema of `format` (JsonSchema, as parse_response_format returned it for this body),
 // read again from the body as sent, with its keys in the request's order.
-nlohmann::ordered_json schema_in_request_order(const std::string& raw_body);
+nlohmann::ordered_json schema_in_request_order(const std::string& raw_body, const ResponseFormat& format);
 
 // One per server: the vocabulary as bytes (built on first use) and the compiled grammars of
 // recent formats, whose mask caches requests with the same schema share.

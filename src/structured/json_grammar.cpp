@@ -33,4 +33,19 @@ JsonGrammar any_json_object() {
   return g;
 }
 
+JsonGrammar literal_choice(const std::vector<std::string>& texts) {
+  JsonGrammar g;
+  JsonNode choice;
+  choice.kind = NodeKind::AnyOf;
+  for (const auto& text : texts) {
+    JsonNode literal;
+    literal.kind = NodeKind::Literal;
+    literal.literal = g.add_literal(text);
+    choice.options.push_back(g.add_node(std::move(literal)));
+  }
+  g.root = g.add_node(std::move(choice));
+  g.leading_whitespace = false;
+  return g;
+}
+
 }  // namespace moeserve::structured

@@ -2,10 +2,10 @@
 // nodes that json_matcher.h walks byte by byte. `response_format: {"type": "json_object"}`
 // is any_json_object(); a JSON schema compiles into one (json_schema_compiler.h).
 //
-// Every grammar accepts only JSON texts (RFC 8259) whose value matches its root node, with at
-// most kMaxWhitespace bytes of whitespace between tokens and none after the value. A grammar
-// may accept fewer texts than its schema allows (object properties come in the schema's
-// order, for example), never more.
+// A grammar accepts only JSON texts (RFC 8259) whose value matches its root node, with at most
+// kMaxWhitespace bytes of whitespace between tokens and none after the value; the one
+// exception is literal_choice(), whose literals are plain texts. A grammar may accept fewer
+// texts than its schema allows (object properties come in the schema's order, for example).
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -63,6 +63,9 @@ struct JsonGrammar {
   std::vector<JsonNode> nodes;
   std::vector<std::string> literals;
   uint32_t root = kAny;
+  // Whether whitespace may come before the root value (JSON allows it; a choice of literal
+  // texts does not).
+  bool leading_whitespace = true;
 
   JsonGrammar();  // the built-in nodes and literals, root Any
   uint32_t add_node(JsonNode node);
@@ -71,5 +74,7 @@ struct JsonGrammar {
 
 // response_format {"type": "json_object"}: any JSON object.
 JsonGrammar any_json_object();
+// vLLM's structured_outputs {"choice": [...]}: exactly one of `texts` (plain text, not JSON).
+JsonGrammar literal_choice(const std::vector<std::string>& texts);
 
 }  // namespace moeserve::structured

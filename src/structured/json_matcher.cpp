@@ -241,7 +241,8 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
         return;  // the value is complete: nothing may follow it
 
       case FrameKind::Value: {
-        if (is_ws(b)) {
+        const bool root_value = s.n == 2;
+        if (is_ws(b) && (g_.leading_whitespace || !root_value)) {
           if (f.ws >= kMaxWhitespace) return;
           ++f.ws;
           emit(s, out);

@@ -126,6 +126,24 @@ await runTests({
     assert.ok(ajv.validate(schema, value), r.choices[0].text);
   },
 
+  async 'vLLM structured_outputs: choice and json'({ client }) {
+    const choices = ['positive', 'negative', 'neutral'];
+    const r = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 50, temperature: 1.0, seed: 3, n: 4, structured_outputs: { choice: choices },
+      ...noThinking,
+    });
+    for (const c of r.choices) {
+      assert.equal(c.finish_reason, 'stop');
+      assert.ok(choices.includes(c.message.content), c.message.content);
+    }
+    const j = await client.completions.create({
+      model: MODEL, prompt: 'JSON: ', max_tokens: 400, temperature: 0,
+      structured_outputs: { json: JSON.stringify(finiteSchema) },
+    });
+    assert.equal(j.choices[0].finish_reason, 'stop');
+    checkFinite(j.choices[0].text);
+  },
+
   async 'bad formats are 400s naming the field'({ client, server }) {
     const bad = async (extra, param) => assert.rejects(
       client.chat.completions.create({ model: MODEL, messages, max_tokens: 4, ...extra }),
@@ -133,6 +151,8 @@ await runTests({
     await bad({ response_format: asJsonSchema({ type: 'string', pattern: '^a+$' }) }, 'response_format.json_schema.schema');
     await bad({ response_format: { type: 'json_schema' } }, 'response_format.json_schema');
     await bad({ response_format: { type: 'grammar' } }, 'response_format.type');
+    await bad({ structured_outputs: { regex: '[a-z]+' } }, 'structured_outputs.regex');
+    await bad({ structured_outputs: { json: { type: 'integer', minimum: 3 } } }, 'structured_outputs.json');
     await bad({
       response_format: { type: 'json_object' }, tool_choice: 'required',
       tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],

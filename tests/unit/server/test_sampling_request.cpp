@@ -92,8 +92,37 @@ TEST(SamplingRequest, RejectsInvalidValues) {
             "response_format.json_schema.schema");
   EXPECT_EQ(error_of(R"({"response_format":{"type":"json_schema","json_schema":{"name":3,"schema":{}}}})").param(),
             "response_format.json_schema.name");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"regex":"a+"}})").param(), "structured_outputs.regex");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"grammar":"root ::= x"}})").param(), "structured_outputs.grammar");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"choice":[]}})").param(), "structured_outputs.choice");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"choice":["a",""]}})").param(), "structured_outputs.choice");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"json":"{not json"}})").param(), "structured_outputs.json");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"json":{},"choice":["a"]}})").param(), "structured_outputs");
+  EXPECT_EQ(error_of(R"({"response_format":{"type":"json_object"},"structured_outputs":{"json_object":true}})").param(),
+            "structured_outputs");
   EXPECT_EQ(error_of(R"({"suffix":"x"})", Endpoint::Completions).param(), "suffix");
   EXPECT_EQ(error_of(R"({"best_of":3})", Endpoint::Completions).param(), "best_of");
+}
+
+TEST(SamplingRequest, StructuredOutputForms) {
+  EXPECT_EQ(parse("{}").response_format.type, ResponseFormat::Type::Text);
+  EXPECT_EQ(parse(R"({"response_format":{"type":"text"}})").response_format.type, ResponseFormat::Type::Text);
+  EXPECT_EQ(parse(R"({"response_format":{"type":"json_object"}})").response_format.type, ResponseFormat::Type::JsonObject);
+  const auto openai = parse(R"({"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"integer"}}}})");
+  EXPECT_EQ(openai.response_format.type, ResponseFormat::Type::JsonSchema);
+  EXPECT_EQ(openai.response_format.schema, nlohmann::ordered_json::parse(R"({"type":"integer"})"));
+  EXPECT_EQ(openai.response_format.schema_param, "response_format.json_schema.schema");
+  const auto vllm = parse(R"({"structured_outputs":{"json":"{\"type\":\"string\"}"}})", Endpoint::Completions);
+  EXPECT_EQ(vllm.response_format.type, ResponseFormat::Type::JsonSchema);
+  EXPECT_EQ(vllm.response_format.schema, nlohmann::ordered_json::parse(R"({"type":"string"})"));
+  EXPECT_EQ(vllm.response_format.schema_param, "structured_outputs.json");
+  EXPECT_EQ(parse(R"({"structured_outputs":{"json_object":true}})").response_format.type, ResponseFormat::Type::JsonObject);
+  const auto choice = parse(R"({"structured_outputs":{"choice":["yes","no"]}})");
+  EXPECT_EQ(choice.response_format.type, ResponseFormat::Type::Choice);
+  EXPECT_EQ(choice.response_format.choices, (std::vector<std::string>{"yes", "no"}));
+  // The schema again, in the body's key order.
+  const std::string body = R"({"structured_outputs":{"json":{"properties":{"z":{},"a":{}}}}})";
+  EXPECT_EQ(schema_in_request_order(body, parse(body).response_format).dump(), R"({"properties":{"z":{},"a":{}}})");
 }
 
 TEST(SamplingRequest, MaxTokensAgainstTheContext) {

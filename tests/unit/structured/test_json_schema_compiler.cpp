@@ -86,6 +86,19 @@ TEST(JsonSchemaCompiler, KeywordsAcceptAndRejectWhatTheySay) {
   }
 }
 
+TEST(JsonGrammar, LiteralChoiceIsExactlyOneOfTheTexts) {
+  const JsonGrammar g = literal_choice({"yes", "no", " maybe", "yes!"});
+  EXPECT_TRUE(accepts(g, "yes"));
+  EXPECT_TRUE(accepts(g, "yes!"));
+  EXPECT_TRUE(accepts(g, "no"));
+  EXPECT_TRUE(accepts(g, " maybe"));
+  EXPECT_FALSE(accepts(g, " yes"));   // no whitespace is added before a choice
+  EXPECT_FALSE(accepts(g, "\"yes\""));
+  EXPECT_FALSE(accepts(g, "ye"));
+  EXPECT_FALSE(accepts(g, "no "));
+  EXPECT_FALSE(alive_after(g, "n!"));
+}
+
 TEST(JsonSchemaCompiler, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps "z" before "a": the grammar asks for them in that order.
   const JsonGrammar g = compile(R"({"type": "object", "properties": {"z": {"type": "integer"},
