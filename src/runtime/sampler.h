@@ -79,8 +79,9 @@ float min_p_log_ratio(double min_p);
 std::vector<int32_t> end_tokens(const SampleInput& input);
 
 // The device-sampling form of `input` (its logits are not read), or nullopt when the request
-// needs the host path: penalties, logit_bias or a structured-output constraint, more than model::kMaxDeviceLogprobs logprobs,
-// more than model::kMaxDeviceMaskedTokens tokens held back by min_tokens. A sampled (not
+// needs the host path: penalties, logit_bias or a structured-output constraint, more than
+// model::kMaxDeviceLogprobs logprobs, more than model::kMaxDeviceMaskedTokens tokens held
+// back by min_tokens. A sampled (not
 // greedy) request draws its uniform from input.rng here, the one draw sample() would make,
 // so the RNG stream and the tokens of a seeded request are the same on both paths.
 // `masked` stores the ids the params point to; it must outlive them.

@@ -5,8 +5,9 @@
 //
 // When the model supports_device_sampling(), a chunk that samples and whose request needs
 // no host-only processing (runtime::to_device_sample: no penalties, no logit_bias, no
-// structured-output constraint, at most 20 logprobs, no prompt logprobs in this chunk) is sampled by the model itself: its uniform
-// is drawn from the request's RNG before the forward, and only the token comes back.
+// structured-output constraint, at most 20 logprobs, no prompt logprobs in this chunk) is
+// sampled by the model itself: its uniform is drawn from the request's RNG before the
+// forward, and only the token comes back.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -49,13 +49,11 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
   }
   auto& gen = r.generation;
   if (json_output) {
-    if (gen.response_format.type == ResponseFormat::Type::JsonSchema)
-      gen.response_format.schema = schema_in_request_order(req.body, gen.response_format);
     // A model that thinks first (the prompt leaves <think> open and a reasoning parser splits
     // the output) writes the JSON after </think>.
     std::optional<int32_t> start_after;
     if (!config_.reasoning_parser.empty() && ends_in_think) start_after = svc.tokenizer->token_to_id(text::kThinkClose);
-    gen.sampling.constraint = structured_->factory(gen.response_format, start_after);
+    gen.sampling.constraint = structured_->factory(gen.response_format, req.body, start_after);
   }
 
   std::vector<int32_t> tokens;

@@ -17,9 +17,7 @@ void OpenAiServer::handle_completions(const httplib::Request& req, httplib::Resp
   CompletionRequest r =
       parse_completion_request(body, config_.served_model_names, config_.limits, config_.sampling_defaults);
   auto& gen = r.generation;
-  if (gen.response_format.type == ResponseFormat::Type::JsonSchema)
-    gen.response_format.schema = schema_in_request_order(req.body, gen.response_format);
-  gen.sampling.constraint = structured_->factory(gen.response_format, std::nullopt);
+  gen.sampling.constraint = structured_->factory(gen.response_format, req.body, std::nullopt);
 
   CompletionResponseOptions options;
   options.logprobs = gen.sampling.logprobs >= 0;

@@ -126,8 +126,10 @@ const std::shared_ptr<const structured::TokenVocabulary>& StructuredOutputs::voc
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factory(
-    const ResponseFormat& format, std::optional<int32_t> start_after_token) {
-  if (format.type == ResponseFormat::Type::Text) return nullptr;
+    const ResponseFormat& request_format, const std::string& raw_body, std::optional<int32_t> start_after_token) {
+  if (request_format.type == ResponseFormat::Type::Text) return nullptr;
+  ResponseFormat format = request_format;
+  if (format.type == ResponseFormat::Type::JsonSchema) format.schema = schema_in_request_order(raw_body, format);
   const std::string key = format.type == ResponseFormat::Type::JsonObject ? "json_object"
                           : format.type == ResponseFormat::Type::Choice ? "choice" + nlohmann::json(format.choices).dump()
                                                                         : "schema" + format.schema.dump();

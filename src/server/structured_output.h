@@ -66,10 +66,11 @@ class StructuredOutputs {
   StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, size_t max_grammars = 16);
   ~StructuredOutputs();
 
-  // The constraint factory of `format` (nullptr for Text). `start_after_token`: the grammar
-  // applies only after this token (the reasoning parser's </think>). Throws ApiError(400)
-  // for a schema the grammar cannot express. Thread-safe.
-  std::shared_ptr<const runtime::TokenConstraintFactory> factory(const ResponseFormat& format,
+  // The constraint factory of `format` (nullptr for Text), parsed from `raw_body` (whose
+  // schema is read again in request order). `start_after_token`: the grammar applies only
+  // after this token (the reasoning parser's </think>). Throws ApiError(400) for a schema the
+  // grammar cannot express. Thread-safe.
+  std::shared_ptr<const runtime::TokenConstraintFactory> factory(const ResponseFormat& format, const std::string& raw_body,
                                                                  std::optional<int32_t> start_after_token);
 
  private:
