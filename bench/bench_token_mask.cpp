@@ -85,7 +85,9 @@ BENCHMARK_CAPTURE(BM_Mask, after_value, "{\"n\": \"x\"")->Unit(benchmark::kMicro
 void BM_Generate(benchmark::State& state, bool schema, bool warm) {
   const std::vector<int32_t> ids = tokenizer().encode(kAnswer);
   const std::vector<int32_t> ends = {*tokenizer().token_to_id("<|im_end|>")};
-  auto grammar = [&] { return schema ? compile_json_schema(nlohmann::ordered_json::parse(kSchema)) : any_json_object(); };
+  auto grammar = [&] {
+    return schema ? compile_json_schema(nlohmann::ordered_json::parse(kSchema)) : any_json_object();
+  };
   auto masker = std::make_shared<const TokenMasker>(grammar(), vocabulary());
   std::vector<float> logits(size_t(vocabulary()->size()));
   for (auto _ : state) {
@@ -106,8 +108,8 @@ void BM_Generate(benchmark::State& state, bool schema, bool warm) {
     }
   }
   state.counters["tokens"] = double(ids.size());
-  state.counters["per_token"] =
-      benchmark::Counter(double(ids.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["per_token"] = benchmark::Counter(
+      double(ids.size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 // The row refill alone, as in BM_Generate without the constraint: what to subtract.
 void BM_RowRefill(benchmark::State& state) {

@@ -44,7 +44,8 @@ ResponseFormat parse_openai_format(const nlohmann::json& rf) {
                                   type),
                       "response_format.type");
   const auto* js = fields.object("json_schema");
-  if (!js) throw_bad_request("response_format type `json_schema` needs a `json_schema` object", "response_format.json_schema");
+  if (!js)
+    throw_bad_request("response_format type `json_schema` needs a `json_schema` object", "response_format.json_schema");
   JsonFields schema_fields(*js, "response_format.json_schema.");
   (void)schema_fields.string("name");  // checked for its type; OpenAI's label, not used here
   (void)schema_fields.string("description");
@@ -54,8 +55,9 @@ ResponseFormat parse_openai_format(const nlohmann::json& rf) {
   if (!js->contains("schema")) throw_bad_request("response_format.json_schema needs a `schema`", format.schema_param);
   const auto& schema = (*js)["schema"];
   if (!schema.is_object() && !schema.is_boolean())
-    throw_bad_request(fmt::format("`{}` must be a JSON Schema object, got {}", format.schema_param, json_type_name(schema)),
-                      format.schema_param);
+    throw_bad_request(
+        fmt::format("`{}` must be a JSON Schema object, got {}", format.schema_param, json_type_name(schema)),
+        format.schema_param);
   format.type = ResponseFormat::Type::JsonSchema;
   format.schema = schema_value(schema, format.schema_param);
   return format;
@@ -84,10 +86,12 @@ ResponseFormat parse_vllm_format(const nlohmann::json& so) {
   if (const auto* choice = fields.array("choice")) {
     ++given;
     format.type = ResponseFormat::Type::Choice;
-    if (choice->empty()) throw_bad_request("`structured_outputs.choice` must not be empty", "structured_outputs.choice");
+    if (choice->empty())
+      throw_bad_request("`structured_outputs.choice` must not be empty", "structured_outputs.choice");
     for (const auto& c : *choice) {
       if (!c.is_string() || c.get_ref<const std::string&>().empty())
-        throw_bad_request("`structured_outputs.choice` must be a list of non-empty strings", "structured_outputs.choice");
+        throw_bad_request("`structured_outputs.choice` must be a list of non-empty strings",
+                          "structured_outputs.choice");
       format.choices.push_back(c.get<std::string>());
     }
   }
@@ -110,7 +114,8 @@ ResponseFormat parse_response_format(const JsonFields& request) {
 }
 
 nlohmann::ordered_json schema_in_request_order(const std::string& raw_body, const ResponseFormat& format) {
-  const auto value = nlohmann::ordered_json::parse(raw_body).at(nlohmann::ordered_json::json_pointer(format.schema_pointer));
+  const auto value =
+      nlohmann::ordered_json::parse(raw_body).at(nlohmann::ordered_json::json_pointer(format.schema_pointer));
   return value.is_string() ? nlohmann::ordered_json::parse(value.get<std::string>()) : value;
 }
 
@@ -131,8 +136,9 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
   ResponseFormat format = request_format;
   if (format.type == ResponseFormat::Type::JsonSchema) format.schema = schema_in_request_order(raw_body, format);
   const std::string key = format.type == ResponseFormat::Type::JsonObject ? "json_object"
-                          : format.type == ResponseFormat::Type::Choice ? "choice" + nlohmann::json(format.choices).dump()
-                                                                        : "schema" + format.schema.dump();
+                          : format.type == ResponseFormat::Type::Choice
+                              ? "choice" + nlohmann::json(format.choices).dump()
+                              : "schema" + format.schema.dump();
   std::shared_ptr<const structured::TokenMasker> masker;
   {
     std::lock_guard lock(mutex_);

@@ -70,7 +70,8 @@ class StructuredOutputs {
   // schema is read again in request order). `start_after_token`: the grammar applies only
   // after this token (the reasoning parser's </think>). Throws ApiError(400) for a schema the
   // grammar cannot express. Thread-safe.
-  std::shared_ptr<const runtime::TokenConstraintFactory> factory(const ResponseFormat& format, const std::string& raw_body,
+  std::shared_ptr<const runtime::TokenConstraintFactory> factory(const ResponseFormat& format,
+                                                                 const std::string& raw_body,
                                                                  std::optional<int32_t> start_after_token);
 
  private:
@@ -84,7 +85,8 @@ class StructuredOutputs {
 
   std::mutex mutex_;
   std::list<std::string> lru_;  // format keys, most recent first
-  std::unordered_map<std::string, std::pair<std::shared_ptr<const structured::TokenMasker>, std::list<std::string>::iterator>>
+  std::unordered_map<std::string,
+                     std::pair<std::shared_ptr<const structured::TokenMasker>, std::list<std::string>::iterator>>
       maskers_;
 };
 

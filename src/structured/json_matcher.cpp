@@ -447,7 +447,9 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
           case kStrHighU2:
           case kStrHighU1:
             if (!is_hex(b)) return;
-            f.sub = f.sub == kStrU1 ? uint8_t(kStrNormal) : f.sub == kStrHighU1 ? uint8_t(kStrLowSlash) : uint8_t(f.sub + 1);
+            f.sub = f.sub == kStrU1       ? uint8_t(kStrNormal)
+                    : f.sub == kStrHighU1 ? uint8_t(kStrLowSlash)
+                                          : uint8_t(f.sub + 1);
             emit(s, out);
             return;
           case kStrLowSlash: if (b == '\\') { f.sub = kStrLowU; emit(s, out); } return;

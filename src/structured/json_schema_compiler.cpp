@@ -254,7 +254,8 @@ class Compiler {
   static bool value_has_type(const ojson& v, const std::string& type) {
     if (type == "null") return v.is_null();
     if (type == "boolean") return v.is_boolean();
-    if (type == "integer") return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    if (type == "integer")
+      return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
     if (type == "number") return v.is_number();
     if (type == "string") return v.is_string();
     if (type == "array") return v.is_array();
@@ -291,7 +292,8 @@ class Compiler {
         continue;
       if (v.is_string()) {
         const auto& str = v.get_ref<const std::string&>();
-        const auto chars = size_t(std::count_if(str.begin(), str.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
+        const auto chars =
+            size_t(std::count_if(str.begin(), str.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
         if (chars < count_keyword(s, "minLength", path, 0) || chars > count_keyword(s, "maxLength", path, kUnbounded))
           continue;
       }

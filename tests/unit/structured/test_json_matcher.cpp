@@ -20,7 +20,8 @@ using testing::alive_after;
 
 const std::vector<std::string> kValid = {
     "{}", "[]", "0", "-0", "12", "-3.25", "1e5", "1E+5", "2.5e-3", "true", "false", "null", "\"\"",
-    "\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\"", "\"\\u00e9\\uD83D\\ude00\"", "\"caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80\"",
+    "\"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\"", "\"\\u00e9\\uD83D\\ude00\"",
+    "\"caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80\"",
     "{\"a\":1}", "{ \"a\" : [ 1 , 2 ] , \"b\" : { } }", "[1,[2,[3,[]]],{\"x\":null}]", "\n\t {\"k\":\"v\"}",
     "{\"\":\"\"}", "[\"\x7f\"]", "{\"a\":{\"b\":{\"c\":[true,false,null,-1.5E-10]}}}",
 };
@@ -155,7 +156,8 @@ TEST(JsonMatcher, LongArraysRepeatTheirState) {
 TEST(JsonMatcher, AgreesWithNlohmannOnMutatedTexts) {
   const JsonGrammar g;
   std::mt19937 rng(1234);
-  const std::string alphabet = "{}[]:,\"\\ \n\t0123456789-+.eEtrufalsn/bu\x01\x7f\xC3\xA9\xE6\x97\xF0\x9F\x98\x80\xED\xC0";
+  const std::string alphabet =
+      "{}[]:,\"\\ \n\t0123456789-+.eEtrufalsn/bu\x01\x7f\xC3\xA9\xE6\x97\xF0\x9F\x98\x80\xED\xC0";
   int compared = 0, accepted = 0;
   for (int round = 0; round < 20000; ++round) {
     std::string text = kValid[rng() % kValid.size()];
