@@ -23,6 +23,9 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
   app.add_option("--chat-template", o->chat_template, "Chat template: a Jinja file or the template itself");
   app.add_option("--default-chat-template-kwargs", o->default_chat_template_kwargs,
                  "JSON object of template variables for every request, e.g. '{\"enable_thinking\": false}'");
+  app.add_option("--structured-outputs-config", o->structured_outputs_config,
+                 "JSON object (vLLM's keys): disable_any_whitespace (compact JSON), enable_in_reasoning "
+                 "(the grammar also while a model thinks), backend (accepted, one engine)");
   app.add_option("--api-key", o->api_keys, "Require `Authorization: Bearer KEY` on /v1 routes (repeatable)");
   app.add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
   app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Most tokens per engine step")

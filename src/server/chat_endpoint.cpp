@@ -52,7 +52,8 @@ void OpenAiServer::handle_chat(const httplib::Request& req, httplib::Response& r
     // A model that thinks first (the prompt leaves <think> open and a reasoning parser splits
     // the output) writes the JSON after </think>.
     std::optional<int32_t> start_after;
-    if (!config_.reasoning_parser.empty() && ends_in_think) start_after = svc.tokenizer->token_to_id(text::kThinkClose);
+    if (!config_.reasoning_parser.empty() && ends_in_think && !config_.structured_outputs.enable_in_reasoning)
+      start_after = svc.tokenizer->token_to_id(text::kThinkClose);
     gen.sampling.constraint = structured_->factory(gen.response_format, req.body, start_after);
   }
 

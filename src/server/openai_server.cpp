@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "server/sse.h"
 #include "server/utf8.h"
+#include "structured/json_grammar.h"
 
 namespace moeserve::server {
 
@@ -68,7 +69,9 @@ void OpenAiServer::set_ready(ModelServices services) {
   services_ = std::move(services);
   logprob_formatter_.emplace(*services_.tokenizer);
   if (config_.limits.vocab_size <= 0) config_.limits.vocab_size = services_.tokenizer->vocab_size();
-  structured_ = std::make_unique<StructuredOutputs>(*services_.tokenizer, config_.limits.vocab_size);
+  structured_ = std::make_unique<StructuredOutputs>(
+      *services_.tokenizer, config_.limits.vocab_size,
+      config_.structured_outputs.disable_any_whitespace ? uint8_t(0) : structured::kMaxWhitespace);
   ready_ = true;
   metrics_.set_ready(true);
 }

@@ -50,7 +50,30 @@ json parse_kwargs_flag(const std::string& text) {
   return j;
 }
 
+// vLLM's --structured-outputs-config: a JSON object. `backend` names vLLM's engines; moeserve
+// has one, so any name is accepted. Keys this server cannot honour are refused.
+ServerConfig::StructuredOutputsConfig parse_structured_outputs_flag(const std::string& text) {
+  ServerConfig::StructuredOutputsConfig config;
+  if (text.empty()) return config;
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) fail("--structured-outputs-config must be a JSON object, got: {}", text);
+  for (const auto& [key, value] : j.items()) {
+    if (key == "backend") {
+      MOESERVE_CHECK(value.is_string(), "--structured-outputs-config: `backend` must be a string");
+    } else if (key == "disable_any_whitespace" || key == "enable_in_reasoning") {
+      MOESERVE_CHECK(value.is_boolean(), "--structured-outputs-config: `{}` must be true or false", key);
+      (key == "disable_any_whitespace" ? config.disable_any_whitespace : config.enable_in_reasoning) = value.get<bool>();
+    } else {
+      fail("--structured-outputs-config: unknown key `{}` (supported: backend, disable_any_whitespace, "
+           "enable_in_reasoning)",
+           key);
+    }
+  }
+  return config;
+}
+
 void validate(const ServeOptions& o) {
+  (void)parse_structured_outputs_flag(o.structured_outputs_config);
   MOESERVE_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
   MOESERVE_CHECK(o.max_model_len >= 0, "--max-model-len must be positive, got {}", o.max_model_len);
   MOESERVE_CHECK(o.max_num_seqs >= 1, "--max-num-seqs must be at least 1, got {}", o.max_num_seqs);
@@ -152,6 +175,7 @@ int run_serve(const ServeOptions& o) {
   config.tool_call_parser = o.tool_call_parser;
   config.enable_auto_tool_choice = o.enable_auto_tool_choice;
   config.default_chat_template_kwargs = parse_kwargs_flag(o.default_chat_template_kwargs);
+  config.structured_outputs = parse_structured_outputs_flag(o.structured_outputs_config);
   config.api_keys = o.api_keys;
   config.sampling_defaults = generation_config.defaults;
   config.limits.max_model_len = max_model_len;

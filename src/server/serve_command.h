@@ -23,6 +23,7 @@ struct ServeOptions {
   bool enable_auto_tool_choice = false;
   std::string chat_template;                    // file or inline template
   std::string default_chat_template_kwargs;     // JSON object
+  std::string structured_outputs_config;        // JSON object (vLLM's keys)
   std::vector<std::string> api_keys;
   int max_num_seqs = 256;
   int max_num_batched_tokens = 2048;

@@ -26,6 +26,12 @@ struct ServerConfig {
   RequestLimits limits;
   SamplingDefaults sampling_defaults;  // from generation_config.json (--generation-config auto)
   std::vector<std::string> api_keys;
+  // --structured-outputs-config (vLLM's keys): JSON without whitespace between its tokens;
+  // the grammar also during a thinking model's reasoning.
+  struct StructuredOutputsConfig {
+    bool disable_any_whitespace = false;
+    bool enable_in_reasoning = false;
+  } structured_outputs;
   // How often a waiting worker checks that its client is still connected.
   std::chrono::milliseconds disconnect_poll{50};
   // Graceful shutdown: requests still running after this long are aborted.

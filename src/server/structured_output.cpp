@@ -119,8 +119,9 @@ nlohmann::ordered_json schema_in_request_order(const std::string& raw_body, cons
   return value.is_string() ? nlohmann::ordered_json::parse(value.get<std::string>()) : value;
 }
 
-StructuredOutputs::StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, size_t max_grammars)
-    : tokenizer_(tokenizer), vocab_size_(vocab_size), max_grammars_(max_grammars) {}
+StructuredOutputs::StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, uint8_t max_whitespace,
+                                     size_t max_grammars)
+    : tokenizer_(tokenizer), vocab_size_(vocab_size), max_whitespace_(max_whitespace), max_grammars_(max_grammars) {}
 
 StructuredOutputs::~StructuredOutputs() = default;
 
@@ -160,6 +161,7 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
         throw_bad_request(fmt::format("Invalid `{}`: {}", format.schema_param, e.what()), format.schema_param);
       }
     }
+    if (format.type != ResponseFormat::Type::Choice) grammar.max_whitespace = max_whitespace_;
     masker = std::make_shared<const structured::TokenMasker>(std::move(grammar), vocabulary());
     std::lock_guard lock(mutex_);
     if (!maskers_.count(key)) {

@@ -63,7 +63,9 @@ class StructuredOutputs {
  public:
   // At most max_grammars grammars, each caching up to 256 masks (TokenMasker): ~125 MB of
   // masks at most for Qwen3.5's vocabulary.
-  StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, size_t max_grammars = 16);
+  // `max_whitespace`: the whitespace bytes allowed between JSON tokens (0: compact JSON).
+  StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, uint8_t max_whitespace,
+                    size_t max_grammars = 16);
   ~StructuredOutputs();
 
   // The constraint factory of `format` (nullptr for Text), parsed from `raw_body` (whose
@@ -79,6 +81,7 @@ class StructuredOutputs {
 
   const text::Tokenizer& tokenizer_;
   const int64_t vocab_size_;
+  const uint8_t max_whitespace_;
   const size_t max_grammars_;
   std::once_flag vocabulary_once_;
   std::shared_ptr<const structured::TokenVocabulary> vocabulary_;

@@ -3,7 +3,7 @@
 // is any_json_object(); a JSON schema compiles into one (json_schema_compiler.h).
 //
 // A grammar accepts only JSON texts (RFC 8259) whose value matches its root node, with at most
-// kMaxWhitespace bytes of whitespace between tokens and none after the value; the one
+// max_whitespace bytes of whitespace between tokens and none after the value; the one
 // exception is literal_choice(), whose literals are plain texts. A grammar may accept fewer
 // texts than its schema allows (object properties come in the schema's order, for example).
 #pragma once
@@ -15,8 +15,8 @@
 namespace moeserve::structured {
 
 inline constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
-// Whitespace bytes allowed in one gap between JSON tokens: room for pretty-printing, but a
-// model that keeps emitting spaces is made to go on with the value.
+// Whitespace bytes allowed in one gap between JSON tokens, by default: room for
+// pretty-printing, but a model that keeps emitting spaces is made to go on with the value.
 inline constexpr uint8_t kMaxWhitespace = 48;
 // Nesting depth of the JSON value (objects and arrays inside each other).
 inline constexpr int kMaxNesting = 48;
@@ -63,8 +63,9 @@ struct JsonGrammar {
   std::vector<JsonNode> nodes;
   std::vector<std::string> literals;
   uint32_t root = kAny;
-  // Whether whitespace may come before the root value (JSON allows it; a choice of literal
-  // texts does not).
+  // Whitespace bytes allowed in one gap between JSON tokens (0: compact JSON), and whether
+  // they may come before the root value (JSON allows it; a choice of literal texts does not).
+  uint8_t max_whitespace = kMaxWhitespace;
   bool leading_whitespace = true;
 
   JsonGrammar();  // the built-in nodes and literals, root Any

@@ -243,7 +243,7 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
       case FrameKind::Value: {
         const bool root_value = s.n == 2;
         if (is_ws(b) && (g_.leading_whitespace || !root_value)) {
-          if (f.ws >= kMaxWhitespace) return;
+          if (f.ws >= g_.max_whitespace) return;
           ++f.ws;
           emit(s, out);
           return;
@@ -278,7 +278,7 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
           return;
         }
         if (is_ws(b) && f.sub != kObjKey && f.sub != kObjValue) {
-          if (f.ws >= kMaxWhitespace) return;
+          if (f.ws >= g_.max_whitespace) return;
           ++f.ws;
           emit(s, out);
           return;
@@ -354,7 +354,7 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
           return;
         }
         if (is_ws(b)) {
-          if (f.ws >= kMaxWhitespace) return;
+          if (f.ws >= g_.max_whitespace) return;
           ++f.ws;
           emit(s, out);
           return;

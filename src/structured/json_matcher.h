@@ -48,7 +48,7 @@ class JsonMatcher {
  public:
   explicit JsonMatcher(const JsonGrammar& grammar) : g_(grammar) {}
 
-  // Nothing read yet: a value of the root node is expected (after up to kMaxWhitespace bytes).
+  // Nothing read yet: a value of the root node is expected (after up to max_whitespace bytes).
   MatchState start() const;
   // The state after `byte`; dead() when no stack can take it. `out` may not alias `in`.
   void feed(const MatchState& in, uint8_t byte, MatchState& out) const;

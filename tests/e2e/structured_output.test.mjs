@@ -144,6 +144,36 @@ await runTests({
     checkFinite(j.choices[0].text);
   },
 
+  async '--structured-outputs-config: compact JSON, and JSON while thinking'() {
+    const server = await startServer(args, [
+      '--reasoning-parser', 'qwen3', '--max-model-len', '2048', '--seed', '0',
+      '--chat-template', new URL('./fixtures/chatml_thinking.jinja', import.meta.url).pathname,
+      '--structured-outputs-config', '{"backend": "xgrammar", "disable_any_whitespace": true, "enable_in_reasoning": true}',
+    ]);
+    try {
+      await server.waitReady();
+      const client = new OpenAI({ baseURL: `${server.baseUrl}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+      const r = await client.chat.completions.create({
+        model: MODEL, messages, max_tokens: 400, temperature: 0, response_format: asJsonSchema(finiteSchema), ...noThinking,
+      });
+      const text = r.choices[0].message.content;
+      assert.equal(text, JSON.stringify(checkFinite(text)), 'no whitespace between JSON tokens');
+      // The prompt leaves <think> open: the grammar applies from the first token, so the
+      // reasoning parser (which waits for </think>) reads the JSON as reasoning.
+      const thinking = await client.chat.completions.create({
+        model: MODEL, messages, max_tokens: 400, temperature: 0, response_format: asJsonSchema(finiteSchema),
+      });
+      assert.equal(thinking.choices[0].finish_reason, 'stop');
+      assert.equal(thinking.choices[0].message.content, null);
+      checkFinite(thinking.choices[0].message.reasoning_content);
+    } finally {
+      const { code } = await server.stop();
+      assert.equal(code, 0, server.log);
+    }
+    await assert.rejects(startServer(args, ['--structured-outputs-config', '{"regex_engine": "re2"}']),
+      /unknown key `regex_engine`/);
+  },
+
   async 'bad formats are 400s naming the field'({ client, server }) {
     const bad = async (extra, param) => assert.rejects(
       client.chat.completions.create({ model: MODEL, messages, max_tokens: 4, ...extra }),

@@ -117,6 +117,17 @@ TEST(JsonMatcher, WhitespaceGapsAreCapped) {
   EXPECT_FALSE(alive_after(g, "{\"a\"" + ok + " "));
 }
 
+TEST(JsonMatcher, NoWhitespaceMeansCompactJson) {
+  JsonGrammar g = any_json_object();
+  g.max_whitespace = 0;
+  EXPECT_TRUE(accepts(g, R"({"a":[1,2],"b":{"c":"x y"}})"));  // spaces inside strings are text
+  EXPECT_FALSE(alive_after(g, " "));
+  EXPECT_FALSE(alive_after(g, "{ "));
+  EXPECT_FALSE(alive_after(g, R"({"a" )"));
+  EXPECT_FALSE(alive_after(g, R"({"a": )"));
+  EXPECT_FALSE(alive_after(g, R"({"a":[1, )"));
+}
+
 TEST(JsonMatcher, NestingIsCappedAtMaxNesting) {
   const JsonGrammar g;
   const std::string deep = std::string(kMaxNesting, '[') + std::string(kMaxNesting, ']');
