@@ -3,16 +3,15 @@
 //
 // The request file holds "messages", optionally "tools", "add_generation_prompt"
 // (default true, like vLLM's chat endpoint) and "chat_template_kwargs".
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file_text.h"
 #include "text/chat_template.h"
 
 namespace {
@@ -26,13 +25,10 @@ struct RenderChatOptions {
 };
 
 nlohmann::ordered_json read_request(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) moeserve::fail("cannot open request file '{}'", path);
-  std::ostringstream text;
-  text << in.rdbuf();
+  const std::string text = moeserve::read_file_text(path, "request file");
   nlohmann::ordered_json request;
   try {
-    request = nlohmann::ordered_json::parse(text.str());
+    request = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     moeserve::fail("request file '{}' is not valid JSON: {}", path, e.what());
   }

@@ -1,16 +1,15 @@
 // moeserve tokenize --tokenizer DIR (--text "..." | --file F): prints {"ids": [...]}, the token
 // ids of the text (src/text/tokenizer.h). No special tokens are added unless
 // --add-special-tokens is given (then the tokenizer's post-processor decides; Qwen adds none).
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file_text.h"
 #include "text/tokenizer.h"
 
 namespace {
@@ -24,18 +23,9 @@ struct TokenizeOptions {
   int threads = 0;
 };
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) moeserve::fail("cannot open text file '{}'", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) moeserve::fail("cannot read text file '{}'", path);
-  return text.str();
-}
-
 int run_tokenize(const TokenizeOptions& o) {
   const moeserve::text::Tokenizer tokenizer = moeserve::text::Tokenizer::load(o.tokenizer_dir);
-  const std::string text = o.file.empty() ? o.text : read_text_file(o.file);
+  const std::string text = o.file.empty() ? o.text : moeserve::read_file_text(o.file, "text file");
   const std::vector<int32_t> ids = tokenizer.encode(text, o.add_special_tokens);
   std::cout << nlohmann::json{{"ids", ids}}.dump() << "\n";
   return 0;

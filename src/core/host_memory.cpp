@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "core/file_text.h"
 
 namespace moeserve {
 
@@ -22,14 +22,6 @@ std::optional<size_t> parse_size(std::string_view s) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || end != s.data() + s.size() || s.empty()) return std::nullopt;
   return v;
-}
-
-std::optional<std::string> read_file(const char* path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -60,8 +52,9 @@ std::optional<size_t> cgroup_headroom(std::string_view memory_max, std::string_v
 
 std::optional<size_t> available_host_memory() {
   std::optional<size_t> avail;
-  if (const auto meminfo = read_file("/proc/meminfo")) avail = parse_mem_available(*meminfo);
-  const auto max = read_file("/sys/fs/cgroup/memory.max"), cur = read_file("/sys/fs/cgroup/memory.current");
+  if (const auto meminfo = try_read_file_text("/proc/meminfo")) avail = parse_mem_available(*meminfo);
+  const auto max = try_read_file_text("/sys/fs/cgroup/memory.max");
+  const auto cur = try_read_file_text("/sys/fs/cgroup/memory.current");
   if (max && cur)
     if (const auto room = cgroup_headroom(*max, *cur)) avail = avail ? std::min(*avail, *room) : *room;
   return avail;

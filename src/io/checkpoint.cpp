@@ -1,13 +1,12 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_text.h"
 #include "core/log.h"
 
 namespace moeserve::io {
@@ -47,14 +46,10 @@ void check_shard_name(const std::string& shard, const fs::path& index_path, cons
 
 // Parses model.safetensors.index.json: tensor name -> shard file name, in sorted order.
 std::map<std::string, std::string> read_index(const fs::path& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) fail("cannot open {}", index_path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("cannot read {}", index_path.string());
+  const std::string text = read_file_text(index_path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", index_path.string(), e.what());
   }

@@ -4,11 +4,10 @@
 #include "io/qwen35_config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_text.h"
 #include "io/json_fields.h"
 
 namespace moeserve::io {
@@ -237,14 +236,10 @@ Qwen35Config load_qwen35_config(const std::filesystem::path& model_dir) {
   fs::path path = model_dir / "config.json";
   if (fs::is_regular_file(model_dir, ec))
     path = model_dir.extension() == ".json" ? model_dir : model_dir.parent_path() / "config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("cannot read {}", path.string());
+  const std::string text = read_file_text(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", path.string(), e.what());
   }

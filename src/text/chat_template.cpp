@@ -1,27 +1,17 @@
 #include "text/chat_template.h"
 
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file_text.h"
 #include "text/jinja/json_convert.h"
 
 namespace moeserve::text {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open chat template file '{}'", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail("cannot read chat template file '{}'", path.string());
-  return buffer.str();
-}
-
 nlohmann::ordered_json read_json(const std::filesystem::path& path) {
-  std::string text = read_file(path);
+  std::string text = read_file_text(path, "chat template file");
   try {
     return nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -88,7 +78,7 @@ ChatTemplate ChatTemplate::from_string(const std::string& source, const std::str
 }
 
 ChatTemplate ChatTemplate::from_file(const std::filesystem::path& file) {
-  return from_string(read_file(file), file.filename().string());
+  return from_string(read_file_text(file, "chat template file"), file.filename().string());
 }
 
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {

@@ -1,9 +1,8 @@
 #include "text/tokenizer_config.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_text.h"
 
 namespace moeserve::text {
 namespace {
@@ -33,13 +32,9 @@ TokenizerConfig::TokenizerConfig(nlohmann::json json, const std::string& where)
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail("cannot read {}", path.string());
+  const std::string text = read_file_text(path);
   try {
-    return nlohmann::json::parse(buffer.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail("{} is not valid JSON: {}", path.string(), e.what());
   }

@@ -1,12 +1,11 @@
 #include "tools/convert_source.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/file_text.h"
 #include "core/log.h"
 #include "io/checkpoint.h"
 
@@ -20,18 +19,9 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kMtpFile = "mtp.safetensors";
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open {}", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("cannot read {}", path.string());
-  return text.str();
-}
-
 nlohmann::ordered_json parse_json_file(const fs::path& path) {
   try {
-    return nlohmann::ordered_json::parse(read_text(path));
+    return nlohmann::ordered_json::parse(read_file_text(path));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON: {}", path.string(), e.what());
   }

@@ -4,9 +4,9 @@
 
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_text.h"
 #include "io/safetensors.h"
 
 namespace moeserve::tools {
@@ -15,15 +15,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MOESERVE_CHECK(in.good(), "cannot read '{}'", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MOESERVE_CHECK(!in.bad(), "error reading '{}'", path.string());
-  return ss.str();
-}
 
 void write_file(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -34,7 +25,7 @@ void write_file(const fs::path& path, const std::string& text) {
 }
 
 json parse_json_file(const fs::path& path) {
-  auto j = json::parse(read_file(path), nullptr, false);
+  auto j = json::parse(read_file_text(path), nullptr, false);
   MOESERVE_CHECK(!j.is_discarded() && j.is_object(), "'{}' is not a JSON object", path.string());
   return j;
 }
@@ -51,7 +42,7 @@ std::vector<int64_t> mrope_sections(int64_t rotary_half) {
 // string, or a list of {"name", "template"} of which "default" is taken).
 std::string choose_chat_template(const DemoModelOptions& o, const json& tokenizer_config, const fs::path& config_path) {
   if (!o.chat_template.empty()) {
-    std::string t = read_file(o.chat_template);
+    std::string t = read_file_text(o.chat_template);
     MOESERVE_CHECK(!t.empty(), "the chat template '{}' is empty", o.chat_template.string());
     return t;
   }
@@ -195,7 +186,7 @@ void write_demo_model(const DemoModelOptions& o) {
   MOESERVE_CHECK(!exists || o.overwrite, "'{}' already exists (pass --overwrite to replace it)", o.out_dir.string());
   MOESERVE_CHECK(!exists || fs::is_directory(o.out_dir), "'{}' exists and is not a directory", o.out_dir.string());
 
-  const std::string tokenizer_text = read_file(tokenizer_json);
+  const std::string tokenizer_text = read_file_text(tokenizer_json);
   const auto tok_json = json::parse(tokenizer_text, nullptr, false);
   MOESERVE_CHECK(!tok_json.is_discarded(), "'{}' is not valid JSON", tokenizer_json.string());
   const TokenizerFacts facts = read_tokenizer_facts(tok_json, tokenizer_json.string());
