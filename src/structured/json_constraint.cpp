@@ -27,6 +27,8 @@ class JsonConstraint : public runtime::TokenConstraint {
       for (int32_t t : end_tokens)
         if (t >= 0 && size_t(t) < logits.size()) saved_.emplace_back(t, logits[size_t(t)]);
     const std::shared_ptr<const TokenMask> mask = masker_->allowed(state_);
+    if (may_end && saved_.empty() && std::all_of(mask->begin(), mask->end(), [](uint64_t w) { return w == 0; }))
+      fail("the JSON is complete, but the request has no end-of-sequence or stop token to end it with");
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const size_t n = logits.size();
     for (size_t w = 0; w * 64 < n; ++w) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,8 @@
 
 #include "../runtime/engine_test_util.h"
 #include "core/error.h"
+#include "json_engine_check.h"
+#include "model/qwen35_cpu.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "structured/json_constraint.h"
@@ -176,6 +179,17 @@ TEST(JsonConstraint, EngineOutputsFollowTheSchema) {
   engine.submit({id_of("a"), id_of("b"), 1}, greedy, alone->callback());
   ASSERT_TRUE(alone->wait());
   EXPECT_EQ(alone->tokens(), batch[0]->tokens());
+}
+
+// The same through the CPU reference model on a fixture checkpoint (tests/gpu runs it on the
+// CUDA model, whose constrained rows come back to the host).
+TEST(JsonConstraint, Qwen35FixtureModelAnswersFollowTheSchema) {
+  const auto dir = std::filesystem::path(MOESERVE_FIXTURES_DIR) / "qwen35" / "hybrid_int4_fp8";
+  if (!std::filesystem::exists(dir / "model.safetensors.index.json")) GTEST_SKIP() << "fixture missing: " << dir;
+  model::CpuModelOptions options;
+  options.threads = 2;
+  options.load_mtp = false;
+  testing::check_json_answers(model::Qwen35CpuModel::load(dir, options));
 }
 
 }  // namespace
