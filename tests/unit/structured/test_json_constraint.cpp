@@ -81,6 +81,13 @@ TEST(JsonConstraint, MasksAcceptsAndEndsOnlyWhenComplete) {
   EXPECT_EQ(logits[size_t(kEos)], 2.0f);  // complete: only the end is left
   for (int64_t t = 1; t < vocab; ++t) EXPECT_EQ(logits[size_t(t)], kNegInf) << kPieces[size_t(t - 1)];
   d->accept(kEos, ends);
+  // Complete, and nothing to end with: a clear error instead of "every token is masked".
+  try {
+    d->mask_logits(logits, {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no end-of-sequence or stop token"), std::string::npos) << e.what();
+  }
 }
 
 TEST(JsonConstraint, WaitsForTheStartToken) {
