@@ -73,6 +73,10 @@ moeserve::cli::Registrar reg{"serve", "Serve a model over an OpenAI-compatible H
       ->check(CLI::IsMember({"auto", "host"}))
       ->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads for the model (0: all)")->capture_default_str();
+  app.add_option("--sampler-threads", o->sampler_threads,
+                 "Threads that sample rows on the host: penalties, logit_bias, structured output (0: auto, "
+                 "up to 8 with a GPU, 1 on the CPU backend)")
+      ->capture_default_str();
   app.add_option("--tokenizer", o->tokenizer, "Tokenizer directory (default: MODEL_DIR)");
   app.add_option("--generation-config", o->generation_config,
                  "Default sampling values and extra eos ids: auto (MODEL_DIR/generation_config.json), "

@@ -73,6 +73,8 @@ ServerConfig::StructuredOutputsConfig parse_structured_outputs_flag(const std::s
 }
 
 void validate(const ServeOptions& o) {
+  MOESERVE_CHECK(o.sampler_threads >= 0 && o.sampler_threads <= 256, "--sampler-threads must be in [0, 256], got {}",
+                 o.sampler_threads);
   (void)parse_structured_outputs_flag(o.structured_outputs_config);
   MOESERVE_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got {}", o.port);
   MOESERVE_CHECK(o.max_model_len >= 0, "--max-model-len must be positive, got {}", o.max_model_len);
@@ -143,6 +145,13 @@ class SignalWatcher {
 };
 
 }  // namespace
+
+int sampler_threads_for(int requested, const std::string& device) {
+  if (requested > 0) return requested;
+  // With a GPU the host's cores are idle during a step; on the CPU backend they run the model.
+  if (device != "cuda") return 1;
+  return std::clamp(int(std::thread::hardware_concurrency()) / 2, 1, 8);
+}
 
 int run_serve(const ServeOptions& o) {
   validate(o);
@@ -260,6 +269,7 @@ int run_serve(const ServeOptions& o) {
   engine_config.max_logprobs = o.max_logprobs;
   engine_config.seed = o.seed;
   engine_config.device_sampling = o.sampling_device == "auto";
+  engine_config.sampler_threads = sampler_threads_for(o.sampler_threads, load.device);
   runtime::Engine engine(std::move(model), engine_config);
   RuntimeEngineClient engine_client(engine);
 

@@ -41,6 +41,7 @@ struct ServeOptions {
   std::string decode_attention = "auto";        // CUDA: auto | tensor-cores | cuda-cores (ModelLoadOptions)
   std::string sampling_device = "auto";         // auto (on the GPU when the model can) | host
   int threads = 0;                              // CPU threads for the model (0: all)
+  int sampler_threads = 0;                      // host sampling threads (0: auto, sampler_threads_for)
   std::string tokenizer;                        // default: model_dir
   std::string generation_config = "auto";       // auto (MODEL_DIR's), vllm (none) or a directory
   size_t max_request_body_bytes = 32u << 20;
@@ -54,5 +55,9 @@ struct ServeOptions {
 
 // Runs until a signal; returns the exit code. Throws moeserve::Error for bad flags or files.
 int run_serve(const ServeOptions& options);
+
+// --sampler-threads: `requested` when positive; else 1 on the CPU backend (its threads run
+// the model) and half the host's cores, 1 to 8, with a GPU.
+int sampler_threads_for(int requested, const std::string& device);
 
 }  // namespace moeserve::server
