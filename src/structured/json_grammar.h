@@ -20,6 +20,8 @@ inline constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
 inline constexpr uint8_t kMaxWhitespace = 48;
 // Nesting depth of the JSON value (objects and arrays inside each other).
 inline constexpr int kMaxNesting = 48;
+// Bounds of range-checked integers: the matcher tracks the value typed so far in 32 bits.
+inline constexpr int64_t kMaxIntegerBound = 2147483647;
 
 enum class NodeKind : uint8_t {
   Any,      // any JSON value
@@ -49,6 +51,9 @@ struct JsonNode {
   uint32_t min_items = 0, max_items = kUnbounded;
   // String.
   uint32_t min_length = 0, max_length = kUnbounded;
+  // Integer: inclusive bounds, when set (within +-kMaxIntegerBound).
+  bool has_range = false;
+  int64_t min_value = 0, max_value = 0;
   // Literal.
   uint32_t literal = 0;
   // AnyOf.

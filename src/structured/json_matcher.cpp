@@ -32,6 +32,8 @@ enum StringSub : uint8_t {
 enum NumberSub : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
 constexpr uint8_t kStringCounts = 1;  // Frame::flags of a String with a length limit
 constexpr uint8_t kNumberInteger = 1;  // Frame::flags of a Number that takes no fraction or exponent
+constexpr uint8_t kNumberRanged = 2;   // ... an integer with bounds: aux holds its magnitude so far
+constexpr uint8_t kNumberNegative = 4;  // ... and it has a minus sign
 
 bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
 bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
@@ -138,7 +140,7 @@ bool JsonMatcher::can_end(const MatchState& state) const {
   for (uint16_t end : state.ends) {
     // A number at the end of the text ends with it.
     size_t top = end - 1;
-    while (top > begin && state.frames[top].kind == FrameKind::Number && number_complete(state.frames[top].sub)) --top;
+    while (top > begin && state.frames[top].kind == FrameKind::Number && number_done(state.frames[top])) --top;
     // Only a Root can be below a finished number; a number inside a container is not the end.
     const Frame& f = state.frames[top];
     if (f.kind == FrameKind::Root && (f.sub == kRootDone || top + 1 < end)) return true;
@@ -162,6 +164,32 @@ bool JsonMatcher::in_plain_string(const MatchState& state, uint32_t* max_chars) 
   }
   *max_chars = room;
   return true;
+}
+
+// Whether a Number frame holds a whole number (of its range, for a range-checked integer).
+bool JsonMatcher::number_done(const Frame& f) const {
+  if (!number_complete(f.sub)) return false;
+  if (!(f.flags & kNumberRanged)) return true;
+  const JsonNode& node = g_.nodes[f.node];
+  const int64_t value = (f.flags & kNumberNegative) ? -int64_t(f.aux) : int64_t(f.aux);
+  return value >= node.min_value && value <= node.max_value;
+}
+
+// Whether a range-checked integer whose digits so far make `magnitude` (with the frame's sign)
+// can still end inside its range: with j more digits it lies in [m * 10^j, m * 10^j + 10^j - 1]
+// (negated for a minus sign). No leading zeros: a 0 takes no more digits.
+bool JsonMatcher::integer_viable(const Frame& f, int64_t magnitude) const {
+  const JsonNode& node = g_.nodes[f.node];
+  const bool negative = f.flags & kNumberNegative;
+  int64_t lo = magnitude, hi = magnitude;
+  while (lo <= kMaxIntegerBound) {
+    const int64_t a = negative ? -hi : lo, b = negative ? -lo : hi;
+    if (a <= node.max_value && b >= node.min_value) return true;
+    if (magnitude == 0) break;
+    lo = lo * 10;
+    hi = hi * 10 + 9;
+  }
+  return false;
 }
 
 // The frame on top of `s` is done: pop it and move its parent past the value (or key).
@@ -221,7 +249,7 @@ bool JsonMatcher::begin_value(Stack& s, uint8_t b) const {
     case NodeKind::Integer:
       if (b != '-' && !is_digit(b)) return false;
       next = make_frame(FrameKind::Number, f.node);
-      if (node.kind == NodeKind::Integer) next.flags = kNumberInteger;
+      if (node.kind == NodeKind::Integer) next.flags = kNumberInteger | (node.has_range ? kNumberRanged : 0);
       break;
     case NodeKind::Literal:
       next = make_frame(FrameKind::Literal, node.literal);
@@ -474,6 +502,23 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
 
       case FrameKind::Number: {
         const bool integer = f.flags & kNumberInteger;
+        if ((f.flags & kNumberRanged) && (f.sub == kNumStart || f.sub == kNumMinus || is_digit(b))) {
+          // A range-checked integer: each digit must keep a value of the range reachable.
+          if (b == '-' && f.sub == kNumStart) {
+            if (g_.nodes[f.node].min_value > -1) return;  // no negative value is in range
+            f.flags |= kNumberNegative;
+            f.sub = kNumMinus;
+          } else if (!is_digit(b) || f.sub == kNumZero || (f.sub == kNumMinus && b == '0')) {
+            return;  // no leading zeros, no -0
+          } else {
+            const int64_t magnitude = int64_t(f.aux) * 10 + (b - '0');
+            if (magnitude > kMaxIntegerBound || !integer_viable(f, magnitude)) return;
+            f.aux = uint32_t(magnitude);
+            f.sub = b == '0' && f.sub == kNumStart ? kNumZero : kNumInt;
+          }
+          emit(s, out);
+          return;
+        }
         uint8_t next = 0xff;
         switch (f.sub) {
           case kNumStart:
@@ -515,7 +560,7 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
           return;
         }
         // `b` is not part of the number: a complete number ends here, and `b` goes to its parent.
-        if (!number_complete(f.sub)) return;
+        if (!number_done(f)) return;
         complete(s);
         continue;
       }

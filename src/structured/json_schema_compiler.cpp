@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,7 +26,9 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kHandled = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
     "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
 };
+const char* const kNumericBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 std::string escape_pointer_token(const std::string& token) {
   std::string out;
@@ -147,15 +150,23 @@ class Compiler {
 
   uint32_t compile_type(const ojson& s, const std::string& type, const std::string& path) {
     JsonNode node;
-    if (type == "any") return JsonGrammar::kAny;
     if (type == "null") return literal_node(JsonGrammar::kNull);
     if (type == "boolean") {
       node.kind = NodeKind::AnyOf;
       node.options = {literal_node(JsonGrammar::kTrue), literal_node(JsonGrammar::kFalse)};
       return g_.add_node(std::move(node));
     }
-    if (type == "number" || type == "integer") {
-      node.kind = type == "number" ? NodeKind::Number : NodeKind::Integer;
+    if (type == "integer") {
+      node.kind = NodeKind::Integer;
+      set_integer_range(s, path, node);
+      return g_.add_node(std::move(node));
+    }
+    if (type == "number" || type == "any") {
+      for (const char* k : kNumericBounds)
+        if (s.contains(k))
+          error(path, fmt::format("`{}` is supported for \"type\": \"integer\" only", k));
+      if (type == "any") return JsonGrammar::kAny;
+      node.kind = NodeKind::Number;
       return g_.add_node(std::move(node));
     }
     if (type == "string") {
@@ -186,6 +197,33 @@ class Compiler {
     }
     if (type == "object") return compile_object(s, path);
     error(path + "/type", fmt::format("unknown type `{}`", type));
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer, as inclusive bounds.
+  // Bounds beyond +-kMaxIntegerBound are pulled in to it: the texts stay valid, and fewer.
+  void set_integer_range(const ojson& s, const std::string& path, JsonNode& node) const {
+    double lo = -double(kMaxIntegerBound), hi = double(kMaxIntegerBound);
+    bool any = false;
+    for (const char* k : kNumericBounds) {
+      if (!s.contains(k)) continue;
+      const ojson& v = s[k];
+      if (!v.is_number())
+        error(path + "/" + k, v.is_boolean() ? "the draft-04 boolean form is not supported; give the bound as a number"
+                                               : "must be a number");
+      const double x = v.get<double>();
+      const std::string key = k;
+      if (key == "minimum") lo = std::max(lo, std::ceil(x));
+      else if (key == "exclusiveMinimum") lo = std::max(lo, std::floor(x) + 1);
+      else if (key == "maximum") hi = std::min(hi, std::floor(x));
+      else hi = std::min(hi, std::ceil(x) - 1);
+      any = true;
+    }
+    if (!any) return;
+    if (lo > hi)
+      error(path, fmt::format("no integer in [{}, {}] satisfies the bounds (within +-{})", lo, hi, kMaxIntegerBound));
+    node.has_range = true;
+    node.min_value = int64_t(lo);
+    node.max_value = int64_t(hi);
   }
 
   uint32_t compile_object(const ojson& s, const std::string& path) {
@@ -263,6 +301,16 @@ class Compiler {
     return false;
   }
 
+  // A number against the schema's minimum / maximum / exclusive bounds (JSON Schema semantics).
+  static bool within_bounds(const ojson& s, double x) {
+    auto bound = [&](const char* k) { return s.contains(k) && s[k].is_number() ? std::optional(s[k].get<double>()) : std::nullopt; };
+    if (auto b = bound("minimum"); b && x < *b) return false;
+    if (auto b = bound("maximum"); b && x > *b) return false;
+    if (auto b = bound("exclusiveMinimum"); b && x <= *b) return false;
+    if (auto b = bound("exclusiveMaximum"); b && x >= *b) return false;
+    return true;
+  }
+
   uint32_t compile_literals(const ojson& s, const std::string& path) {
     std::vector<ojson> values;
     if (s.contains("const")) values.push_back(s["const"]);
@@ -290,6 +338,7 @@ class Compiler {
       if (!types.empty() &&
           std::none_of(types.begin(), types.end(), [&](const std::string& t) { return value_has_type(v, t); }))
         continue;
+      if (v.is_number() && !within_bounds(s, v.get<double>())) continue;
       if (v.is_string()) {
         const auto& str = v.get_ref<const std::string&>();
         const auto chars =

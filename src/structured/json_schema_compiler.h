@@ -2,8 +2,10 @@
 //
 // Supported (draft 2020-12 names, and the older `definitions`): type (one or a list), enum,
 // const, properties, required, additionalProperties, items, minItems, maxItems, minLength,
-// maxLength, anyOf, oneOf (read as anyOf), allOf with one schema, $ref to "#" or a JSON
-// pointer inside the schema ($defs, definitions; recursion allowed), and boolean schemas.
+// maxLength, minimum / maximum / exclusiveMinimum / exclusiveMaximum of integers (bounds
+// beyond +-2^31 - 1 are pulled in to it), anyOf, oneOf (read as anyOf), allOf with one
+// schema, $ref to "#" or a JSON pointer inside the schema ($defs, definitions; recursion
+// allowed), and boolean schemas.
 // Annotations are ignored: title, description, default, examples, format (an annotation in
 // JSON Schema unless a validator opts in), $schema, $id, $comment, deprecated, readOnly,
 // writeOnly, discriminator.
@@ -13,9 +15,9 @@
 // property outside `properties` is generated when the object has any (additionalProperties
 // then only matters for objects without properties: maps); enum and const values appear in
 // compact form (no whitespace). Keywords that restrict values in ways the grammar cannot
-// express (pattern, minimum, maximum, multipleOf, uniqueItems, minProperties, not,
-// if/then/else, prefixItems, ...) are refused with an error naming the keyword and where it
-// is, rather than ignored.
+// express (pattern, bounds of non-integer numbers, multipleOf, uniqueItems, minProperties,
+// not, if/then/else, prefixItems, ...) are refused with an error naming the keyword and where
+// it is, rather than ignored.
 #pragma once
 #include <nlohmann/json.hpp>
 

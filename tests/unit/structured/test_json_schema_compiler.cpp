@@ -101,6 +101,46 @@ TEST(JsonGrammar, LiteralChoiceIsExactlyOneOfTheTexts) {
   EXPECT_FALSE(alive_after(g, "n!"));
 }
 
+TEST(JsonSchemaCompiler, IntegerBounds) {
+  const std::vector<Case> cases = {
+      {R"({"type": "integer", "minimum": 0, "maximum": 100})", {"0", "7", "42", "100"}, {"-1", "101", "1000", "-0", "007"}},
+      {R"({"type": "integer", "minimum": 18})", {"18", "19", "2147483647"}, {"17", "1", "0", "-5", "2147483648"}},
+      {R"({"type": "integer", "minimum": -5, "maximum": -3})", {"-5", "-4", "-3"}, {"-2", "-6", "-50", "3", "0"}},
+      {R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})", {"1", "9"}, {"0", "10"}},
+      {R"({"type": "integer", "minimum": -1.5, "maximum": 2.5})", {"-1", "0", "2"}, {"-2", "3"}},
+      {R"({"type": "integer", "minimum": 10, "maximum": 12})", {"10", "11", "12"}, {"1", "13", "9"}},
+      {R"({"enum": [1, 5, 9], "minimum": 3})", {"5", "9"}, {"1"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const JsonGrammar g = compile(c.schema);
+    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
+    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
+  }
+  // Digits that cannot lead into the range are refused as they come.
+  const JsonGrammar g = compile(R"({"type": "integer", "minimum": 10, "maximum": 12})");
+  EXPECT_TRUE(alive_after(g, "1"));
+  EXPECT_FALSE(alive_after(g, "2"));
+  EXPECT_FALSE(alive_after(g, "13"));
+  EXPECT_FALSE(alive_after(g, "-"));
+  // In a container the value must be in range before the next byte.
+  const JsonGrammar arr = compile(R"({"type": "array", "items": {"type": "integer", "minimum": 10, "maximum": 12}})");
+  EXPECT_FALSE(alive_after(arr, "[1,"));
+  EXPECT_TRUE(accepts(arr, "[10, 12,11]"));
+  // Random texts stay in range and never dead-end.
+  std::mt19937 rng(5);
+  const JsonGrammar obj = compile(R"({"type": "object", "properties": {"a": {"type": "integer", "minimum": -40,
+      "maximum": 25}, "b": {"type": "integer", "exclusiveMinimum": 99}}, "required": ["a", "b"]})");
+  for (int i = 0; i < 300; ++i) {
+    std::string text;
+    ASSERT_TRUE(testing::random_text(obj, rng, 20, text)) << "dead end after: " << text;
+    const auto v = nlohmann::json::parse(text);
+    EXPECT_GE(v["a"].get<int64_t>(), -40) << text;
+    EXPECT_LE(v["a"].get<int64_t>(), 25) << text;
+    EXPECT_GE(v["b"].get<int64_t>(), 100) << text;
+  }
+}
+
 TEST(JsonSchemaCompiler, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps "z" before "a": the grammar asks for them in that order.
   const JsonGrammar g = compile(R"({"type": "object", "properties": {"z": {"type": "integer"},
@@ -123,8 +163,13 @@ TEST(JsonSchemaCompiler, RequiredPropertyCannotBeSkippedAndClosingWaitsForIt) {
 TEST(JsonSchemaCompiler, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
   const std::vector<std::pair<const char*, const char*>> refused = {
       {R"({"type": "string", "pattern": "^a"})", "(root): the keyword `pattern` is not supported"},
-      {R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})",
-       "/properties/n: the keyword `minimum` is not supported"},
+      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}})",
+       "/properties/n: `minimum` is supported for \"type\": \"integer\" only"},
+      {R"({"maximum": 3})", "`maximum` is supported for \"type\": \"integer\" only"},
+      {R"({"type": "integer", "minimum": 5, "exclusiveMaximum": 5})", "no integer in [5, 4]"},
+      {R"({"type": "integer", "minimum": 3000000000})", "no integer in"},
+      {R"({"type": "integer", "exclusiveMinimum": true, "minimum": 1})", "the draft-04 boolean form"},
+      {R"({"type": "integer", "multipleOf": 2})", "the keyword `multipleOf` is not supported"},
       {R"({"type": "array", "uniqueItems": true})", "the keyword `uniqueItems`"},
       {R"({"not": {"type": "string"}})", "the keyword `not`"},
       {R"({"type": "object", "required": ["x"]})", "required property `x` is not in `properties`"},
