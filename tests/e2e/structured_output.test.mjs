@@ -182,7 +182,7 @@ await runTests({
     await bad({ response_format: { type: 'json_schema' } }, 'response_format.json_schema');
     await bad({ response_format: { type: 'grammar' } }, 'response_format.type');
     await bad({ structured_outputs: { regex: '[a-z]+' } }, 'structured_outputs.regex');
-    await bad({ structured_outputs: { json: { type: 'integer', minimum: 3 } } }, 'structured_outputs.json');
+    await bad({ structured_outputs: { json: { type: 'number', minimum: 3 } } }, 'structured_outputs.json');
     await bad({
       response_format: { type: 'json_object' }, tool_choice: 'required',
       tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
