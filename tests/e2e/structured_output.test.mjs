@@ -12,7 +12,8 @@ const MODEL = 'demo';
 const noThinking = { chat_template_kwargs: { enable_thinking: false } };
 const messages = [{ role: 'user', content: 'Describe a colour as JSON.' }];
 
-// A schema whose texts are bounded (booleans, enums, short arrays, null): every answer ends.
+// A schema whose texts are bounded (booleans, enums, short arrays, null, a small integer
+// range): every answer ends.
 const finiteSchema = {
   type: 'object',
   properties: {
@@ -20,8 +21,9 @@ const finiteSchema = {
     color: { enum: ['red', 'green', 'blue'] },
     tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
     note: { type: 'null' },
+    month: { type: 'integer', minimum: 1, maximum: 12 },
   },
-  required: ['ok', 'color', 'tags', 'note'],
+  required: ['ok', 'color', 'tags', 'note', 'month'],
   additionalProperties: false,
 };
 const ajv = new Ajv({ strict: true });
@@ -31,7 +33,7 @@ const asJsonSchema = (schema) => ({ type: 'json_schema', json_schema: { name: 'a
 function checkFinite(text) {
   const value = JSON.parse(text);
   assert.ok(validFinite(value), `${text}: ${ajv.errorsText(validFinite.errors)}`);
-  assert.deepEqual(Object.keys(value), ['ok', 'color', 'tags', 'note'], 'properties in the schema\'s order');
+  assert.deepEqual(Object.keys(value), ['ok', 'color', 'tags', 'note', 'month'], 'properties in the schema\'s order');
   return value;
 }
 
