@@ -37,6 +37,50 @@ function checkFinite(text) {
   return value;
 }
 
+// Random schemas whose texts are bounded (so that a random model's answers end), from a
+// seeded generator: booleans, null, enums, consts, integer ranges, short strings, short
+// arrays, objects with optional and required properties, anyOf, type lists, $ref into $defs.
+function mulberry32(seed) {
+  return () => {
+    seed |= 0; seed = (seed + 0x6D2B79F5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+function randomSchema(rand, depth = 0) {
+  const pick = (list) => list[Math.floor(rand() * list.length)];
+  const int = (lo, hi) => lo + Math.floor(rand() * (hi - lo + 1));
+  const leaf = () => pick([
+    () => ({ type: 'boolean' }),
+    () => ({ type: 'null' }),
+    () => ({ enum: pick([['x', 'y'], [1, 2, 3], ['a', null, true], ['é', '日本', 'a"b']]) }),
+    () => ({ const: pick(['fixed', 42, false]) }),
+    () => { const lo = int(-30, 30); return { type: 'integer', minimum: lo, maximum: lo + int(0, 40) }; },
+    () => ({ type: 'integer', exclusiveMinimum: int(-5, 5), exclusiveMaximum: int(20, 99) }),
+    () => ({ type: 'string', maxLength: int(0, 4) }),
+    () => ({ type: 'string', minLength: 1, maxLength: 3 }),
+    () => ({ type: ['integer', 'null'], minimum: 0, maximum: 9 }),
+  ])();
+  if (depth >= 3) return leaf();
+  return pick([
+    leaf, leaf, leaf,
+    () => ({ type: 'array', items: randomSchema(rand, depth + 1), minItems: int(0, 1), maxItems: int(1, 3) }),
+    () => {
+      const properties = {};
+      const required = [];
+      const n = int(1, 3);
+      for (let i = 0; i < n; i++) {
+        const name = pick(['id', 'name', 'value', 'kind', 'x y', 'ключ']) + i;
+        properties[name] = randomSchema(rand, depth + 1);
+        if (rand() < 0.6) required.push(name);
+      }
+      return { type: 'object', properties, required, additionalProperties: false };
+    },
+    () => ({ anyOf: [leaf(), { type: 'array', items: leaf(), maxItems: 2 }] }),
+  ])();
+}
+
 async function tokenIds(baseUrl, text) {
   const r = await fetch(`${baseUrl}/tokenize`, {
     method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ model: MODEL, prompt: text }),
@@ -60,6 +104,28 @@ await runTests({
     for (const c of sampled.choices) {
       assert.equal(c.finish_reason, 'stop');
       checkFinite(c.message.content);
+    }
+  },
+
+  async 'random schemas: every answer validates with Ajv'({ client }) {
+    const rand = mulberry32(20261205);
+    const schemas = [];
+    for (let i = 0; i < 40; i++) {
+      const schema = randomSchema(rand);
+      // Sometimes behind a $ref, as Pydantic writes nested models.
+      schemas.push(rand() < 0.3 ? { $defs: { Inner: schema }, $ref: '#/$defs/Inner' } : schema);
+    }
+    for (let start = 0; start < schemas.length; start += 8) {
+      await Promise.all(schemas.slice(start, start + 8).map(async (schema, k) => {
+        const r = await client.chat.completions.create({
+          model: MODEL, messages, max_tokens: 1500, temperature: (start + k) % 2 ? 1.0 : 0, seed: start + k,
+          response_format: asJsonSchema(schema), ...noThinking,
+        });
+        const text = r.choices[0].message.content;
+        assert.equal(r.choices[0].finish_reason, 'stop', `${JSON.stringify(schema)} -> ${text}`);
+        const validate = ajv.compile(schema);
+        assert.ok(validate(JSON.parse(text)), `${JSON.stringify(schema)} -> ${text}: ${ajv.errorsText(validate.errors)}`);
+      }));
     }
   },
 
