@@ -114,7 +114,8 @@ void JsonMatcher::dedupe(MatchState& state) {
 void JsonMatcher::feed(const MatchState& in, uint8_t byte, MatchState& out) const {
   out.frames.clear();
   out.ends.clear();
-  Stack s;
+  // Reused: a fresh Stack would initialise all kMaxFrames frames at every byte of a trie walk.
+  thread_local Stack s;
   size_t begin = 0;
   for (uint16_t end : in.ends) {
     s.n = int(end - begin);
