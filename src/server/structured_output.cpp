@@ -66,11 +66,11 @@ ResponseFormat parse_openai_format(const nlohmann::json& rf) {
 ResponseFormat parse_vllm_format(const nlohmann::json& so) {
   ResponseFormat format;
   JsonFields fields(so, "structured_outputs.");
-  for (const char* refused : {"regex", "grammar", "structural_tag", "whitespace_pattern"})
+  for (const char* refused : {"grammar", "structural_tag", "whitespace_pattern"})
     if (fields.has(refused))
-      throw_bad_request(fmt::format("`structured_outputs.{}` is not supported; use `json`, `json_object` or `choice`",
-                                    refused),
-                        fmt::format("structured_outputs.{}", refused));
+      throw_bad_request(
+          fmt::format("`structured_outputs.{}` is not supported; use `json`, `json_object`, `choice` or `regex`", refused),
+          fmt::format("structured_outputs.{}", refused));
   int given = 0;
   if (fields.has("json")) {
     ++given;
@@ -95,8 +95,14 @@ ResponseFormat parse_vllm_format(const nlohmann::json& so) {
       format.choices.push_back(c.get<std::string>());
     }
   }
+  if (auto regex = fields.string("regex")) {
+    ++given;
+    format.type = ResponseFormat::Type::Regex;
+    format.regex = *regex;
+  }
   if (given > 1)
-    throw_bad_request("give one of `structured_outputs.json`, `json_object` and `choice`", "structured_outputs");
+    throw_bad_request("give one of `structured_outputs.json`, `json_object`, `choice` and `regex`",
+                      "structured_outputs");
   return format;
 }
 
@@ -136,10 +142,13 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
   if (request_format.type == ResponseFormat::Type::Text) return nullptr;
   ResponseFormat format = request_format;
   if (format.type == ResponseFormat::Type::JsonSchema) format.schema = schema_in_request_order(raw_body, format);
-  const std::string key = format.type == ResponseFormat::Type::JsonObject ? "json_object"
-                          : format.type == ResponseFormat::Type::Choice
-                              ? "choice" + nlohmann::json(format.choices).dump()
-                              : "schema" + format.schema.dump();
+  std::string key;
+  switch (format.type) {
+    case ResponseFormat::Type::JsonObject: key = "json_object"; break;
+    case ResponseFormat::Type::Choice: key = "choice" + nlohmann::json(format.choices).dump(); break;
+    case ResponseFormat::Type::Regex: key = "regex" + format.regex; break;
+    default: key = "schema" + format.schema.dump(); break;
+  }
   std::shared_ptr<const structured::TokenMasker> masker;
   {
     std::lock_guard lock(mutex_);
@@ -154,6 +163,12 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
       grammar = structured::any_json_object();
     } else if (format.type == ResponseFormat::Type::Choice) {
       grammar = structured::literal_choice(format.choices);
+    } else if (format.type == ResponseFormat::Type::Regex) {
+      try {
+        grammar = structured::regex_text(format.regex);
+      } catch (const Error& e) {
+        throw_bad_request(fmt::format("Invalid `structured_outputs.regex`: {}", e.what()), "structured_outputs.regex");
+      }
     } else {
       try {
         grammar = structured::compile_json_schema(format.schema);
@@ -161,7 +176,8 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
         throw_bad_request(fmt::format("Invalid `{}`: {}", format.schema_param, e.what()), format.schema_param);
       }
     }
-    if (format.type != ResponseFormat::Type::Choice) grammar.max_whitespace = max_whitespace_;
+    if (format.type != ResponseFormat::Type::Choice && format.type != ResponseFormat::Type::Regex)
+      grammar.max_whitespace = max_whitespace_;
     masker = std::make_shared<const structured::TokenMasker>(std::move(grammar), vocabulary());
     std::lock_guard lock(mutex_);
     if (!maskers_.count(key)) {

@@ -8,7 +8,8 @@
 //   {"json": SCHEMA or its JSON text}     as json_schema
 //   {"json_object": true}                 as json_object
 //   {"choice": ["a", "b", ...]}           exactly one of the texts
-// (regex, grammar and structural_tag are refused with a 400).
+//   {"regex": "..."}                      a text the regex matches whole (RegexDfa's syntax)
+// (grammar and structural_tag are refused with a 400).
 // The request is checked when it is parsed (parse_response_format: 400 naming the field);
 // the schema is compiled, and its masks cached, by StructuredOutputs.
 #pragma once
@@ -38,7 +39,7 @@ class TokenVocabulary;
 namespace moeserve::server {
 
 struct ResponseFormat {
-  enum class Type { Text, JsonObject, JsonSchema, Choice };
+  enum class Type { Text, JsonObject, JsonSchema, Choice, Regex };
   Type type = Type::Text;
   // JsonSchema: the schema, with its object keys in the request's order (properties are
   // generated in that order); where the request holds it (a JSON pointer), and its name in
@@ -47,6 +48,7 @@ struct ResponseFormat {
   std::string schema_pointer;
   std::string schema_param;
   std::vector<std::string> choices;  // Choice
+  std::string regex;                 // Regex
 };
 
 // The request's response_format or structured_outputs (Text when neither). Throws

@@ -33,6 +33,27 @@ JsonGrammar any_json_object() {
   return g;
 }
 
+JsonGrammar regex_text(std::string_view pattern) {
+  JsonGrammar g;
+  g.patterns.push_back(RegexDfa::compile(pattern, RegexDfa::Match::Full, RegexDfa::all_bytes()));
+  JsonNode node;
+  node.kind = NodeKind::Pattern;
+  node.pattern = 0;
+  g.root = g.add_node(std::move(node));
+  g.leading_whitespace = false;
+  return g;
+}
+
+const std::array<bool, 256>& json_string_bytes() {
+  static const std::array<bool, 256> bytes = [] {
+    std::array<bool, 256> b{};
+    for (int c = 0x20; c <= 0xF4; ++c) b[size_t(c)] = true;
+    for (int c : {0x08, 0x09, 0x0A, 0x0C, 0x0D}) b[size_t(c)] = true;
+    return b;
+  }();
+  return bytes;
+}
+
 JsonGrammar literal_choice(const std::vector<std::string>& texts) {
   JsonGrammar g;
   JsonNode choice;

@@ -9,8 +9,12 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <array>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "structured/regex_dfa.h"
 
 namespace moeserve::structured {
 
@@ -32,6 +36,7 @@ enum class NodeKind : uint8_t {
   Integer,  // -?(0|[1-9][0-9]*)
   Literal,  // exactly one JSON text, e.g. true, null, "red", {"a":1} (compact form)
   AnyOf,    // one of `options`
+  Pattern,  // raw text (not JSON) that patterns[pattern] matches whole (vLLM's regex)
 };
 
 struct JsonProperty {
@@ -49,8 +54,10 @@ struct JsonNode {
   // Array.
   uint32_t items = 0;
   uint32_t min_items = 0, max_items = kUnbounded;
-  // String.
+  // String: length limits, or a pattern (patterns[pattern], searched in the decoded value).
+  // Pattern: the whole text's.
   uint32_t min_length = 0, max_length = kUnbounded;
+  int32_t pattern = -1;
   // Integer: inclusive bounds, when set (within +-kMaxIntegerBound).
   bool has_range = false;
   int64_t min_value = 0, max_value = 0;
@@ -67,6 +74,7 @@ struct JsonGrammar {
 
   std::vector<JsonNode> nodes;
   std::vector<std::string> literals;
+  std::vector<RegexDfa> patterns;
   uint32_t root = kAny;
   // Whitespace bytes allowed in one gap between JSON tokens (0: compact JSON), and whether
   // they may come before the root value (JSON allows it; a choice of literal texts does not).
@@ -82,5 +90,11 @@ struct JsonGrammar {
 JsonGrammar any_json_object();
 // vLLM's structured_outputs {"choice": [...]}: exactly one of `texts` (plain text, not JSON).
 JsonGrammar literal_choice(const std::vector<std::string>& texts);
+// vLLM's structured_outputs {"regex": ...}: a plain text the regex matches whole. Throws
+// moeserve::Error for what RegexDfa does not support.
+JsonGrammar regex_text(std::string_view pattern);
+// The bytes a JSON string's decoded value can hold (raw UTF-8 bytes and printable ASCII, and
+// the control characters with short escapes: \b \t \n \f \r), for RegexDfa::compile.
+const std::array<bool, 256>& json_string_bytes();
 
 }  // namespace moeserve::structured

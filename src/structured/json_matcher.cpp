@@ -30,7 +30,8 @@ enum StringSub : uint8_t {
   kStrC1, kStrC2, kStrC3, kStrE0, kStrED, kStrF0, kStrF4,
 };
 enum NumberSub : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumE, kNumESign, kNumExp };
-constexpr uint8_t kStringCounts = 1;  // Frame::flags of a String with a length limit
+constexpr uint8_t kStringCounts = 1;   // Frame::flags of a String with a length limit
+constexpr uint8_t kStringPattern = 2;  // ... with a pattern: aux is its RegexDfa state
 constexpr uint8_t kNumberInteger = 1;  // Frame::flags of a Number that takes no fraction or exponent
 constexpr uint8_t kNumberRanged = 2;   // ... an integer with bounds: aux holds its magnitude so far
 constexpr uint8_t kNumberNegative = 4;  // ... and it has a minus sign
@@ -141,7 +142,11 @@ bool JsonMatcher::can_end(const MatchState& state) const {
   for (uint16_t end : state.ends) {
     // A number at the end of the text ends with it.
     size_t top = end - 1;
-    while (top > begin && state.frames[top].kind == FrameKind::Number && number_done(state.frames[top])) --top;
+    while (top > begin && ((state.frames[top].kind == FrameKind::Number && number_done(state.frames[top])) ||
+                           (state.frames[top].kind == FrameKind::Pattern &&
+                            g_.patterns[size_t(g_.nodes[state.frames[top].node].pattern)].accepting(
+                                state.frames[top].aux))))
+      --top;
     // Only a Root can be below a finished number; a number inside a container is not the end.
     const Frame& f = state.frames[top];
     if (f.kind == FrameKind::Root && (f.sub == kRootDone || top + 1 < end)) return true;
@@ -155,7 +160,7 @@ bool JsonMatcher::in_plain_string(const MatchState& state, uint32_t* max_chars) 
   uint32_t room = 0;
   for (uint16_t end : state.ends) {
     const Frame& f = state.frames[end - 1];
-    if (f.kind != FrameKind::String || f.sub != kStrNormal) return false;
+    if (f.kind != FrameKind::String || f.sub != kStrNormal || (f.flags & kStringPattern)) return false;
     if (!(f.flags & kStringCounts)) {
       room = kUnbounded;
     } else {
@@ -191,6 +196,14 @@ bool JsonMatcher::integer_viable(const Frame& f, int64_t magnitude) const {
     hi = hi * 10 + 9;
   }
   return false;
+}
+
+// Moves a String-with-pattern or Pattern frame's regex past `byte`; false when it refuses it.
+bool JsonMatcher::pattern_step(Frame& f, uint8_t byte) const {
+  const uint32_t next = g_.patterns[size_t(g_.nodes[f.node].pattern)].next(f.aux, byte);
+  if (next == RegexDfa::kDead) return false;
+  f.aux = next;
+  return true;
 }
 
 // The frame on top of `s` is done: pop it and move its parent past the value (or key).
@@ -245,6 +258,10 @@ bool JsonMatcher::begin_value(Stack& s, uint8_t b) const {
       if (b != '"') return false;
       next = make_frame(FrameKind::String, f.node);
       if (node.min_length > 0 || node.max_length != kUnbounded) next.flags = kStringCounts;
+      if (node.pattern >= 0) next.flags = kStringPattern;
+      break;
+    case NodeKind::Pattern:
+      next = make_frame(FrameKind::Pattern, f.node);
       break;
     case NodeKind::Number:
     case NodeKind::Integer:
@@ -420,8 +437,10 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
           ++f.aux;
           return true;
         };
+        const bool patterned = f.flags & kStringPattern;
         auto continuation = [&](uint8_t lo, uint8_t hi, uint8_t next) {
           if (b < lo || b > hi) return;
+          if (patterned && !pattern_step(f, b)) return;
           f.sub = next;
           emit(s, out);
         };
@@ -434,12 +453,23 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
           case kStrNormal:
             if (b == '"') {
               if (counts && f.aux < g_.nodes[f.node].min_length) return;
+              if (patterned && !g_.patterns[size_t(g_.nodes[f.node].pattern)].accepting(f.aux)) return;
               complete(s);
               emit(s, out);
               return;
             }
             if (b < 0x20) return;  // control characters must be escaped
             if (b >= 0x80 && (b < 0xC2 || b > 0xF4)) return;  // not a UTF-8 lead byte
+            if (patterned && b != '\\' && !pattern_step(f, b)) return;
+            if (patterned && b == '\\') {
+              // Only if some escape's character continues the pattern (else a dead end).
+              const RegexDfa& dfa = g_.patterns[size_t(g_.nodes[f.node].pattern)];
+              bool any = false;
+              for (uint8_t d : {uint8_t('"'), uint8_t('\\'), uint8_t('/'), uint8_t(0x08), uint8_t(0x0C), uint8_t(0x0A),
+                                uint8_t(0x0D), uint8_t(0x09)})
+                any = any || dfa.next(f.aux, d) != RegexDfa::kDead;
+              if (!any) return;
+            }
             if (!take_char()) return;
             if (b == '\\') f.sub = kStrEscape;
             else if (b < 0x80) f.sub = kStrNormal;
@@ -453,10 +483,19 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
             emit(s, out);
             return;
           case kStrEscape:
-            if (b == 'u') f.sub = kStrU4;
-            else if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't')
+            if (b == 'u') {
+              if (patterned) return;  // the pattern reads decoded characters: \uXXXX is not offered
+              f.sub = kStrU4;
+            } else if (b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' || b == 'r' || b == 't') {
+              if (patterned) {
+                const uint8_t decoded = b == 'b' ? 0x08 : b == 'f' ? 0x0C : b == 'n' ? 0x0A : b == 'r' ? 0x0D
+                                      : b == 't' ? 0x09 : b;
+                if (!pattern_step(f, decoded)) return;
+              }
               f.sub = kStrNormal;
-            else return;
+            } else {
+              return;
+            }
             emit(s, out);
             return;
           case kStrU4:
@@ -565,6 +604,11 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
         complete(s);
         continue;
       }
+
+      case FrameKind::Pattern:
+        if (!pattern_step(f, b)) return;
+        emit(s, out);
+        return;
 
       case FrameKind::Literal: {
         const std::string& text = g_.literals[f.node];

@@ -20,17 +20,18 @@
 
 namespace moeserve::structured {
 
-enum class FrameKind : uint8_t { Root, Value, Object, Array, String, Number, Literal };
+enum class FrameKind : uint8_t { Root, Value, Object, Array, String, Number, Literal, Pattern };
 
 struct Frame {
   uint32_t aux = 0;   // Object: next property index; Array: items done (up to min_items when
-                      // there is no maximum); String: characters (when limited); Literal: position;
-                      // Number (range-checked): the magnitude typed so far
+                      // there is no maximum); String: characters (when limited) or the pattern's
+                      // state; Literal: position; Number (range-checked): the magnitude so far;
+                      // Pattern: the regex's state
   uint32_t node = 0;  // grammar node (Literal: the literal's index)
   FrameKind kind = FrameKind::Root;
   uint8_t sub = 0;    // the frame's lexical state (json_matcher.cpp)
   uint8_t ws = 0;     // whitespace bytes in the current gap
-  uint8_t flags = 0;  // String: counts characters; Number: integer only, range-checked, negative
+  uint8_t flags = 0;  // String: counts characters / has a pattern; Number: integer only, range-checked, negative
 };
 static_assert(sizeof(Frame) == 12, "frames are compared and hashed as bytes");
 
@@ -71,6 +72,7 @@ class JsonMatcher {
   bool begin_value(Stack& s, uint8_t b) const;
   void complete(Stack& s) const;
   bool number_done(const Frame& f) const;
+  bool pattern_step(Frame& f, uint8_t byte) const;
   bool integer_viable(const Frame& f, int64_t magnitude) const;
   static void emit(const Stack& s, MatchState& out);
   static void dedupe(MatchState& state);

@@ -26,7 +26,7 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kHandled = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "minItems",
     "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref",
-    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern",
 };
 const char* const kNumericBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
@@ -165,6 +165,7 @@ class Compiler {
       for (const char* k : kNumericBounds)
         if (s.contains(k))
           error(path, fmt::format("`{}` is supported for \"type\": \"integer\" only", k));
+      if (type == "any" && s.contains("pattern")) error(path, "`pattern` is supported for \"type\": \"string\" only");
       if (type == "any") return JsonGrammar::kAny;
       node.kind = NodeKind::Number;
       return g_.add_node(std::move(node));
@@ -174,6 +175,12 @@ class Compiler {
       node.min_length = count_keyword(s, "minLength", path, 0);
       node.max_length = count_keyword(s, "maxLength", path, kUnbounded);
       if (node.min_length > node.max_length) error(path, "minLength is larger than maxLength");
+      if (s.contains("pattern")) {
+        if (s.contains("minLength") || s.contains("maxLength"))
+          error(path, "`pattern` together with minLength / maxLength is not supported; put the length in the pattern");
+        node.pattern = int32_t(g_.patterns.size());
+        g_.patterns.push_back(compile_pattern(s["pattern"], path + "/pattern"));
+      }
       return g_.add_node(std::move(node));
     }
     if (type == "array") {
@@ -301,6 +308,15 @@ class Compiler {
     return false;
   }
 
+  RegexDfa compile_pattern(const ojson& pattern, const std::string& path) const {
+    if (!pattern.is_string()) error(path, "must be a string");
+    try {
+      return RegexDfa::compile(pattern.get<std::string>(), RegexDfa::Match::Search, json_string_bytes());
+    } catch (const Error& e) {
+      error(path, e.what());
+    }
+  }
+
   // A number against the schema's minimum / maximum / exclusive bounds (JSON Schema semantics).
   static bool within_bounds(const ojson& s, double x) {
     auto bound = [&](const char* k) { return s.contains(k) && s[k].is_number() ? std::optional(s[k].get<double>()) : std::nullopt; };
@@ -339,6 +355,9 @@ class Compiler {
           std::none_of(types.begin(), types.end(), [&](const std::string& t) { return value_has_type(v, t); }))
         continue;
       if (v.is_number() && !within_bounds(s, v.get<double>())) continue;
+      if (v.is_string() && s.contains("pattern") &&
+          !compile_pattern(s["pattern"], path + "/pattern").matches(v.get_ref<const std::string&>()))
+        continue;
       if (v.is_string()) {
         const auto& str = v.get_ref<const std::string&>();
         const auto chars =

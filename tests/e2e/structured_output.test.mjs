@@ -61,6 +61,7 @@ function randomSchema(rand, depth = 0) {
     () => ({ type: 'string', maxLength: int(0, 4) }),
     () => ({ type: 'string', minLength: 1, maxLength: 3 }),
     () => ({ type: ['integer', 'null'], minimum: 0, maximum: 9 }),
+    () => ({ type: 'string', pattern: pick(['^[a-z]{1,3}$', '^\\d{2}-\\d{2}$', '^(cat|dog)s?$', '^[A-Z]\\.$']) }),
   ])();
   if (depth >= 3) return leaf();
   return pick([
@@ -204,6 +205,14 @@ await runTests({
       assert.equal(c.finish_reason, 'stop');
       assert.ok(choices.includes(c.message.content), c.message.content);
     }
+    const re = await client.chat.completions.create({
+      model: MODEL, messages, max_tokens: 50, temperature: 1.0, seed: 9, n: 4,
+      structured_outputs: { regex: '(yes|no), [0-9]{1,2}(\\.[0-9])?' }, ...noThinking,
+    });
+    for (const c of re.choices) {
+      assert.equal(c.finish_reason, 'stop');
+      assert.match(c.message.content, /^(yes|no), [0-9]{1,2}(\.[0-9])?$/);
+    }
     const j = await client.completions.create({
       model: MODEL, prompt: 'JSON: ', max_tokens: 400, temperature: 0,
       structured_outputs: { json: JSON.stringify(finiteSchema) },
@@ -246,10 +255,13 @@ await runTests({
     const bad = async (extra, param) => assert.rejects(
       client.chat.completions.create({ model: MODEL, messages, max_tokens: 4, ...extra }),
       (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === param, JSON.stringify(extra));
-    await bad({ response_format: asJsonSchema({ type: 'string', pattern: '^a+$' }) }, 'response_format.json_schema.schema');
+    await bad({ response_format: asJsonSchema({ type: 'string', pattern: '^a+$', maxLength: 3 }) },
+      'response_format.json_schema.schema');
+    await bad({ response_format: asJsonSchema({ type: 'string', pattern: '(?=a)b' }) }, 'response_format.json_schema.schema');
     await bad({ response_format: { type: 'json_schema' } }, 'response_format.json_schema');
     await bad({ response_format: { type: 'grammar' } }, 'response_format.type');
-    await bad({ structured_outputs: { regex: '[a-z]+' } }, 'structured_outputs.regex');
+    await bad({ structured_outputs: { regex: '(a)\\1' } }, 'structured_outputs.regex');
+    await bad({ structured_outputs: { grammar: 'root ::= "a"' } }, 'structured_outputs.grammar');
     await bad({ structured_outputs: { json: { type: 'number', minimum: 3 } } }, 'structured_outputs.json');
     await bad({
       response_format: { type: 'json_object' }, tool_choice: 'required',

@@ -92,7 +92,7 @@ TEST(SamplingRequest, RejectsInvalidValues) {
             "response_format.json_schema.schema");
   EXPECT_EQ(error_of(R"({"response_format":{"type":"json_schema","json_schema":{"name":3,"schema":{}}}})").param(),
             "response_format.json_schema.name");
-  EXPECT_EQ(error_of(R"({"structured_outputs":{"regex":"a+"}})").param(), "structured_outputs.regex");
+  EXPECT_EQ(error_of(R"({"structured_outputs":{"regex":5}})").param(), "structured_outputs.regex");
   EXPECT_EQ(error_of(R"({"structured_outputs":{"grammar":"root ::= x"}})").param(), "structured_outputs.grammar");
   EXPECT_EQ(error_of(R"({"structured_outputs":{"choice":[]}})").param(), "structured_outputs.choice");
   EXPECT_EQ(error_of(R"({"structured_outputs":{"choice":["a",""]}})").param(), "structured_outputs.choice");
@@ -117,6 +117,9 @@ TEST(SamplingRequest, StructuredOutputForms) {
   EXPECT_EQ(vllm.response_format.schema, nlohmann::ordered_json::parse(R"({"type":"string"})"));
   EXPECT_EQ(vllm.response_format.schema_param, "structured_outputs.json");
   EXPECT_EQ(parse(R"({"structured_outputs":{"json_object":true}})").response_format.type, ResponseFormat::Type::JsonObject);
+  const auto regex = parse(R"({"structured_outputs":{"regex":"(yes|no)!"}})");
+  EXPECT_EQ(regex.response_format.type, ResponseFormat::Type::Regex);
+  EXPECT_EQ(regex.response_format.regex, "(yes|no)!");
   const auto choice = parse(R"({"structured_outputs":{"choice":["yes","no"]}})");
   EXPECT_EQ(choice.response_format.type, ResponseFormat::Type::Choice);
   EXPECT_EQ(choice.response_format.choices, (std::vector<std::string>{"yes", "no"}));

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,52 @@ TEST(JsonSchemaCompiler, IntegerBounds) {
   }
 }
 
+TEST(JsonSchemaCompiler, StringPatterns) {
+  const std::vector<Case> cases = {
+      // Searched, as JSON Schema says: unanchored patterns may match anywhere.
+      {R"({"type": "string", "pattern": "ab"})", {R"("ab")", R"("xaby")", R"("ab\n")"}, {R"("a")", R"("ba")"}},
+      {R"({"type": "string", "pattern": "^\\d{3}-\\d{4}$"})", {R"("555-1234")"}, {R"("555-12345")", R"("55-1234")"}},
+      // The pattern reads decoded characters: escapes count as what they stand for.
+      {R"({"type": "string", "pattern": "^a\"b\\\\c\nd$"})", {R"("a\"b\\c\nd")"}, {R"("a\"b\\cnd")"}},
+      {R"({"type": "string", "pattern": "^[a-z]+@[a-z]+\\.com$"})", {R"("me@x.com")"}, {R"("me@x.org")", R"("@x.com")"}},
+      {R"({"type": "string", "pattern": "^caf\u00e9$"})", {"\"caf\xC3\xA9\""}, {R"("cafe")"}},
+      {R"({"enum": ["a1", "b2", "cc"], "pattern": "\\d"})", {R"("a1")", R"("b2")"}, {R"("cc")"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const JsonGrammar g = compile(c.schema);
+    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
+    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
+  }
+  // \uXXXX is not offered inside a patterned string; the closing quote waits for a match.
+  const JsonGrammar g = compile(R"({"type": "string", "pattern": "^x+$"})");
+  EXPECT_FALSE(alive_after(g, R"("\u0078)"));
+  EXPECT_FALSE(alive_after(g, R"("")"));
+  EXPECT_FALSE(alive_after(g, R"("y)"));
+  // Random texts match and never dead-end.
+  std::mt19937 rng(8);
+  const JsonGrammar obj = compile(R"({"type": "object", "properties": {"id": {"type": "string",
+      "pattern": "^[A-Z]{2}-\\d{2,3}$"}, "tag": {"type": "string", "pattern": "^(red|blue)!?$"}},
+      "required": ["id", "tag"]})");
+  for (int i = 0; i < 200; ++i) {
+    std::string text;
+    ASSERT_TRUE(testing::random_text(obj, rng, 20, text)) << "dead end after: " << text;
+    const auto v = nlohmann::json::parse(text);
+    EXPECT_TRUE(std::regex_match(v["id"].get<std::string>(), std::regex("[A-Z]{2}-[0-9]{2,3}"))) << text;
+    EXPECT_TRUE(std::regex_match(v["tag"].get<std::string>(), std::regex("(red|blue)!?"))) << text;
+  }
+}
+
+TEST(JsonGrammar, RegexTextIsMatchedWhole) {
+  const JsonGrammar g = regex_text("(yes|no)( because .{1,5})?");
+  EXPECT_TRUE(accepts(g, "yes"));
+  EXPECT_TRUE(accepts(g, "no because abc"));
+  EXPECT_FALSE(accepts(g, " yes"));
+  EXPECT_FALSE(accepts(g, "yes because"));
+  EXPECT_FALSE(accepts(g, "maybe"));
+  EXPECT_TRUE(alive_after(g, "no bec"));
+}
+
 TEST(JsonSchemaCompiler, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps "z" before "a": the grammar asks for them in that order.
   const JsonGrammar g = compile(R"({"type": "object", "properties": {"z": {"type": "integer"},
@@ -162,7 +209,9 @@ TEST(JsonSchemaCompiler, RequiredPropertyCannotBeSkippedAndClosingWaitsForIt) {
 
 TEST(JsonSchemaCompiler, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
   const std::vector<std::pair<const char*, const char*>> refused = {
-      {R"({"type": "string", "pattern": "^a"})", "(root): the keyword `pattern` is not supported"},
+      {R"({"type": "string", "pattern": "(a)\\1"})", "/pattern: pattern `(a)\\1`: backreferences are not supported"},
+      {R"({"type": "string", "pattern": "^a", "maxLength": 3})", "`pattern` together with minLength / maxLength"},
+      {R"({"pattern": "^a"})", "`pattern` is supported for \"type\": \"string\" only"},
       {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}})",
        "/properties/n: `minimum` is supported for \"type\": \"integer\" only"},
       {R"({"maximum": 3})", "`maximum` is supported for \"type\": \"integer\" only"},

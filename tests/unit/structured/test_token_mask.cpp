@@ -137,6 +137,12 @@ TEST(TokenMasker, Qwen3VocabularyMatchesBruteForce) {
           "city":{"type":"string","maxLength":6},"ok":{"type":"boolean"}},"required":["city","ok"]})")),
       vocab);
   check_masks_along(schema_masker, "{\"city\": \"Lyon\", \"ok\": true}");
+  const TokenMasker pattern_masker(
+      compile_json_schema(nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+          "code":{"type":"string","pattern":"^[A-Z]{3}-\\d+$"},"n":{"type":"integer","minimum":-5,"maximum":120}},
+          "required":["code","n"]})")),
+      vocab);
+  check_masks_along(pattern_masker, "{\"code\": \"ABC-42\", \"n\": 107}");
   // Between tokens few tokens fit; inside a string most do.
   MatchState s = masker.matcher().start();
   const size_t at_start = count(masker.compute(s));
