@@ -26,6 +26,12 @@ inline constexpr uint8_t kMaxWhitespace = 48;
 inline constexpr int kMaxNesting = 48;
 // Bounds of range-checked integers: the matcher tracks the value typed so far in 32 bits.
 inline constexpr int64_t kMaxIntegerBound = 2147483647;
+// Bounded (non-integer) numbers are written without exponent, with at most
+// kDecimalFractionDigits fraction digits and an integer part below kDecimalIntegerLimit; their
+// bounds are held in units of 10^-kDecimalFractionDigits.
+inline constexpr int kDecimalFractionDigits = 6;
+inline constexpr int64_t kDecimalUnit = 1000000;
+inline constexpr int64_t kDecimalIntegerLimit = 1000000000;
 
 enum class NodeKind : uint8_t {
   Any,      // any JSON value
@@ -58,7 +64,8 @@ struct JsonNode {
   // Pattern: the whole text's.
   uint32_t min_length = 0, max_length = kUnbounded;
   int32_t pattern = -1;
-  // Integer: inclusive bounds, when set (within +-kMaxIntegerBound).
+  // Integer: inclusive bounds, when set (within +-kMaxIntegerBound). Number: the same in units
+  // of 10^-kDecimalFractionDigits.
   bool has_range = false;
   int64_t min_value = 0, max_value = 0;
   // Literal.

@@ -41,6 +41,13 @@ bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
 bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
 bool number_complete(uint8_t sub) { return sub == kNumZero || sub == kNumInt || sub == kNumFrac || sub == kNumExp; }
 
+// A bounded, non-integer number's magnitude in units of 10^-kDecimalFractionDigits.
+int64_t decimal_units(const Frame& f) {
+  int64_t step = kDecimalUnit;
+  for (int i = 0; i < f.ws; ++i) step /= 10;
+  return int64_t(f.aux) * kDecimalUnit + int64_t(f.aux2) * step;
+}
+
 Frame make_frame(FrameKind kind, uint32_t node) {
   Frame f;
   f.kind = kind;
@@ -177,8 +184,79 @@ bool JsonMatcher::number_done(const Frame& f) const {
   if (!number_complete(f.sub)) return false;
   if (!(f.flags & kNumberRanged)) return true;
   const JsonNode& node = g_.nodes[f.node];
-  const int64_t value = (f.flags & kNumberNegative) ? -int64_t(f.aux) : int64_t(f.aux);
+  int64_t value = int64_t(f.aux);
+  if (!(f.flags & kNumberInteger)) value = decimal_units(f);
+  if (f.flags & kNumberNegative) value = -value;
   return value >= node.min_value && value <= node.max_value;
+}
+
+// Whether some value whose magnitude (in units) lies in [lo, hi] is in the frame's range, with
+// the frame's sign.
+bool JsonMatcher::decimal_hits(const Frame& f, int64_t lo, int64_t hi) const {
+  const JsonNode& node = g_.nodes[f.node];
+  const bool negative = f.flags & kNumberNegative;
+  const int64_t a = negative ? -hi : lo, b = negative ? -lo : hi;
+  return a <= node.max_value && b >= node.min_value;
+}
+
+// A bounded, non-integer number takes `byte`: true when it is one of its characters and a value
+// of the range stays reachable. Magnitude so far: aux (integer part) + aux2 / 10^ws (fraction).
+// With j more integer digits and a fraction, an integer prefix P reaches the units
+// [P * 10^j * U, (P + 1) * 10^j * U - 1]; a fraction prefix V with k digits reaches
+// [V, V + 10^(6 - k) - 1] (U = kDecimalUnit, bounds already on that grid, so a hit interval
+// always holds a value that can be written).
+bool JsonMatcher::decimal_step(Frame& f, uint8_t b) const {
+  auto int_viable = [&](int64_t p) {
+    for (int64_t scale = 1; p * scale < kDecimalIntegerLimit || (p == 0 && scale == 1); scale *= 10) {
+      if (decimal_hits(f, p * scale * kDecimalUnit, (p + 1) * scale * kDecimalUnit - 1)) return true;
+      if (p == 0) break;  // no leading zeros: 0 takes only a fraction
+    }
+    return false;
+  };
+  auto fraction_viable = [&](uint32_t fraction, int digits) {
+    int64_t step = kDecimalUnit;
+    for (int i = 0; i < digits; ++i) step /= 10;
+    const int64_t v = int64_t(f.aux) * kDecimalUnit + int64_t(fraction) * step;
+    return decimal_hits(f, v, v + step - 1);
+  };
+  const bool digit = is_digit(b);
+  switch (f.sub) {
+    case kNumStart:
+      if (b == '-') {
+        if (g_.nodes[f.node].min_value > -1) return false;
+        f.flags |= kNumberNegative;
+        f.sub = kNumMinus;
+        return true;
+      }
+      [[fallthrough]];
+    case kNumMinus:
+      if (!digit || !int_viable(b - '0')) return false;
+      f.aux = uint32_t(b - '0');
+      f.sub = b == '0' ? kNumZero : kNumInt;
+      return true;
+    case kNumZero:
+    case kNumInt:
+      if (b == '.') {
+        if (!decimal_hits(f, int64_t(f.aux) * kDecimalUnit, int64_t(f.aux + 1) * kDecimalUnit - 1)) return false;
+        f.sub = kNumDot;
+        return true;
+      }
+      if (!digit || f.sub == kNumZero) return false;
+      if (int64_t(f.aux) * 10 + (b - '0') >= kDecimalIntegerLimit || !int_viable(int64_t(f.aux) * 10 + (b - '0')))
+        return false;
+      f.aux = f.aux * 10 + uint32_t(b - '0');
+      return true;
+    case kNumDot:
+    case kNumFrac:
+      if (!digit || f.ws >= kDecimalFractionDigits) return false;
+      if (!fraction_viable(f.aux2 * 10 + uint32_t(b - '0'), f.ws + 1)) return false;
+      f.aux2 = f.aux2 * 10 + uint32_t(b - '0');
+      ++f.ws;
+      f.sub = kNumFrac;
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Whether a range-checked integer whose digits so far make `magnitude` (with the frame's sign)
@@ -268,6 +346,7 @@ bool JsonMatcher::begin_value(Stack& s, uint8_t b) const {
       if (b != '-' && !is_digit(b)) return false;
       next = make_frame(FrameKind::Number, f.node);
       if (node.kind == NodeKind::Integer) next.flags = kNumberInteger | (node.has_range ? kNumberRanged : 0);
+      else if (node.has_range) next.flags = kNumberRanged;
       break;
     case NodeKind::Literal:
       next = make_frame(FrameKind::Literal, node.literal);
@@ -542,6 +621,17 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
 
       case FrameKind::Number: {
         const bool integer = f.flags & kNumberInteger;
+        if ((f.flags & kNumberRanged) && !integer) {
+          if (decimal_step(f, b)) {
+            emit(s, out);
+            return;
+          }
+          // Not a character of the number here: it ends the number, if the number is whole.
+          const bool in_number = is_digit(b) || b == '-' || ((b == '.' || b == 'e' || b == 'E') && number_complete(f.sub));
+          if (in_number || !number_done(f)) return;
+          complete(s);
+          continue;
+        }
         if ((f.flags & kNumberRanged) && (f.sub == kNumStart || f.sub == kNumMinus || is_digit(b))) {
           // A range-checked integer: each digit must keep a value of the range reachable.
           if (b == '-' && f.sub == kNumStart) {

@@ -3,7 +3,7 @@
 // share a prefix fork it, and a byte that a stack cannot take drops that stack).
 //
 // A stack holds frames from the outside in: a Root frame, then one frame per value being
-// read (an object, an array, a string, ...). A frame is 12 bytes and states are flat arrays
+// read (an object, an array, a string, ...). A frame is 16 bytes and states are flat arrays
 // of frames, so copying a state costs a memcpy; equal states have equal bytes (key()), which
 // is what the token mask cache (token_mask.h) looks up.
 //
@@ -27,13 +27,14 @@ struct Frame {
                       // there is no maximum); String: characters (when limited) or the pattern's
                       // state; Literal: position; Number (range-checked): the magnitude so far;
                       // Pattern: the regex's state
+  uint32_t aux2 = 0;  // Number (bounded, not integer): the fraction digits typed so far, as an integer
   uint32_t node = 0;  // grammar node (Literal: the literal's index)
   FrameKind kind = FrameKind::Root;
   uint8_t sub = 0;    // the frame's lexical state (json_matcher.cpp)
-  uint8_t ws = 0;     // whitespace bytes in the current gap
+  uint8_t ws = 0;     // whitespace bytes in the current gap; Number (bounded): fraction digits
   uint8_t flags = 0;  // String: counts characters / has a pattern; Number: integer only, range-checked, negative
 };
-static_assert(sizeof(Frame) == 12, "frames are compared and hashed as bytes");
+static_assert(sizeof(Frame) == 16, "frames are compared and hashed as bytes");
 
 // A set of stacks: frames of stack i are frames[ends[i-1] .. ends[i]) (ends[-1] = 0).
 struct MatchState {
@@ -74,6 +75,8 @@ class JsonMatcher {
   bool number_done(const Frame& f) const;
   bool pattern_step(Frame& f, uint8_t byte) const;
   bool integer_viable(const Frame& f, int64_t magnitude) const;
+  bool decimal_hits(const Frame& f, int64_t lo_units, int64_t hi_units) const;
+  bool decimal_step(Frame& f, uint8_t byte) const;
   static void emit(const Stack& s, MatchState& out);
   static void dedupe(MatchState& state);
 

@@ -161,14 +161,16 @@ class Compiler {
       set_integer_range(s, path, node);
       return g_.add_node(std::move(node));
     }
-    if (type == "number" || type == "any") {
-      for (const char* k : kNumericBounds)
-        if (s.contains(k))
-          error(path, fmt::format("`{}` is supported for \"type\": \"integer\" only", k));
-      if (type == "any" && s.contains("pattern")) error(path, "`pattern` is supported for \"type\": \"string\" only");
-      if (type == "any") return JsonGrammar::kAny;
+    if (type == "number") {
       node.kind = NodeKind::Number;
+      set_decimal_range(s, path, node);
       return g_.add_node(std::move(node));
+    }
+    if (type == "any") {
+      for (const char* k : kNumericBounds)
+        if (s.contains(k)) error(path, fmt::format("`{}` needs \"type\": \"integer\" or \"number\"", k));
+      if (s.contains("pattern")) error(path, "`pattern` is supported for \"type\": \"string\" only");
+      return JsonGrammar::kAny;
     }
     if (type == "string") {
       node.kind = NodeKind::String;
@@ -228,6 +230,40 @@ class Compiler {
     if (!any) return;
     if (lo > hi)
       error(path, fmt::format("no integer in [{}, {}] satisfies the bounds (within +-{})", lo, hi, kMaxIntegerBound));
+    node.has_range = true;
+    node.min_value = int64_t(lo);
+    node.max_value = int64_t(hi);
+  }
+
+  // The same for a number, in units of 10^-kDecimalFractionDigits: such numbers are written
+  // with at most that many fraction digits, no exponent, and an integer part below
+  // kDecimalIntegerLimit; bounds beyond are pulled in to it.
+  void set_decimal_range(const ojson& s, const std::string& path, JsonNode& node) const {
+    const double limit = double(kDecimalIntegerLimit * kDecimalUnit - 1);
+    double lo = -limit, hi = limit;
+    bool any = false;
+    // x * unit, snapped to the nearest integer when within rounding error of it (0.1 * 1e6).
+    auto units = [](double x) {
+      const double u = x * double(kDecimalUnit);
+      return std::abs(u - std::round(u)) < 1e-6 * std::max(1.0, std::abs(u)) ? std::round(u) : u;
+    };
+    for (const char* k : kNumericBounds) {
+      if (!s.contains(k)) continue;
+      const ojson& v = s[k];
+      if (!v.is_number())
+        error(path + "/" + k, v.is_boolean() ? "the draft-04 boolean form is not supported; give the bound as a number"
+                                               : "must be a number");
+      const double u = units(v.get<double>());
+      const std::string key = k;
+      if (key == "minimum") lo = std::max(lo, std::ceil(u));
+      else if (key == "exclusiveMinimum") lo = std::max(lo, std::floor(u) + 1);
+      else if (key == "maximum") hi = std::min(hi, std::floor(u));
+      else hi = std::min(hi, std::ceil(u) - 1);
+      any = true;
+    }
+    if (!any) return;
+    if (lo > hi)
+      error(path, fmt::format("no number with at most {} fraction digits satisfies the bounds", kDecimalFractionDigits));
     node.has_range = true;
     node.min_value = int64_t(lo);
     node.max_value = int64_t(hi);

@@ -61,6 +61,7 @@ function randomSchema(rand, depth = 0) {
     () => ({ type: 'string', maxLength: int(0, 4) }),
     () => ({ type: 'string', minLength: 1, maxLength: 3 }),
     () => ({ type: ['integer', 'null'], minimum: 0, maximum: 9 }),
+    () => ({ type: 'number', minimum: pick([0, -1.5, 0.25]), maximum: pick([1, 2.75]) }),
     () => ({ type: 'string', pattern: pick(['^[a-z]{1,3}$', '^\\d{2}-\\d{2}$', '^(cat|dog)s?$', '^[A-Z]\\.$']) }),
   ])();
   if (depth >= 3) return leaf();
@@ -262,7 +263,7 @@ await runTests({
     await bad({ response_format: { type: 'grammar' } }, 'response_format.type');
     await bad({ structured_outputs: { regex: '(a)\\1' } }, 'structured_outputs.regex');
     await bad({ structured_outputs: { grammar: 'root ::= "a"' } }, 'structured_outputs.grammar');
-    await bad({ structured_outputs: { json: { type: 'number', minimum: 3 } } }, 'structured_outputs.json');
+    await bad({ structured_outputs: { json: { type: 'number', multipleOf: 3 } } }, 'structured_outputs.json');
     await bad({
       response_format: { type: 'json_object' }, tool_choice: 'required',
       tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],

@@ -188,6 +188,41 @@ TEST(JsonGrammar, RegexTextIsMatchedWhole) {
   EXPECT_TRUE(alive_after(g, "no bec"));
 }
 
+TEST(JsonSchemaCompiler, NumberBounds) {
+  const std::vector<Case> cases = {
+      {R"({"type": "number", "minimum": 0, "maximum": 1})",
+       {"0", "1", "0.5", "0.123456", "1.0", "1.000000", "0.0"},
+       {"-0.1", "1.000001", "2", "1e-1", "0.1234567", "-1", "01"}},
+      {R"({"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1})", {"0.000001", "0.999999", "0.5"}, {"0", "1", "0.0"}},
+      {R"({"type": "number", "minimum": 0.1, "maximum": 0.3})", {"0.1", "0.2", "0.3", "0.25"}, {"0.09", "0.31", "0.3000001"}},
+      {R"({"type": "number", "minimum": -2.5, "maximum": -1.25})", {"-2.5", "-1.25", "-2", "-1.3"}, {"-1.2", "-2.6", "2", "-3"}},
+      {R"({"type": "number", "minimum": 1000})", {"1000", "123456.5", "999999999"}, {"999.9", "1000000000", "-1000"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const JsonGrammar g = compile(c.schema);
+    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
+    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
+  }
+  const JsonGrammar g = compile(R"({"type": "number", "minimum": 0.1, "maximum": 0.3})");
+  EXPECT_FALSE(alive_after(g, "1"));     // 1.x is above 0.3
+  EXPECT_FALSE(alive_after(g, "0.4"));
+  EXPECT_TRUE(alive_after(g, "0.2"));
+  EXPECT_FALSE(alive_after(g, "0,"));
+  std::mt19937 rng(21);
+  const JsonGrammar obj = compile(R"({"type": "object", "properties": {"p": {"type": "number", "minimum": 0,
+      "maximum": 1}, "t": {"type": "number", "exclusiveMinimum": -40.5, "maximum": 60}}, "required": ["p", "t"]})");
+  for (int i = 0; i < 300; ++i) {
+    std::string text;
+    ASSERT_TRUE(testing::random_text(obj, rng, 20, text)) << "dead end after: " << text;
+    const auto v = nlohmann::json::parse(text);
+    EXPECT_GE(v["p"].get<double>(), 0.0) << text;
+    EXPECT_LE(v["p"].get<double>(), 1.0) << text;
+    EXPECT_GT(v["t"].get<double>(), -40.5) << text;
+    EXPECT_LE(v["t"].get<double>(), 60.0) << text;
+  }
+}
+
 TEST(JsonSchemaCompiler, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps "z" before "a": the grammar asks for them in that order.
   const JsonGrammar g = compile(R"({"type": "object", "properties": {"z": {"type": "integer"},
@@ -212,9 +247,10 @@ TEST(JsonSchemaCompiler, RefusesWhatItCannotEnforceNamingTheKeywordAndPlace) {
       {R"({"type": "string", "pattern": "(a)\\1"})", "/pattern: pattern `(a)\\1`: backreferences are not supported"},
       {R"({"type": "string", "pattern": "^a", "maxLength": 3})", "`pattern` together with minLength / maxLength"},
       {R"({"pattern": "^a"})", "`pattern` is supported for \"type\": \"string\" only"},
-      {R"({"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}})",
-       "/properties/n: `minimum` is supported for \"type\": \"integer\" only"},
-      {R"({"maximum": 3})", "`maximum` is supported for \"type\": \"integer\" only"},
+      {R"({"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.5}}})",
+       "/properties/n: the keyword `multipleOf` is not supported"},
+      {R"({"maximum": 3})", "`maximum` needs \"type\": \"integer\" or \"number\""},
+      {R"({"type": "number", "minimum": 0.0000001, "maximum": 0.0000009})", "no number with at most 6 fraction digits"},
       {R"({"type": "integer", "minimum": 5, "exclusiveMaximum": 5})", "no integer in [5, 4]"},
       {R"({"type": "integer", "minimum": 3000000000})", "no integer in"},
       {R"({"type": "integer", "exclusiveMinimum": true, "minimum": 1})", "the draft-04 boolean form"},
