@@ -245,7 +245,7 @@ class Compiler {
     // x * unit, snapped to the nearest integer when within rounding error of it (0.1 * 1e6).
     auto units = [](double x) {
       const double u = x * double(kDecimalUnit);
-      return std::abs(u - std::round(u)) < 1e-6 * std::max(1.0, std::abs(u)) ? std::round(u) : u;
+      return std::abs(u - std::round(u)) < 1e-7 + 1e-12 * std::abs(u) ? std::round(u) : u;
     };
     for (const char* k : kNumericBounds) {
       if (!s.contains(k)) continue;
