@@ -127,7 +127,7 @@ nlohmann::ordered_json schema_in_request_order(const std::string& raw_body, cons
 
 StructuredOutputs::StructuredOutputs(const text::Tokenizer& tokenizer, int64_t vocab_size, uint8_t max_whitespace,
                                      size_t max_grammars)
-    : tokenizer_(tokenizer), vocab_size_(vocab_size), max_whitespace_(max_whitespace), max_grammars_(max_grammars) {}
+    : tokenizer_(tokenizer), vocab_size_(vocab_size), max_whitespace_(max_whitespace), maskers_(max_grammars) {}
 
 StructuredOutputs::~StructuredOutputs() = default;
 
@@ -152,10 +152,7 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
   std::shared_ptr<const structured::TokenMasker> masker;
   {
     std::lock_guard lock(mutex_);
-    if (auto it = maskers_.find(key); it != maskers_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.second);
-      masker = it->second.first;
-    }
+    if (auto hit = maskers_.get(key)) masker = *hit;
   }
   if (!masker) {
     structured::JsonGrammar grammar;
@@ -180,14 +177,7 @@ std::shared_ptr<const runtime::TokenConstraintFactory> StructuredOutputs::factor
       grammar.max_whitespace = max_whitespace_;
     masker = std::make_shared<const structured::TokenMasker>(std::move(grammar), vocabulary());
     std::lock_guard lock(mutex_);
-    if (!maskers_.count(key)) {
-      while (maskers_.size() >= max_grammars_ && !lru_.empty()) {
-        maskers_.erase(lru_.back());
-        lru_.pop_back();
-      }
-      lru_.push_front(key);
-      maskers_.emplace(key, std::make_pair(masker, lru_.begin()));
-    }
+    maskers_.put(key, masker);
   }
   return std::make_shared<const structured::JsonConstraintFactory>(std::move(masker), start_after_token);
 }

@@ -15,16 +15,15 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/lru_cache.h"
 #include "runtime/token_constraint.h"
 #include "server/json_fields.h"
 
@@ -84,15 +83,11 @@ class StructuredOutputs {
   const text::Tokenizer& tokenizer_;
   const int64_t vocab_size_;
   const uint8_t max_whitespace_;
-  const size_t max_grammars_;
   std::once_flag vocabulary_once_;
   std::shared_ptr<const structured::TokenVocabulary> vocabulary_;
 
   std::mutex mutex_;
-  std::list<std::string> lru_;  // format keys, most recent first
-  std::unordered_map<std::string,
-                     std::pair<std::shared_ptr<const structured::TokenMasker>, std::list<std::string>::iterator>>
-      maskers_;
+  LruCache<std::string, std::shared_ptr<const structured::TokenMasker>> maskers_;  // by format
 };
 
 }  // namespace moeserve::server

@@ -29,7 +29,7 @@ void walk(const JsonMatcher& matcher, const MatchState& start, const TokenTrie& 
 }  // namespace
 
 TokenMasker::TokenMasker(JsonGrammar grammar, std::shared_ptr<const TokenVocabulary> vocab, size_t max_cached)
-    : grammar_(std::move(grammar)), matcher_(grammar_), vocab_(std::move(vocab)), max_cached_(max_cached) {}
+    : grammar_(std::move(grammar)), matcher_(grammar_), vocab_(std::move(vocab)), cache_(max_cached) {}
 
 TokenMask TokenMasker::compute(const MatchState& state) const {
   TokenMask mask(vocab_->mask_words(), 0);
@@ -51,24 +51,14 @@ TokenMask TokenMasker::compute(const MatchState& state) const {
 }
 
 std::shared_ptr<const TokenMask> TokenMasker::allowed(const MatchState& state) const {
-  std::string key = state.key();
+  const std::string key = state.key();
   {
     std::lock_guard lock(mutex_);
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.position);
-      return it->second.mask;
-    }
+    if (auto hit = cache_.get(key)) return *hit;
   }
-  auto mask = std::make_shared<const TokenMask>(compute(state));
-  if (max_cached_ == 0) return mask;
+  auto mask = std::make_shared<const TokenMask>(compute(state));  // outside the lock
   std::lock_guard lock(mutex_);
-  if (cache_.count(key)) return mask;  // another thread computed it meanwhile
-  while (cache_.size() >= max_cached_) {
-    cache_.erase(lru_.back());
-    lru_.pop_back();
-  }
-  lru_.push_front(key);
-  cache_.emplace(std::move(key), Entry{mask, lru_.begin()});
+  cache_.put(key, mask);  // kept the first if another thread computed it meanwhile
   return mask;
 }
 

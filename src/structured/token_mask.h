@@ -9,13 +9,12 @@
 // that use it) answers without a walk.
 #pragma once
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "core/lru_cache.h"
 #include "structured/json_grammar.h"
 #include "structured/json_matcher.h"
 #include "structured/token_vocabulary.h"
@@ -50,16 +49,9 @@ class TokenMasker {
   const JsonGrammar grammar_;
   const JsonMatcher matcher_;
   const std::shared_ptr<const TokenVocabulary> vocab_;
-  const size_t max_cached_;
 
   mutable std::mutex mutex_;
-  using Lru = std::list<std::string>;
-  struct Entry {
-    std::shared_ptr<const TokenMask> mask;
-    Lru::iterator position;
-  };
-  mutable Lru lru_;  // most recent first
-  mutable std::unordered_map<std::string, Entry> cache_;
+  mutable LruCache<std::string, std::shared_ptr<const TokenMask>> cache_;  // by MatchState::key()
 };
 
 }  // namespace moeserve::structured
