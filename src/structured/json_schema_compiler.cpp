@@ -208,52 +208,22 @@ class Compiler {
     error(path + "/type", fmt::format("unknown type `{}`", type));
   }
 
-  // minimum / maximum / exclusiveMinimum / exclusiveMaximum of an integer, as inclusive bounds.
-  // Bounds beyond +-kMaxIntegerBound are pulled in to it: the texts stay valid, and fewer.
-  void set_integer_range(const ojson& s, const std::string& path, JsonNode& node) const {
-    double lo = -double(kMaxIntegerBound), hi = double(kMaxIntegerBound);
-    bool any = false;
-    for (const char* k : kNumericBounds) {
-      if (!s.contains(k)) continue;
-      const ojson& v = s[k];
-      if (!v.is_number())
-        error(path + "/" + k, v.is_boolean() ? "the draft-04 boolean form is not supported; give the bound as a number"
-                                               : "must be a number");
-      const double x = v.get<double>();
-      const std::string key = k;
-      if (key == "minimum") lo = std::max(lo, std::ceil(x));
-      else if (key == "exclusiveMinimum") lo = std::max(lo, std::floor(x) + 1);
-      else if (key == "maximum") hi = std::min(hi, std::floor(x));
-      else hi = std::min(hi, std::ceil(x) - 1);
-      any = true;
-    }
-    if (!any) return;
-    if (lo > hi)
-      error(path, fmt::format("no integer in [{}, {}] satisfies the bounds (within +-{})", lo, hi, kMaxIntegerBound));
-    node.has_range = true;
-    node.min_value = int64_t(lo);
-    node.max_value = int64_t(hi);
-  }
-
-  // The same for a number, in units of 10^-kDecimalFractionDigits: such numbers are written
-  // with at most that many fraction digits, no exponent, and an integer part below
-  // kDecimalIntegerLimit; bounds beyond are pulled in to it.
-  void set_decimal_range(const ojson& s, const std::string& path, JsonNode& node) const {
-    const double limit = double(kDecimalIntegerLimit * kDecimalUnit - 1);
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum as an inclusive range on a grid:
+  // `scale` grid units per 1 (1 for integers, kDecimalUnit for bounded numbers), bounds pulled
+  // in to +-`limit` units (the texts stay valid, and fewer). False when none is set.
+  bool read_bounds(const ojson& s, const std::string& path, double scale, double limit, int64_t* min_units,
+                   int64_t* max_units) const {
     double lo = -limit, hi = limit;
     bool any = false;
-    // x * unit, snapped to the nearest integer when within rounding error of it (0.1 * 1e6).
-    auto units = [](double x) {
-      const double u = x * double(kDecimalUnit);
-      return std::abs(u - std::round(u)) < 1e-7 + 1e-12 * std::abs(u) ? std::round(u) : u;
-    };
     for (const char* k : kNumericBounds) {
       if (!s.contains(k)) continue;
       const ojson& v = s[k];
       if (!v.is_number())
         error(path + "/" + k, v.is_boolean() ? "the draft-04 boolean form is not supported; give the bound as a number"
                                                : "must be a number");
-      const double u = units(v.get<double>());
+      double u = v.get<double>() * scale;
+      // 0.1 * 1e6 is 100000.00000000001: snap what is only the product's rounding error.
+      if (scale != 1 && std::abs(u - std::round(u)) <= 4e-16 * std::abs(u)) u = std::round(u);
       const std::string key = k;
       if (key == "minimum") lo = std::max(lo, std::ceil(u));
       else if (key == "exclusiveMinimum") lo = std::max(lo, std::floor(u) + 1);
@@ -261,12 +231,26 @@ class Compiler {
       else hi = std::min(hi, std::ceil(u) - 1);
       any = true;
     }
-    if (!any) return;
-    if (lo > hi)
+    *min_units = int64_t(lo);
+    *max_units = int64_t(hi);
+    return any;
+  }
+
+  void set_integer_range(const ojson& s, const std::string& path, JsonNode& node) const {
+    node.has_range =
+        read_bounds(s, path, 1, double(kMaxIntegerBound), &node.min_value, &node.max_value);
+    if (node.has_range && node.min_value > node.max_value)
+      error(path, fmt::format("no integer in [{}, {}] satisfies the bounds (within +-{})", node.min_value,
+                              node.max_value, kMaxIntegerBound));
+  }
+
+  // Bounded numbers are written with at most kDecimalFractionDigits fraction digits, no
+  // exponent, and an integer part below kDecimalIntegerLimit; bounds in units of their grid.
+  void set_decimal_range(const ojson& s, const std::string& path, JsonNode& node) const {
+    node.has_range = read_bounds(s, path, double(kDecimalUnit), double(kDecimalIntegerLimit * kDecimalUnit - 1),
+                                 &node.min_value, &node.max_value);
+    if (node.has_range && node.min_value > node.max_value)
       error(path, fmt::format("no number with at most {} fraction digits satisfies the bounds", kDecimalFractionDigits));
-    node.has_range = true;
-    node.min_value = int64_t(lo);
-    node.max_value = int64_t(hi);
   }
 
   uint32_t compile_object(const ojson& s, const std::string& path) {
