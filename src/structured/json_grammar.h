@@ -42,7 +42,7 @@ enum class NodeKind : uint8_t {
   Integer,  // -?(0|[1-9][0-9]*)
   Literal,  // exactly one JSON text, e.g. true, null, "red", {"a":1} (compact form)
   AnyOf,    // one of `options`
-  Pattern,  // raw text (not JSON) that patterns[pattern] matches whole (vLLM's regex)
+  Pattern,  // raw text that patterns[pattern] matches whole: vLLM's regex, or a large enum's JSON texts
 };
 
 struct JsonProperty {

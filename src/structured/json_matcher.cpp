@@ -696,9 +696,14 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
       }
 
       case FrameKind::Pattern:
-        if (!pattern_step(f, b)) return;
-        emit(s, out);
-        return;
+        if (pattern_step(f, b)) {
+          emit(s, out);
+          return;
+        }
+        // Refused: an accepted text ends here (a large enum's value), and `b` goes to the parent.
+        if (!g_.patterns[size_t(g_.nodes[f.node].pattern)].accepting(f.aux)) return;
+        complete(s);
+        continue;
 
       case FrameKind::Literal: {
         const std::string& text = g_.literals[f.node];

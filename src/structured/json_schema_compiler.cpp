@@ -28,6 +28,9 @@ const std::set<std::string, std::less<>> kHandled = {
     "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "allOf", "$ref",
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern",
 };
+// Enums with more values than this become one automaton (the matcher keeps at most 256 ways
+// to read a prefix).
+constexpr size_t kLargeEnum = 16;
 const char* const kNumericBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 std::string escape_pointer_token(const std::string& token) {
@@ -388,6 +391,16 @@ class Compiler {
       any_of.options.push_back(literal_node(g_.add_literal(v.dump())));
     }
     if (any_of.options.empty()) error(path, "no value of `enum`/`const` matches the schema's other keywords");
+    if (any_of.options.size() > kLargeEnum) {
+      // Many values: one automaton over their texts, rather than a fork per value.
+      std::vector<std::string> texts;
+      for (uint32_t option : any_of.options) texts.push_back(g_.literals[g_.nodes[option].literal]);
+      JsonNode node;
+      node.kind = NodeKind::Pattern;
+      node.pattern = int32_t(g_.patterns.size());
+      g_.patterns.push_back(RegexDfa::from_literals(texts));
+      return g_.add_node(std::move(node));
+    }
     if (any_of.options.size() == 1) return any_of.options[0];
     return g_.add_node(std::move(any_of));
   }

@@ -545,6 +545,26 @@ RegexDfa RegexDfa::compile(std::string_view pattern, Match match, const std::arr
   return dfa;
 }
 
+RegexDfa RegexDfa::from_literals(const std::vector<std::string>& texts) {
+  RegexDfa dfa;
+  dfa.table_.assign(256, kDead);
+  dfa.accepting_.assign(1, false);
+  for (const std::string& text : texts) {
+    uint32_t s = 0;
+    for (char c : text) {
+      uint32_t& next = dfa.table_[size_t(s) * 256 + uint8_t(c)];
+      if (next == kDead) {
+        next = uint32_t(dfa.accepting_.size());
+        dfa.accepting_.push_back(false);
+        dfa.table_.resize(dfa.table_.size() + 256, kDead);
+      }
+      s = dfa.table_[size_t(s) * 256 + uint8_t(c)];  // `next` may dangle after the resize
+    }
+    dfa.accepting_[s] = true;
+  }
+  return dfa;
+}
+
 bool RegexDfa::matches(std::string_view text) const {
   uint32_t s = start();
   for (char c : text) {

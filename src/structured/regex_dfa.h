@@ -34,6 +34,8 @@ class RegexDfa {
   // (inside a JSON string, not every control byte can).
   static RegexDfa compile(std::string_view pattern, Match match, const std::array<bool, 256>& producible);
   static std::array<bool, 256> all_bytes();
+  // Exactly the byte strings `texts` (a trie; every state can finish).
+  static RegexDfa from_literals(const std::vector<std::string>& texts);
 
   uint32_t start() const { return 0; }
   uint32_t next(uint32_t state, uint8_t byte) const { return table_[size_t(state) * 256 + byte]; }

@@ -223,6 +223,31 @@ TEST(JsonSchemaCompiler, NumberBounds) {
   }
 }
 
+TEST(JsonSchemaCompiler, LargeEnumsKeepEveryValue) {
+  // 300 values: more ways to read a first byte than the matcher keeps stacks for, so they
+  // become one automaton; every value stays reachable.
+  nlohmann::ordered_json values = nlohmann::ordered_json::array();
+  for (int i = 0; i < 300; ++i) values.push_back("v" + std::to_string(i));
+  for (int i : {1, 12, 123}) values.push_back(i);
+  const JsonGrammar g = compile_json_schema(nlohmann::ordered_json{
+      {"type", "object"}, {"properties", {{"e", {{"enum", values}}}, {"n", {{"type", "integer"}}}}},
+      {"required", {"e", "n"}}});
+  for (int i = 0; i < 300; ++i)
+    EXPECT_TRUE(accepts(g, "{\"e\":\"v" + std::to_string(i) + "\",\"n\":0}")) << i;
+  for (const char* n : {"1", "12", "123"}) EXPECT_TRUE(accepts(g, std::string("{\"e\": ") + n + " ,\"n\":0}")) << n;
+  EXPECT_FALSE(accepts(g, R"({"e":"v300","n":0})"));
+  EXPECT_FALSE(accepts(g, R"({"e":"v","n":0})"));
+  EXPECT_FALSE(accepts(g, R"({"e":1234,"n":0})"));
+  EXPECT_FALSE(accepts(g, R"({"e":"v1" ,"n":0)"));
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    std::string text;
+    ASSERT_TRUE(testing::random_text(g, rng, 12, text)) << "dead end after: " << text;
+    const auto v = nlohmann::ordered_json::parse(text);
+    EXPECT_NE(std::find(values.begin(), values.end(), v["e"]), values.end()) << text;
+  }
+}
+
 TEST(JsonSchemaCompiler, PropertiesComeInTheSchemasOrder) {
   // ordered_json keeps "z" before "a": the grammar asks for them in that order.
   const JsonGrammar g = compile(R"({"type": "object", "properties": {"z": {"type": "integer"},
