@@ -30,7 +30,6 @@ struct KernelVariantFlags {
   int moe_mma = cuda::moe_mma_variant();
   int moe_int_decode = cuda::moe_int_decode_variant();
   int moe_int_ring = -1;
-  int moe_fused_tail = 0;
   int gemv_early = 1;
   int attention_prefill = cuda::attention_prefill_variant();
   int gdn_chunked = cuda::gdn_chunked_variant();
@@ -52,10 +51,6 @@ struct KernelVariantFlags {
     app.add_option("--moe-int-ring", moe_int_ring,
                    "integer-form streaming expert kernels: at most this many ring steps in flight per thread (-1: "
                    "2 at 2-8 tokens, the largest that fits at one; 0: the largest that fits)");
-    app.add_option("--moe-fused-tail", moe_fused_tail,
-                   "fused one-token expert kernel, down's weights (bits): 0 in the ring behind gate/up's, 1 held "
-                   "until the act rows are staged, 2 until past the grid-wide wait, 4 L2 prefetch once routed, 8 "
-                   "L2 prefetch once gate/up is consumed; 16 / 32 / 48 act rows staged from 2 / 4 / 8 copies (same bits)");
     app.add_option("--moe-int-decode-variant", moe_int_decode,
                    "integer-form expert kernels for <= 8 tokens: 2 streaming with gate/up and down in one launch "
                    "at one token, 1 streaming, 0 persistent (same bits)");
@@ -97,7 +92,6 @@ struct KernelVariantFlags {
     cuda::set_moe_decode_variant(moe_decode);
     cuda::set_moe_int_decode_variant(moe_int_decode);
     cuda::set_moe_int_stream_ring_cap(moe_int_ring);
-    cuda::set_moe_int_fused_tail(moe_fused_tail);
     cuda::set_row_gemv_early_loads(gemv_early != 0);
     cuda::set_moe_grouped_enabled(moe_grouped_max > 8);
     if (moe_grouped_max > 8) cuda::set_moe_grouped_max_tokens(moe_grouped_max);

@@ -96,13 +96,6 @@ int moe_int_decode_variant();
 // run S24-7); 0: the largest that fits; N: at most N. Every ring gives the same bits. Read at launch time
 // (a captured CUDA graph keeps the ring it was captured with). Throws Error below -1.
 void set_moe_int_stream_ring_cap(int steps);
-// The fused one-token expert kernel's handling of its down weights while gate/up's act blocks are
-// exchanged (bits; every setting gives the same bits of output): 0 (default) in each thread's ring
-// right behind its gate/up rows; 1 held back until the act rows are staged, 2 until the grid-wide wait
-// has passed (not with 1); 4 the L2 asked for them once routed, 8 once gate/up is consumed; 16 / 32 / 48:
-// the act rows published as 2 / 4 / 8 copies, each down CTA staging one. Read at launch time. Throws
-// Error outside 0..63 or for 1 | 2.
-void set_moe_int_fused_tail(int bits);
 // Whether moe_routed_experts_int would run a step of M tokens on the streaming kernels.
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M);
 // Whether it would run a step of M tokens without the shared expert on the fused one-token kernel.

@@ -10,10 +10,6 @@
 //                              gate/up (the last CTA to finish a 128-column block), read by down
 //   sblk    [M·k, nbs] f32     the block scales s_b of each act row (b < ceil(I/128); nbs pads to 4)
 //   sx      [M·k, sxs] int32   ΣX per 32 k of each act row (I/32 of them; sxs pads to 4)
-//   rep     [kStageReplicas - 1] copies of (planes, sblk, sx) of one token (M = 1 only), each at
-//                              rep + c·rep_stride with its sblk at + rep_sblk and its sx at + rep_sx:
-//                              the fused one-token kernel may publish its act rows several times so that
-//                              its down CTAs' staging reads spread over several lines (set_moe_int_fused_tail)
 // Each region starts at a multiple of 256 bytes from the workspace start; the layout depends on
 // the call's M (the workspace passed holds at least int_decode_workspace_bytes(shape, M)).
 #pragma once
@@ -23,12 +19,8 @@
 
 namespace moeserve::cuda::moe_int_detail {
 
-constexpr int kStageReplicas = 8;  // at most this many copies of a token's act rows (M = 1)
-
 struct IntDecodeLayout {
   size_t ids = 0, weights = 0, act = 0, planes = 0, sblk = 0, sx = 0;  // byte offsets
-  size_t rep = 0, rep_stride = 0, rep_sblk = 0, rep_sx = 0;            // the replicas (M = 1)
-  int reps = 0;                                                        // copies in rep
   size_t bytes = 0;                                                    // the whole workspace
   int nbs = 0, sxs = 0;  // row strides (elements) of sblk and sx
 };
@@ -47,12 +39,7 @@ inline IntDecodeLayout int_decode_layout(const MoeShape& s, int M) {
   L.planes = L.act + int_decode_align256(slots * I * 4);
   L.sblk = L.planes + int_decode_align256(slots * (I / 8) * 16);
   L.sx = L.sblk + int_decode_align256(slots * size_t(L.nbs) * 4);
-  L.rep = L.sx + int_decode_align256(slots * size_t(L.sxs) * 4);
-  L.reps = M == 1 ? kStageReplicas - 1 : 0;
-  L.rep_sblk = int_decode_align256(slots * (I / 8) * 16);
-  L.rep_sx = L.rep_sblk + int_decode_align256(slots * size_t(L.nbs) * 4);
-  L.rep_stride = L.rep_sx + int_decode_align256(slots * size_t(L.sxs) * 4);
-  L.bytes = L.rep + size_t(L.reps) * L.rep_stride;
+  L.bytes = L.sx + int_decode_align256(slots * size_t(L.sxs) * 4);
   return L;
 }
 

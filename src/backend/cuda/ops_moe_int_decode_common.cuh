@@ -164,17 +164,8 @@ __device__ __forceinline__ bool act_block_arrive(const Out& a, unsigned* counter
   const int kk = mi::kXBlock * blk + 4 * lane;
   float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if (kk < I) v = __ldcg(reinterpret_cast<const float4*>(a.act + size_t(slot) * I + kk));
-  const int len = min(mi::kXBlock, I - mi::kXBlock * blk);
-  quantize_block(v, len, a.aplanes + size_t(slot) * (I / 8) + 16 * blk, a.asblk + size_t(slot) * a.nbs + blk,
-                 a.asx + size_t(slot) * a.sxs + 4 * blk);
-  if constexpr (requires { a.reps; }) {  // the same values again into each replica (int_decode_layout's rep)
-    for (int c = 0; c < a.reps; ++c) {
-      char* b = a.rep + size_t(c) * a.rep_stride;
-      quantize_block(v, len, reinterpret_cast<uint4*>(b) + size_t(slot) * (I / 8) + 16 * blk,
-                     reinterpret_cast<float*>(b + a.rep_sblk) + size_t(slot) * a.nbs + blk,
-                     reinterpret_cast<int*>(b + a.rep_sx) + size_t(slot) * a.sxs + 4 * blk);
-    }
-  }
+  quantize_block(v, min(mi::kXBlock, I - mi::kXBlock * blk), a.aplanes + size_t(slot) * (I / 8) + 16 * blk,
+                 a.asblk + size_t(slot) * a.nbs + blk, a.asx + size_t(slot) * a.sxs + 4 * blk);
   return true;
 }
 

@@ -75,7 +75,6 @@
 #include "backend/cuda/ops_moe_int_decode_common.cuh"
 #include "backend/cuda/ops_moe_int_internal.cuh"
 #include "backend/cuda/ops_moe_internal.cuh"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/stage_stamps.cuh"
 #include "core/error.h"
@@ -159,8 +158,6 @@ struct RingProducer {
   size_t vstride, rowstride, rstride, istride;
   int R, IR;
   int phase = 0, it = 0, u = 0, slot = 0, islot = 0;  // the next step: phase, item, packed row, slots
-  bool hold = false;  // phase B's steps are held back (empty groups) until release()
-  int held = 0;
   UnitItem p{};
 
   __device__ __forceinline__ RingProducer(const PA& pa, const PB& pb, char* ring, char* islots, int R_, int IR_)
@@ -222,35 +219,18 @@ struct RingProducer {
     if (phase == 0) {
       step(a);
     } else if constexpr (kHasPhase<PB>) {
-      if (hold) {
-        ++held;  // an empty group now; the step's copies go out in release()
-      } else {
-        step(b);
-      }
+      step(b);
     }
     async_copy::cp_async_commit();  // empty past the last step: every step commits one group
-  }
-  // Requests the held steps of phase B, one group each, in order. Called after phase A's last step
-  // was consumed: every ring slot is free, and since exactly R groups were committed after that
-  // step's (held ones empty), the consumer's wait_group R - 1 still finds step j's copies in the
-  // group it expects.
-  __device__ __forceinline__ void release() {
-    hold = false;
-    for (; held > 0; --held) {
-      if constexpr (kHasPhase<PB>) step(b);
-      async_copy::cp_async_commit();
-    }
   }
 };
 
 // The consumer of one phase: for each of the thread's items, its steps from the ring (waiting for
 // the oldest pending group), the dp4a sums, then the item's fold factors (see the header).
 // c_slot / c_islot: the consumer's ring and item slots, carried from phase to phase.
-// on_first(): called once the thread's first step of the phase has landed (stage stamps; empty otherwise).
-template <class P, class Prod, class OnFirst>
-__device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_slot, int& c_islot, OnFirst&& on_first) {
+template <class P, class Prod>
+__device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_slot, int& c_islot) {
   const int R = prod.R, IR = prod.IR, rows = ph.rows;
-  bool first = true;
   for (int it = threadIdx.x; it < ph.items; it += int(blockDim.x)) {
     const UnitItem q = ph.src.get(it);
     const char* is = prod.my_items + size_t(c_islot) * prod.istride;
@@ -259,10 +239,6 @@ __device__ __forceinline__ void consume_phase(const P& ph, Prod& prod, int& c_sl
     unsigned al[4] = {0u, 0u, 0u, 0u}, bl[4] = {0u, 0u, 0u, 0u};  // Σ q·lo (u8 x u8)
     for (int u = 0; u < rows; u += kStepRows) {
       cp_async_wait_pending(R - 1);  // committed: R + steps consumed; this step's group is the oldest pending
-      if (first) {
-        on_first();
-        first = false;
-      }
       const char* rs = prod.my_ring + size_t(c_slot) * prod.rstride;
       if (++c_slot == R) c_slot = 0;
 #pragma unroll
@@ -333,25 +309,22 @@ __device__ __forceinline__ void stream_units(const P& ph, int R, int IR, char* r
   for (int i = 0; i < R; ++i) prod.issue();
   after_issue();
   int c_slot = 0, c_islot = 0;
-  consume_phase(ph, prod, c_slot, c_islot, [] {});
+  consume_phase(ph, prod, c_slot, c_islot);
   async_copy::cp_async_wait<0>();  // nothing of this thread's lands later
 }
 
 // Two phases through one ring (the fused one-token kernel): phase B's first steps are requested
-// while phase A's last ones are consumed, so they are in flight across between(prod) (called by every
-// thread after phase A: it stages phase B's activations, read by B's Src::get only after it), unless
-// hold_b: then they go out when between calls prod.release().
-template <class PA, class PB, class Between, class OnFirstB>
+// while phase A's last ones are consumed, so they are in flight across between() (called by every
+// thread after phase A: it stages phase B's activations, read by B's Src::get only after it).
+template <class PA, class PB, class Between>
 __device__ __forceinline__ void stream_two_phases(const PA& pa, const PB& pb, int R, int IR, char* ring,
-                                                  char* islots, bool hold_b, Between&& between, OnFirstB&& on_first_b) {
+                                                  char* islots, Between&& between) {
   RingProducer<PA, PB> prod(pa, pb, ring, islots, R, IR);
-  prod.hold = hold_b;
   for (int i = 0; i < R; ++i) prod.issue();
   int c_slot = 0, c_islot = 0;
-  consume_phase(pa, prod, c_slot, c_islot, [] {});
-  between(prod);
-  prod.release();  // no-op unless between left steps held
-  consume_phase(pb, prod, c_slot, c_islot, on_first_b);
+  consume_phase(pa, prod, c_slot, c_islot);
+  between();
+  consume_phase(pb, prod, c_slot, c_islot);
   async_copy::cp_async_wait<0>();
 }
 
@@ -388,9 +361,6 @@ struct UpArgs {
   float* asblk;         // [M·k, nbs]
   int* asx;             // [M·k, sxs]
   int nbs, sxs;
-  char* rep;            // replicas of aplanes / asblk / asx the last arrival also writes (int_decode_layout)
-  size_t rep_stride, rep_sblk, rep_sx;
-  int reps;             // how many (0: none)
 };
 
 // Shared-memory layout of a gate/up CTA (bytes): ring | item slots | planes [blocks][kPadBlock] | sblk
@@ -693,15 +663,7 @@ struct FusedArgs {
   UpArgs up;        // the ring's R and IR
   DownArgs down;    // fill_down_io(up); the shared expert null; U = down's unit length
   int down_ctas;    // H / kDownCols
-  int tail;         // kTail* bits (set_moe_int_fused_tail)
 };
-// How the fused kernel's down weights travel while gate/up's act blocks are exchanged (A/B bits):
-// 0: in each thread's ring behind its gate/up rows; kTailHoldStaged / kTailHoldWait: held back until
-// the act rows are staged / the grid-wide wait has passed; kTailL2Route / kTailL2Fold: the CTAs ask
-// the L2 for the token's down weights (each its share) once routed / once gate/up is consumed.
-// Bits 4-5 (kTailRepShift): the act rows published 1 << v times (replicas), down CTA c staging copy
-// c % (1 << v), so that each L2 line of them is asked for by fewer CTAs.
-constexpr int kTailHoldStaged = 1, kTailHoldWait = 2, kTailL2Route = 4, kTailL2Fold = 8, kTailRepShift = 4;
 __device__ unsigned g_fused_ready;   // act blocks quantised in this launch
 __device__ unsigned g_fused_passed;  // down CTAs past their wait
 
@@ -709,33 +671,6 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-
-// Asks the L2 for CTA x's share (of nx) of rank r's down weights: its expert's packed rows, group
-// scales and (asymmetric) zeros, each cut into nx ranges of 16-byte multiples. Warp 0; no data
-// comes back to the SM (prefetch_l2_range).
-__device__ __forceinline__ void prefetch_down_share(const ExpertView& down, const int32_t* ids, int r, int x, int nx,
-                                                    bool sym) {
-  if (threadIdx.x >= 32) return;
-  const int e = ids[r], H = down.N, I = down.K, ng = I / down.group;
-  const size_t qb = size_t(I / 8) * H * 4, sb = size_t(ng) * H * 2, zb = sym ? 0 : size_t(ng) * (H / 8) * 4;
-  const char* q = reinterpret_cast<const char*>(down.qweight) + size_t(e) * qb;
-  const char* sc = reinterpret_cast<const char*>(down.scales) + size_t(e) * sb;
-  const char* z = sym ? nullptr : reinterpret_cast<const char*>(down.qzeros) + size_t(e) * zb;
-  const int lane = threadIdx.x;
-  // lanes 0..23 the packed rows, 24..29 the scales, 30..31 the zeros: 16-byte pieces of this CTA's share
-  auto piece = [&](const char* p, size_t bytes, int part, int parts) {
-    const size_t lines = bytes / 16, all = size_t(nx) * parts, i = size_t(x) * parts + part;
-    const size_t l0 = lines * i / all, l1 = lines * (i + 1) / all;
-    if (l1 > l0) prefetch_l2_range(p + 16 * l0, uint32_t(16 * (l1 - l0)));
-  };
-  if (lane < 24) {
-    piece(q, qb, lane, 24);
-  } else if (lane < 30) {
-    piece(sc, sb, lane - 24, 6);
-  } else if (z != nullptr) {
-    piece(z, zb, lane - 30, 2);
-  }
 }
 
 template <bool kSymUp, bool kSymDown>
@@ -747,9 +682,8 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   __shared__ float s_w[kMaxTopK];
   // Measurement builds only (stage_stamps.cuh): 0 entry, 1 the wait, 2 routed and x quantised, 3 gate/up's
   // units consumed, 4 act folded and the block's arrival counted, 5 past the grid-wide wait (down CTAs),
-  // 6 down's activations staged, 7 down's units consumed, 8 the combine written, 9 held down steps released,
-  // 10 thread 0's first down step landed.
-  StageStamps<11> stamps;
+  // 6 down's activations staged, 7 down's units consumed, 8 the combine written.
+  StageStamps<9> stamps;
   stamps.mark(0);
   const UpArgs& a = f.up;
   const int H = gate.K, I = gate.N, k = a.k, E = a.E;
@@ -793,7 +727,6 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   }
   __syncthreads();
   stamps.mark(2);
-  if (f.tail & kTailL2Route) prefetch_down_share(down, s_ids, r, blockIdx.x, gridDim.x, kSymDown);
   const int e = s_ids[r];
   const int ng = H / gate.group;
   const size_t qoff = size_t(e) * (H / 8) * I, soff = size_t(e) * ng * I, zoff = size_t(e) * ng * (I / 8);
@@ -805,14 +738,9 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
   const Phase<kSymUp, UpSrc> pa{srcu, 8 * nu_u, rows_u, I, dsm_u, scm_u};
   const Phase<kSymDown, DownSrc> pb{srcd, has_down ? 2 * k * nu_d : 0, rows_d, H, dsm_d, scm_d};
   float res = 0.0f, sh = 0.0f, sig = 0.0f;
-  // The thread that counts down CTAs past the wait: one of a warp without down items where there is
-  // one (its atomic's round trip off the items' path), else thread 0.
-  const int acct = (pb.items + 31) / 32 * 32 < nthr ? (pb.items + 31) / 32 * 32 : 0;
-  const bool hold = (f.tail & (kTailHoldStaged | kTailHoldWait)) != 0;
-  stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, hold, [&](auto& prod) {
+  stream_two_phases(pa, pb, a.R, a.IR, base, base + LU.slots, [&] {
     __syncthreads();  // gate/up's factors
     stamps.mark(3);
-    if (f.tail & kTailL2Fold) prefetch_down_share(down, s_ids, r, blockIdx.x, gridDim.x, kSymDown);
     if (tid < 32) {   // lane c: gate and up of column n0 + c, act, the block arrival
       const float gv = fold_units(dsm_u + lane, scm_u + lane, kUpCols, nu_u);
       const float uv = fold_units(dsm_u + nu_u * kUpCols + lane, scm_u + nu_u * kUpCols + lane, kUpCols, nu_u);
@@ -832,31 +760,16 @@ __global__ void __launch_bounds__(kMaxThreads) int_stream_fused_kernel(FusedArgs
       }
       __syncthreads();  // past the wait; warp 0's fold has read gate/up's regions, which down's overlay
       stamps.mark(5);
-      if (f.tail & kTailHoldWait) {
-        prod.release();
-        stamps.mark(9);
-      }
-      DownArgs src = f.down;  // down CTA c stages copy c % (reps + 1) of the act rows (0: the workspace's own)
-      if (const int c = a.reps > 0 ? cta % (a.reps + 1) : 0; c > 0) {  // no division by default
-        char* b = a.rep + size_t(c - 1) * a.rep_stride;
-        src.aplanes = reinterpret_cast<const uint4*>(b);
-        src.asblk = reinterpret_cast<const float*>(b + a.rep_sblk);
-        src.asx = reinterpret_cast<const int*>(b + a.rep_sx);
-      }
-      stage_down_acts(src, 0, k, I, H, col, fin, planes_d, RS, sblk_d, sx_d, res, sh, sig);
+      stage_down_acts(f.down, 0, k, I, H, col, fin, planes_d, RS, sblk_d, sx_d, res, sh, sig);
       __syncthreads();
       stamps.mark(6);
-      if (f.tail & kTailHoldStaged) {
-        prod.release();
-        stamps.mark(9);
-      }
-      if (tid == acct && atomicAdd(&g_fused_passed, 1u) == unsigned(f.down_ctas - 1)) {  // every down CTA is past
+      if (tid == 0 && atomicAdd(&g_fused_passed, 1u) == unsigned(f.down_ctas - 1)) {  // every down CTA is past
         atomicExch(&g_fused_passed, 0u);
         atomicExch(&g_fused_ready, 0u);
       }
     }
     pdl_launch_dependents();  // only now: every CTA of this grid has started (see above)
-  }, [&] { stamps.mark(10); });
+  });
   stamps.mark(7);
   if (!has_down) {
     stamps.print("moe_int_fused", 1, 0, cta, 0);
@@ -962,7 +875,6 @@ std::atomic<int> g_variant{2};
 // that fits (7 steps), 1 and 3 steps no better than 7; one token (the fused kernel) is the same
 // either way (3.72-3.77 ms, run S24-6), so it keeps the largest.
 std::atomic<int> g_ring_cap{-1};
-std::atomic<int> g_fused_tail{0};  // FusedArgs::tail (set_moe_int_fused_tail)
 int ring_cap(int M) {
   const int cap = g_ring_cap.load(std::memory_order_relaxed);
   return cap >= 0 ? cap : (M >= 2 ? 2 : 0);
@@ -1073,12 +985,6 @@ bool int_stream_decode(const float* x, const float* router_logits, const MoeShap
       fill_down_io(fa.down, fa.up, residual, nullptr, nullptr);
       fa.down.U = P.u_down;
       fa.down_ctas = F.down_ctas;
-      fa.tail = g_fused_tail.load(std::memory_order_relaxed);
-      fa.up.rep = ws + lay.rep;
-      fa.up.rep_stride = lay.rep_stride;
-      fa.up.rep_sblk = lay.rep_sblk;
-      fa.up.rep_sx = lay.rep_sx;
-      fa.up.reps = std::min(lay.reps, (1 << ((fa.tail >> kTailRepShift) & 3)) - 1);
       launch_pdl_cooperative(true, fused_kernel(sym_up, sym_down), F.grid, dim3(unsigned(F.ring.threads)), F.ring.smem,
                              stream, fa, view_of(ex.gate), view_of(ex.up), view_of(ex.down));
       return true;
@@ -1124,15 +1030,6 @@ void set_moe_int_stream_ring_cap(int steps) {
   if (steps < -1)
     throw Error("set_moe_int_stream_ring_cap: " + std::to_string(steps) + " (-1: by the step's tokens, 0: no cap)");
   moe_int_detail::g_ring_cap.store(steps);
-}
-
-void set_moe_int_fused_tail(int bits) {
-  if (bits < 0 || bits > 63 || ((bits & 1) && (bits & 2)))
-    throw Error("set_moe_int_fused_tail: " + std::to_string(bits) +
-                " (bits: 1 hold down's weights until staged, 2 until past the wait (not with 1), 4 L2 prefetch once "
-                "routed, 8 L2 prefetch once gate/up is consumed; 16 / 32 / 48: the act rows staged from 2 / 4 / 8 "
-                "copies)");
-  moe_int_detail::g_fused_tail.store(bits);
 }
 
 bool moe_int_decode_streams(const MoeShape& shape, const DeviceExperts& experts, int M) {
