@@ -62,7 +62,8 @@ ServerConfig::StructuredOutputsConfig parse_structured_outputs_flag(const std::s
       MOESERVE_CHECK(value.is_string(), "--structured-outputs-config: `backend` must be a string");
     } else if (key == "disable_any_whitespace" || key == "enable_in_reasoning") {
       MOESERVE_CHECK(value.is_boolean(), "--structured-outputs-config: `{}` must be true or false", key);
-      (key == "disable_any_whitespace" ? config.disable_any_whitespace : config.enable_in_reasoning) = value.get<bool>();
+      (key == "disable_any_whitespace" ? config.disable_any_whitespace : config.enable_in_reasoning) =
+          value.get<bool>();
     } else {
       fail("--structured-outputs-config: unknown key `{}` (supported: backend, disable_any_whitespace, "
            "enable_in_reasoning)",

@@ -69,7 +69,8 @@ ResponseFormat parse_vllm_format(const nlohmann::json& so) {
   for (const char* refused : {"grammar", "structural_tag", "whitespace_pattern"})
     if (fields.has(refused))
       throw_bad_request(
-          fmt::format("`structured_outputs.{}` is not supported; use `json`, `json_object`, `choice` or `regex`", refused),
+          fmt::format("`structured_outputs.{}` is not supported; use `json`, `json_object`, `choice` or `regex`",
+                      refused),
           fmt::format("structured_outputs.{}", refused));
   int given = 0;
   if (fields.has("json")) {

@@ -627,7 +627,8 @@ void JsonMatcher::advance(Stack& s, uint8_t b, MatchState& out) const {
             return;
           }
           // Not a character of the number here: it ends the number, if the number is whole.
-          const bool in_number = is_digit(b) || b == '-' || ((b == '.' || b == 'e' || b == 'E') && number_complete(f.sub));
+          const bool in_number =
+              is_digit(b) || b == '-' || ((b == '.' || b == 'e' || b == 'E') && number_complete(f.sub));
           if (in_number || !number_done(f)) return;
           complete(s);
           continue;

@@ -253,7 +253,8 @@ class Compiler {
     node.has_range = read_bounds(s, path, double(kDecimalUnit), double(kDecimalIntegerLimit * kDecimalUnit - 1),
                                  &node.min_value, &node.max_value);
     if (node.has_range && node.min_value > node.max_value)
-      error(path, fmt::format("no number with at most {} fraction digits satisfies the bounds", kDecimalFractionDigits));
+      error(path,
+            fmt::format("no number with at most {} fraction digits satisfies the bounds", kDecimalFractionDigits));
   }
 
   uint32_t compile_object(const ojson& s, const std::string& path) {
