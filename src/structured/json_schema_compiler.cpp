@@ -343,7 +343,9 @@ class Compiler {
 
   // A number against the schema's minimum / maximum / exclusive bounds (JSON Schema semantics).
   static bool within_bounds(const ojson& s, double x) {
-    auto bound = [&](const char* k) { return s.contains(k) && s[k].is_number() ? std::optional(s[k].get<double>()) : std::nullopt; };
+    auto bound = [&](const char* k) {
+      return s.contains(k) && s[k].is_number() ? std::optional(s[k].get<double>()) : std::nullopt;
+    };
     if (auto b = bound("minimum"); b && x < *b) return false;
     if (auto b = bound("maximum"); b && x > *b) return false;
     if (auto b = bound("exclusiveMinimum"); b && x <= *b) return false;
