@@ -41,6 +41,19 @@ struct SyntheticVocabulary {
   }
 };
 
+// Eight sequences, 64 tokens a step, fixed cache sizes (no memory budget), a fixed seed.
+inline runtime::EngineConfig small_engine_config(int max_model_len, int kv_blocks, uint64_t seed) {
+  runtime::EngineConfig config;
+  config.max_num_seqs = 8;
+  config.max_num_batched_tokens = 64;
+  config.max_model_len = max_model_len;
+  config.num_kv_blocks_override = kv_blocks;
+  config.num_state_slots_override = 8;
+  config.kv_admission_watermark = 0.0;
+  config.seed = seed;
+  return config;
+}
+
 inline void check_json_answers(std::unique_ptr<model::CausalLM> model) {
   using runtime::testing::Recorder;
   const int64_t vocab_size = model->config().vocab_size;
@@ -53,15 +66,7 @@ inline void check_json_answers(std::unique_ptr<model::CausalLM> model) {
   grammar.max_whitespace = 0;  // compact: every answer fits in max_tokens
   auto masker = std::make_shared<const TokenMasker>(std::move(grammar),
                                                     std::make_shared<TokenVocabulary>(words.tokens, vocab_size));
-  runtime::EngineConfig config;
-  config.max_num_seqs = 8;
-  config.max_num_batched_tokens = 64;
-  config.max_model_len = 256;
-  config.num_kv_blocks_override = 256;
-  config.num_state_slots_override = 8;
-  config.kv_admission_watermark = 0.0;
-  config.seed = 7;
-  runtime::Engine engine(std::move(model), config);
+  runtime::Engine engine(std::move(model), small_engine_config(256, 256, 7));
 
   runtime::SamplingParams params;
   params.max_tokens = 120;

@@ -129,14 +129,7 @@ TEST(JsonConstraint, EngineOutputsFollowTheSchema) {
   HashModel::Options options;
   options.vocab = int64_t(kPieces.size()) + 1;
   options.eos = {kEos};
-  runtime::EngineConfig config;
-  config.max_num_seqs = 8;
-  config.max_num_batched_tokens = 64;
-  config.max_model_len = 512;
-  config.num_kv_blocks_override = 1024;
-  config.num_state_slots_override = 8;
-  config.seed = 3;
-  runtime::Engine engine(std::make_unique<HashModel>(options), config);
+  runtime::Engine engine(std::make_unique<HashModel>(options), testing::small_engine_config(512, 1024, 3));
 
   const auto schema = nlohmann::ordered_json::parse(R"({"type":"object","properties":{
       "name":{"type":"string","maxLength":5},"age":{"type":"integer"},

@@ -27,6 +27,16 @@ struct Case {
   std::vector<std::string> rejected;
 };
 
+// Each schema's grammar takes its accepted texts whole and refuses its rejected ones.
+void check_cases(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const JsonGrammar g = compile(c.schema);
+    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
+    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
+  }
+}
+
 TEST(JsonSchemaCompiler, KeywordsAcceptAndRejectWhatTheySay) {
   const std::vector<Case> cases = {
       {R"({"type": "string"})", {R"("")", R"("abc")", R"( "x")"}, {"1", "null", R"(["a"])"}},
@@ -81,12 +91,7 @@ TEST(JsonSchemaCompiler, KeywordsAcceptAndRejectWhatTheySay) {
       {R"(true)", {"1", "{}", "null"}, {}},
       {R"({})", {"1", "{}", "null"}, {}},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.schema);
-    const JsonGrammar g = compile(c.schema);
-    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
-    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
-  }
+  check_cases(cases);
 }
 
 TEST(JsonGrammar, LiteralChoiceIsExactlyOneOfTheTexts) {
@@ -112,12 +117,7 @@ TEST(JsonSchemaCompiler, IntegerBounds) {
       {R"({"type": "integer", "minimum": 10, "maximum": 12})", {"10", "11", "12"}, {"1", "13", "9"}},
       {R"({"enum": [1, 5, 9], "minimum": 3})", {"5", "9"}, {"1"}},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.schema);
-    const JsonGrammar g = compile(c.schema);
-    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
-    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
-  }
+  check_cases(cases);
   // Digits that cannot lead into the range are refused as they come.
   const JsonGrammar g = compile(R"({"type": "integer", "minimum": 10, "maximum": 12})");
   EXPECT_TRUE(alive_after(g, "1"));
@@ -153,12 +153,7 @@ TEST(JsonSchemaCompiler, StringPatterns) {
       {R"({"type": "string", "pattern": "^caf\u00e9$"})", {"\"caf\xC3\xA9\""}, {R"("cafe")"}},
       {R"({"enum": ["a1", "b2", "cc"], "pattern": "\\d"})", {R"("a1")", R"("b2")"}, {R"("cc")"}},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.schema);
-    const JsonGrammar g = compile(c.schema);
-    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
-    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
-  }
+  check_cases(cases);
   // \uXXXX is not offered inside a patterned string; the closing quote waits for a match.
   const JsonGrammar g = compile(R"({"type": "string", "pattern": "^x+$"})");
   EXPECT_FALSE(alive_after(g, R"("\u0078)"));
@@ -198,12 +193,7 @@ TEST(JsonSchemaCompiler, NumberBounds) {
       {R"({"type": "number", "minimum": -2.5, "maximum": -1.25})", {"-2.5", "-1.25", "-2", "-1.3"}, {"-1.2", "-2.6", "2", "-3"}},
       {R"({"type": "number", "minimum": 1000})", {"1000", "123456.5", "999999999"}, {"999.9", "1000000000", "-1000"}},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.schema);
-    const JsonGrammar g = compile(c.schema);
-    for (const auto& text : c.accepted) EXPECT_TRUE(accepts(g, text)) << text;
-    for (const auto& text : c.rejected) EXPECT_FALSE(accepts(g, text)) << text;
-  }
+  check_cases(cases);
   const JsonGrammar g = compile(R"({"type": "number", "minimum": 0.1, "maximum": 0.3})");
   EXPECT_FALSE(alive_after(g, "1"));     // 1.x is above 0.3
   EXPECT_FALSE(alive_after(g, "0.4"));
